@@ -1,0 +1,226 @@
+//! One error type for the API, rendered as RFC 9457 problem+json. It never
+//! carries internals: driver errors are logged, not shown.
+
+use axum::{
+    http::{header, HeaderValue, StatusCode},
+    response::{IntoResponse, Response},
+    Json,
+};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use crate::{domain::target::FieldError, store::StoreError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("invalid request")]
+    Validation(Vec<FieldError>),
+    #[error("{0}")]
+    BadRequest(String),
+    /// No token, or (`invalid_token`) a token that is invalid or expired.
+    #[error("authentication required")]
+    Unauthorized { invalid_token: bool },
+    #[error("missing scope {0}")]
+    Forbidden(&'static str),
+    #[error("not found")]
+    NotFound,
+    #[error("{0}")]
+    Conflict(String),
+    #[error("method not allowed")]
+    MethodNotAllowed,
+    #[error("request body too large")]
+    PayloadTooLarge,
+    #[error("unsupported media type")]
+    UnsupportedMediaType(&'static str),
+    #[error("service unavailable")]
+    Unavailable,
+    #[error("internal error")]
+    Internal,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Problem {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub title: String,
+    pub status: u16,
+    pub detail: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub errors: Option<Vec<ProblemField>>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ProblemField {
+    pub field: String,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn field(field: &str, message: impl Into<String>) -> Self {
+        ApiError::Validation(vec![FieldError::new(field, message)])
+    }
+
+    fn status(&self) -> StatusCode {
+        match self {
+            ApiError::Validation(_) | ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::NotFound => StatusCode::NOT_FOUND,
+            ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn slug_title_detail(&self) -> (&'static str, &'static str, String) {
+        match self {
+            ApiError::Validation(errors) => (
+                "validation",
+                "Invalid request",
+                match errors.as_slice() {
+                    [one] if one.field.is_empty() => one.message.clone(),
+                    [one] => format!("{} {}", one.field, one.message),
+                    _ => format!("{} fields are invalid", errors.len()),
+                },
+            ),
+            ApiError::BadRequest(d) => ("bad-request", "Bad request", d.clone()),
+            ApiError::Unauthorized {
+                invalid_token: false,
+            } => (
+                "unauthorized",
+                "Unauthorized",
+                "a bearer access token is required".into(),
+            ),
+            ApiError::Unauthorized {
+                invalid_token: true,
+            } => (
+                "invalid-token",
+                "Unauthorized",
+                "the access token is invalid or expired".into(),
+            ),
+            ApiError::Forbidden(scope) => (
+                "insufficient-scope",
+                "Forbidden",
+                format!("the access token lacks the scope {scope}"),
+            ),
+            ApiError::NotFound => ("not-found", "Not found", "no such resource".into()),
+            ApiError::Conflict(d) => ("conflict", "Conflict", d.clone()),
+            ApiError::MethodNotAllowed => (
+                "method-not-allowed",
+                "Method not allowed",
+                "this method is not allowed on this path".into(),
+            ),
+            ApiError::PayloadTooLarge => (
+                "payload-too-large",
+                "Payload too large",
+                "the request body is over the limit".into(),
+            ),
+            ApiError::UnsupportedMediaType(expected) => (
+                "unsupported-media-type",
+                "Unsupported media type",
+                format!("the body must be {expected}"),
+            ),
+            ApiError::Unavailable => (
+                "unavailable",
+                "Service unavailable",
+                "the database is unreachable; try again shortly".into(),
+            ),
+            ApiError::Internal => (
+                "internal",
+                "Internal error",
+                "an unexpected error occurred".into(),
+            ),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        let (slug, title, detail) = self.slug_title_detail();
+        let errors = match &self {
+            ApiError::Validation(errors) => Some(
+                errors
+                    .iter()
+                    .map(|e| ProblemField {
+                        field: e.field.clone(),
+                        message: e.message.clone(),
+                    })
+                    .collect(),
+            ),
+            _ => None,
+        };
+        let body = Problem {
+            kind: format!("https://dispatch.dev/problems/{slug}"),
+            title: title.into(),
+            status: status.as_u16(),
+            detail,
+            errors,
+        };
+        let mut response = (status, Json(body)).into_response();
+        let headers = response.headers_mut();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/problem+json"),
+        );
+        match &self {
+            ApiError::Unauthorized {
+                invalid_token: false,
+            } => {
+                headers.insert(
+                    header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static("Bearer realm=\"dispatch\""),
+                );
+            }
+            ApiError::Unauthorized {
+                invalid_token: true,
+            } => {
+                headers.insert(
+                    header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static(
+                        "Bearer realm=\"dispatch\", error=\"invalid_token\", \
+                         error_description=\"the access token is invalid or expired\"",
+                    ),
+                );
+            }
+            ApiError::Forbidden(scope) => {
+                if let Ok(v) = HeaderValue::from_str(&format!(
+                    "Bearer realm=\"dispatch\", error=\"insufficient_scope\", scope=\"{scope}\""
+                )) {
+                    headers.insert(header::WWW_AUTHENTICATE, v);
+                }
+            }
+            ApiError::Unavailable => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            }
+            _ => {}
+        }
+        response
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Unavailable(_) => {
+                tracing::warn!(error = %e, "database unavailable");
+                ApiError::Unavailable
+            }
+            other => {
+                tracing::error!(error = ?other, "store error");
+                ApiError::Internal
+            }
+        }
+    }
+}
+
+impl From<Vec<FieldError>> for ApiError {
+    fn from(errors: Vec<FieldError>) -> Self {
+        ApiError::Validation(errors)
+    }
+}
+
+pub type ApiResult<T> = Result<T, ApiError>;

@@ -1,0 +1,165 @@
+//! Extractors that turn requests into checked inputs, answering problem+json
+//! on every failure.
+
+use std::collections::HashMap;
+
+use axum::{
+    body::Bytes,
+    extract::{FromRequest, FromRequestParts, Request},
+    http::{header, request::Parts, StatusCode},
+};
+use base64::{engine::general_purpose::URL_SAFE_NO_PAD as B64URL, Engine};
+use serde_json::Value;
+
+use super::{error::ApiError, AppState};
+use crate::auth::{tokens::TokenError, Principal};
+
+/// A JSON body (`application/json` or any `+json` type) parsed into a Value.
+pub struct JsonBody(pub Value);
+
+fn is_json_content_type(parts: &axum::http::HeaderMap) -> bool {
+    let Some(ct) = parts
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+    else {
+        return false;
+    };
+    let mime = ct
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    mime == "application/json" || (mime.starts_with("application/") && mime.ends_with("+json"))
+}
+
+impl FromRequest<AppState> for JsonBody {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
+        if !is_json_content_type(req.headers()) {
+            return Err(ApiError::UnsupportedMediaType("application/json"));
+        }
+        let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
+            if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::PayloadTooLarge
+            } else {
+                ApiError::BadRequest("the request body could not be read".into())
+            }
+        })?;
+        if bytes.is_empty() {
+            return Err(ApiError::field("", "a JSON body is required"));
+        }
+        let value: Value = serde_json::from_slice(&bytes)
+            .map_err(|e| ApiError::field("", format!("the body is not valid JSON: {e}")))?;
+        if !value.is_object() {
+            return Err(ApiError::field("", "the body must be a JSON object"));
+        }
+        Ok(JsonBody(value))
+    }
+}
+
+impl FromRequestParts<AppState> for Principal {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let Some(value) = parts.headers.get(header::AUTHORIZATION) else {
+            return Err(ApiError::Unauthorized {
+                invalid_token: false,
+            });
+        };
+        let value = value.to_str().map_err(|_| ApiError::Unauthorized {
+            invalid_token: true,
+        })?;
+        let (scheme, token) = value.split_once(' ').unwrap_or((value, ""));
+        if !scheme.eq_ignore_ascii_case("bearer") {
+            return Err(ApiError::Unauthorized {
+                invalid_token: false,
+            });
+        }
+        let token = token.trim();
+        if token.is_empty() {
+            return Err(ApiError::Unauthorized {
+                invalid_token: true,
+            });
+        }
+        match state.tokens.validate(token).await {
+            Ok(principal) => Ok(principal),
+            Err(TokenError::Invalid(reason)) => {
+                tracing::debug!(%reason, "token refused");
+                Err(ApiError::Unauthorized {
+                    invalid_token: true,
+                })
+            }
+            Err(TokenError::Unavailable(e)) => Err(e.into()),
+        }
+    }
+}
+
+impl Principal {
+    pub fn require(&self, scope: &'static str) -> Result<(), ApiError> {
+        if self.has_scope(scope) {
+            Ok(())
+        } else {
+            Err(ApiError::Forbidden(scope))
+        }
+    }
+}
+
+/// Query parameters, parsed by hand so that every problem is a clear 400.
+pub struct QueryParams(pub HashMap<String, String>);
+
+impl<S: Send + Sync> FromRequestParts<S> for QueryParams {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
+        let query = parts.uri.query().unwrap_or("");
+        Ok(QueryParams(
+            url::form_urlencoded::parse(query.as_bytes())
+                .into_owned()
+                .collect(),
+        ))
+    }
+}
+
+pub const DEFAULT_LIMIT: u32 = 50;
+pub const MAX_LIMIT: u32 = 1000;
+
+impl QueryParams {
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.0
+            .get(key)
+            .map(String::as_str)
+            .filter(|s| !s.is_empty())
+    }
+
+    pub fn limit(&self) -> Result<u32, ApiError> {
+        match self.get("limit") {
+            None => Ok(DEFAULT_LIMIT),
+            Some(s) => match s.parse::<u32>() {
+                Ok(n) if (1..=MAX_LIMIT).contains(&n) => Ok(n),
+                _ => Err(ApiError::field(
+                    "limit",
+                    format!("must be an integer from 1 to {MAX_LIMIT}"),
+                )),
+            },
+        }
+    }
+
+    /// The decoded cursor, if any: an opaque base64url string on the wire.
+    pub fn cursor(&self) -> Result<Option<String>, ApiError> {
+        self.get("cursor")
+            .map(|c| {
+                B64URL
+                    .decode(c)
+                    .ok()
+                    .and_then(|b| String::from_utf8(b).ok())
+                    .ok_or_else(|| ApiError::field("cursor", "is not a cursor this service issued"))
+            })
+            .transpose()
+    }
+}
+
+pub fn encode_cursor(s: &str) -> String {
+    B64URL.encode(s.as_bytes())
+}

@@ -1,0 +1,177 @@
+//! Start-up and graceful shutdown.
+
+use std::{net::SocketAddr, sync::Arc, time::Duration};
+
+use anyhow::{bail, Context};
+use tokio::{net::TcpListener, sync::Notify};
+use tokio_util::{sync::CancellationToken, task::TaskTracker};
+use tracing::info;
+
+use crate::{
+    api::{self, AppState},
+    auth::{secrets::VerifiedSecrets, tokens::TokenService},
+    config::Config,
+    delivery::{webhook::WebhookClient, Deliverer},
+    domain::retry::RetryPolicy,
+    metrics, retention,
+    store::{postgres::PgStore, Store},
+    sweeper::Sweeper,
+};
+
+pub const NO_DATABASE: &str = "no database configured: set DATABASE_URL (or database.url, or \
+     DISPATCH_DATABASE__URL) to a PostgreSQL URL such as postgres://postgres@127.0.0.1:5432/dispatch";
+
+/// Opens the configured store and applies its migrations.
+pub async fn open_store(config: &Config) -> anyhow::Result<PgStore> {
+    let url = config.database.url.trim();
+    if url.is_empty() {
+        bail!(NO_DATABASE);
+    }
+    if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+        bail!("database.url must be a postgres:// URL");
+    }
+    let store = PgStore::connect(
+        url,
+        config.database.max_connections,
+        config.sweeper.poll_interval,
+    )
+    .await
+    .context("connecting to PostgreSQL")?;
+    store.migrate().await.context("applying migrations")?;
+    Ok(store)
+}
+
+/// A running instance: API, sweeper, retention, wake-up listener.
+pub struct Running {
+    pub addr: SocketAddr,
+    pub state: AppState,
+    pub sweeper: Sweeper,
+    shutdown: CancellationToken,
+    tasks: TaskTracker,
+}
+
+impl Running {
+    /// Asks every part to stop and waits for them: no new claims, attempts in
+    /// flight finish and are recorded.
+    pub async fn shutdown(self) {
+        self.shutdown.cancel();
+        self.tasks.close();
+        self.tasks.wait().await;
+    }
+
+    /// Stops at once, as a crash would: nothing is finished or recorded.
+    pub fn abort(self) {
+        self.shutdown.cancel();
+    }
+
+    pub fn token(&self) -> CancellationToken {
+        self.shutdown.clone()
+    }
+
+    pub async fn wait(self) {
+        self.tasks.close();
+        self.tasks.wait().await;
+    }
+}
+
+pub async fn start(config: Config) -> anyhow::Result<Running> {
+    let store = open_store(&config).await?;
+    let listener = TcpListener::bind(config.server.listen)
+        .await
+        .with_context(|| format!("binding {}", config.server.listen))?;
+    start_with(config, store, listener).await
+}
+
+pub async fn start_with(
+    config: Config,
+    store: PgStore,
+    listener: TcpListener,
+) -> anyhow::Result<Running> {
+    let addr = listener.local_addr()?;
+    let pool = store.pool().clone();
+    let store: Arc<dyn Store> = Arc::new(store);
+    let config = Arc::new(config);
+    let tokens = TokenService::new(store.clone(), &config.auth)
+        .await
+        .context("loading token signing keys")?;
+    let wake = Arc::new(Notify::new());
+    let state = AppState {
+        store: store.clone(),
+        tokens: Arc::new(tokens),
+        verified_secrets: Arc::new(VerifiedSecrets::default()),
+        config: config.clone(),
+        wake: wake.clone(),
+        metrics: metrics::handle(),
+    };
+    let max_timeout = config
+        .sweeper
+        .lease
+        .saturating_sub(Duration::from_secs(1))
+        .max(Duration::from_millis(100));
+    let deliverer = Deliverer::new(WebhookClient::new(
+        config.webhook.timeout,
+        max_timeout,
+        config.webhook.allow_private_networks,
+    ));
+    let sweeper = Sweeper {
+        store: store.clone(),
+        deliverer: Arc::new(deliverer),
+        policy: RetryPolicy::from(&config.retry),
+        config: config.sweeper.clone(),
+        wake: wake.clone(),
+    };
+
+    let shutdown = CancellationToken::new();
+    let tasks = TaskTracker::new();
+    let app = api::router(state.clone());
+    let stop = shutdown.clone();
+    tasks.spawn(async move {
+        if let Err(e) = axum::serve(listener, app)
+            .with_graceful_shutdown(stop.cancelled_owned())
+            .await
+        {
+            tracing::error!(error = %e, "HTTP server failed");
+        }
+    });
+    if config.sweeper.enabled {
+        tasks.spawn(sweeper.clone().run(shutdown.clone()));
+        tasks.spawn(crate::store::postgres::listen::forward_wakeups(
+            pool,
+            wake,
+            shutdown.clone(),
+        ));
+    }
+    tasks.spawn(retention::run(
+        store,
+        config.retention.clone(),
+        shutdown.clone(),
+    ));
+    info!(%addr, sweeper = config.sweeper.enabled, "dispatch is serving");
+    Ok(Running {
+        addr,
+        state,
+        sweeper,
+        shutdown,
+        tasks,
+    })
+}
+
+/// Resolves on SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        if let Ok(mut s) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        {
+            s.recv().await;
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term => {}
+    }
+}

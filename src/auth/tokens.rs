@@ -1,0 +1,151 @@
+//! Access tokens: HS256 JWTs this server issues (keys shared by every
+//! instance through the store) and, optionally, an external issuer's tokens.
+
+use std::{sync::Arc, time::Duration};
+
+use jsonwebtoken::{
+    decode, decode_header, encode, Algorithm, DecodingKey, EncodingKey, Header, Validation,
+};
+use serde::{Deserialize, Serialize};
+use tokio::sync::RwLock;
+
+use super::{jwks::ExternalIssuer, Principal};
+use crate::{
+    config::AuthConfig,
+    store::{ClientRecord, SigningKey, Store, StoreError},
+};
+
+#[derive(Debug, thiserror::Error)]
+pub enum TokenError {
+    /// Malformed, badly signed, expired, or from an unknown issuer.
+    #[error("invalid token: {0}")]
+    Invalid(String),
+    #[error("token keys are unavailable")]
+    Unavailable(#[source] StoreError),
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Claims {
+    iss: String,
+    aud: String,
+    sub: String,
+    account: String,
+    scope: String,
+    iat: i64,
+    nbf: i64,
+    exp: i64,
+    jti: String,
+}
+
+pub struct TokenService {
+    store: Arc<dyn Store>,
+    keys: RwLock<Vec<SigningKey>>,
+    issuer: String,
+    audience: String,
+    ttl: Duration,
+    external: Option<ExternalIssuer>,
+}
+
+pub struct IssuedToken {
+    pub access_token: String,
+    pub expires_in: u64,
+    pub scope: String,
+}
+
+impl TokenService {
+    pub async fn new(store: Arc<dyn Store>, config: &AuthConfig) -> Result<Self, StoreError> {
+        let keys = store.signing_keys().await?;
+        Ok(Self {
+            store,
+            keys: RwLock::new(keys),
+            issuer: config.issuer.clone(),
+            audience: config.audience.clone(),
+            ttl: config.token_ttl,
+            external: config.external.clone().map(ExternalIssuer::new),
+        })
+    }
+
+    pub async fn issue(
+        &self,
+        client: &ClientRecord,
+        scopes: &[String],
+    ) -> Result<IssuedToken, TokenError> {
+        let keys = self.keys.read().await;
+        let key = keys
+            .first()
+            .ok_or_else(|| TokenError::Invalid("no signing key".into()))?;
+        let now = chrono::Utc::now().timestamp();
+        let scope = scopes.join(" ");
+        let claims = Claims {
+            iss: self.issuer.clone(),
+            aud: self.audience.clone(),
+            sub: client.client_id.clone(),
+            account: client.account.clone(),
+            scope: scope.clone(),
+            iat: now,
+            nbf: now,
+            exp: now + self.ttl.as_secs() as i64,
+            jti: uuid::Uuid::new_v4().to_string(),
+        };
+        let mut header = Header::new(Algorithm::HS256);
+        header.kid = Some(key.kid.clone());
+        let access_token = encode(&header, &claims, &EncodingKey::from_secret(&key.secret))
+            .map_err(|e| TokenError::Invalid(e.to_string()))?;
+        Ok(IssuedToken {
+            access_token,
+            expires_in: self.ttl.as_secs(),
+            scope,
+        })
+    }
+
+    pub async fn validate(&self, token: &str) -> Result<Principal, TokenError> {
+        let header =
+            decode_header(token).map_err(|_| TokenError::Invalid("malformed token".into()))?;
+        if header.alg == Algorithm::HS256 {
+            return self.validate_own(token, header.kid.as_deref()).await;
+        }
+        match &self.external {
+            Some(external) => external.validate(token, &header).await,
+            None => Err(TokenError::Invalid("unsupported algorithm".into())),
+        }
+    }
+
+    async fn validate_own(&self, token: &str, kid: Option<&str>) -> Result<Principal, TokenError> {
+        let kid = kid.ok_or_else(|| TokenError::Invalid("token has no kid".into()))?;
+        let mut secret = self
+            .keys
+            .read()
+            .await
+            .iter()
+            .find(|k| k.kid == kid)
+            .map(|k| k.secret.clone());
+        if secret.is_none() {
+            // Another instance may have created a key since we loaded ours.
+            let fresh = self
+                .store
+                .signing_keys()
+                .await
+                .map_err(TokenError::Unavailable)?;
+            secret = fresh
+                .iter()
+                .find(|k| k.kid == kid)
+                .map(|k| k.secret.clone());
+            *self.keys.write().await = fresh;
+        }
+        let secret = secret.ok_or_else(|| TokenError::Invalid("unknown key".into()))?;
+        let mut validation = Validation::new(Algorithm::HS256);
+        validation.set_issuer(&[&self.issuer]);
+        validation.set_audience(&[&self.audience]);
+        validation.validate_nbf = true;
+        validation.leeway = 0;
+        validation.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
+        let data = decode::<Claims>(token, &DecodingKey::from_secret(&secret), &validation)
+            .map_err(|e| TokenError::Invalid(e.to_string()))?;
+        let c = data.claims;
+        Ok(Principal {
+            account: c.account,
+            subject: c.sub,
+            scopes: c.scope.split_whitespace().map(String::from).collect(),
+        })
+    }
+}

@@ -1,0 +1,239 @@
+//! Typed configuration: `config/default.toml` < `--config FILE` < `DISPATCH_<SECTION>__<KEY>`.
+
+use std::{net::SocketAddr, path::Path, time::Duration};
+
+use figment::{
+    providers::{Env, Format, Serialized, Toml},
+    Figment,
+};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// The defaults compiled into the binary, identical to `config/default.toml`,
+/// so that the binary runs from any working directory.
+pub const DEFAULT_TOML: &str = include_str!("../config/default.toml");
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub database: DatabaseConfig,
+    pub auth: AuthConfig,
+    pub retry: RetryConfig,
+    pub retention: RetentionConfig,
+    pub sweeper: SweeperConfig,
+    pub webhook: WebhookConfig,
+    pub log: LogConfig,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct ServerConfig {
+    pub listen: SocketAddr,
+    pub max_body_bytes: usize,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct DatabaseConfig {
+    #[serde(default)]
+    pub url: String,
+    pub max_connections: u32,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct AuthConfig {
+    #[serde(with = "duration")]
+    pub token_ttl: Duration,
+    pub issuer: String,
+    pub audience: String,
+    #[serde(default)]
+    pub external: Option<ExternalIssuerConfig>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct ExternalIssuerConfig {
+    pub issuer: String,
+    pub audience: String,
+    pub jwks_url: String,
+    /// The claim that names the Dispatch account of the token's subject.
+    #[serde(default = "default_account_claim")]
+    pub account_claim: String,
+    /// How long a fetched JWKS is trusted before it is fetched again.
+    #[serde(with = "duration", default = "default_jwks_ttl")]
+    pub jwks_ttl: Duration,
+}
+
+fn default_account_claim() -> String {
+    "account".into()
+}
+
+fn default_jwks_ttl() -> Duration {
+    Duration::from_secs(300)
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct RetryConfig {
+    pub immediate_retries: u32,
+    pub minute_rounds: u32,
+    pub hour_cycles: u32,
+    #[serde(with = "duration")]
+    pub minute_delay: Duration,
+    #[serde(with = "duration")]
+    pub hour_delay: Duration,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct RetentionConfig {
+    #[serde(with = "duration")]
+    pub delivered: Duration,
+    #[serde(with = "duration")]
+    pub cancelled: Duration,
+    #[serde(with = "duration")]
+    pub failed_attempts: Duration,
+    #[serde(with = "duration")]
+    pub dead_letters: Duration,
+    #[serde(with = "duration")]
+    pub interval: Duration,
+    pub batch_size: u32,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct SweeperConfig {
+    #[serde(with = "duration")]
+    pub lease: Duration,
+    pub batch_size: u32,
+    pub concurrency: u32,
+    #[serde(with = "duration")]
+    pub poll_interval: Duration,
+    pub enabled: bool,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct WebhookConfig {
+    pub allow_private_networks: bool,
+    #[serde(with = "duration")]
+    pub timeout: Duration,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct LogConfig {
+    pub format: String,
+    pub filter: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("invalid configuration: {0}")]
+    Load(#[from] Box<figment::Error>),
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
+}
+
+impl Config {
+    /// Loads the layered configuration from the process environment.
+    pub fn load(file: Option<&Path>) -> Result<Self, ConfigError> {
+        let mut figment = Figment::from(Toml::string(DEFAULT_TOML));
+        if let Some(file) = file {
+            figment = figment.merge(Toml::file_exact(file));
+        }
+        figment = figment.merge(Env::prefixed("DISPATCH_").split("__"));
+        if let Ok(url) = std::env::var("DATABASE_URL") {
+            if std::env::var_os("DISPATCH_DATABASE__URL").is_none() {
+                figment = figment.merge(Serialized::default("database.url", url));
+            }
+        }
+        let config: Config = figment.extract().map_err(Box::new)?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// The defaults alone, for tests and tools that build a config in code.
+    pub fn defaults() -> Self {
+        Figment::from(Toml::string(DEFAULT_TOML))
+            .extract()
+            .expect("the compiled-in defaults parse")
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |m: &str| Err(ConfigError::Invalid(m.to_string()));
+        if self.retry.minute_rounds == 0 || self.retry.hour_cycles == 0 {
+            return invalid("retry.minute_rounds and retry.hour_cycles must be at least 1");
+        }
+        if self.sweeper.batch_size == 0 || self.sweeper.concurrency == 0 {
+            return invalid("sweeper.batch_size and sweeper.concurrency must be at least 1");
+        }
+        if self.sweeper.lease <= self.webhook.timeout {
+            return invalid("sweeper.lease must be longer than webhook.timeout");
+        }
+        if self.retention.batch_size == 0 {
+            return invalid("retention.batch_size must be at least 1");
+        }
+        Ok(())
+    }
+}
+
+/// Durations as human strings: "200ms", "60s", "1h", "7d".
+pub mod duration {
+    use super::*;
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&humantime::format_duration(*d).to_string())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let s = String::deserialize(d)?;
+        humantime::parse_duration(s.trim()).map_err(|e| {
+            serde::de::Error::custom(format!(
+                "`{s}` is not a duration like 500ms, 60s, 1h, 7d: {e}"
+            ))
+        })
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::result_large_err)] // figment::Jail's closures return figment::Error
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_match_the_contract() {
+        let c = Config::defaults();
+        assert_eq!(c.server.listen.to_string(), "127.0.0.1:8080");
+        assert_eq!(c.retry.immediate_retries, 1);
+        assert_eq!(c.retry.minute_rounds, 5);
+        assert_eq!(c.retry.hour_cycles, 24);
+        assert_eq!(c.retry.minute_delay, Duration::from_secs(60));
+        assert_eq!(c.retry.hour_delay, Duration::from_secs(3600));
+        assert_eq!(c.retention.delivered, Duration::from_secs(86400));
+        assert_eq!(c.retention.dead_letters, Duration::from_secs(7 * 86400));
+        assert_eq!(c.retention.interval, Duration::from_secs(60));
+        assert_eq!(c.sweeper.lease, Duration::from_secs(30));
+        assert!(!c.webhook.allow_private_networks);
+        assert_eq!(c.webhook.timeout, Duration::from_secs(10));
+        assert!(c.database.url.is_empty());
+    }
+
+    #[test]
+    fn environment_overrides_file_and_defaults() {
+        figment::Jail::expect_with(|jail| {
+            jail.create_file(
+                "extra.toml",
+                "[retry]\nminute_delay = \"2s\"\nhour_cycles = 3\n",
+            )?;
+            jail.set_env("DISPATCH_RETRY__MINUTE_DELAY", "200ms");
+            jail.set_env("DATABASE_URL", "postgres://x@localhost/db");
+            let c = Config::load(Some(Path::new("extra.toml"))).map_err(|e| e.to_string())?;
+            assert_eq!(c.retry.minute_delay, Duration::from_millis(200));
+            assert_eq!(c.retry.hour_cycles, 3);
+            assert_eq!(c.database.url, "postgres://x@localhost/db");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn a_bad_duration_is_refused_with_its_key() {
+        figment::Jail::expect_with(|jail| {
+            jail.set_env("DISPATCH_RETRY__HOUR_DELAY", "soon");
+            let err = Config::load(None).unwrap_err().to_string();
+            assert!(err.to_lowercase().contains("hour_delay"), "{err}");
+            Ok(())
+        });
+    }
+}

@@ -1,0 +1,196 @@
+//! Webhook delivery over one shared keep-alive HTTP client.
+
+use std::{error::Error as _, time::Duration};
+
+use reqwest::{header, redirect, Client, StatusCode};
+
+use super::{signing, ssrf, Delivered};
+use crate::domain::{ids::MessageId, retry::AttemptOutcome, target::WebhookConfig};
+
+/// Bytes of the response kept in the attempt record.
+pub const RESPONSE_EXCERPT: usize = 1024;
+/// Bytes of a response read to keep the connection reusable; past this the
+/// connection is dropped instead.
+const DRAIN_LIMIT: usize = 64 * 1024;
+
+pub const USER_AGENT: &str = concat!("Dispatch/", env!("CARGO_PKG_VERSION"));
+
+pub struct WebhookClient {
+    client: Client,
+    default_timeout: Duration,
+    max_timeout: Duration,
+    allow_private: bool,
+}
+
+impl WebhookClient {
+    /// `max_timeout` keeps every attempt inside its lease.
+    pub fn new(default_timeout: Duration, max_timeout: Duration, allow_private: bool) -> Self {
+        let mut builder = Client::builder()
+            .redirect(redirect::Policy::none())
+            .user_agent(USER_AGENT)
+            .tcp_nodelay(true)
+            .pool_idle_timeout(Duration::from_secs(60))
+            .pool_max_idle_per_host(512);
+        if !allow_private {
+            builder = builder.dns_resolver(ssrf::resolver());
+        }
+        let client = builder.build().expect("a TLS-capable HTTP client builds");
+        Self {
+            client,
+            default_timeout,
+            max_timeout,
+            allow_private,
+        }
+    }
+
+    pub async fn deliver(&self, config: &WebhookConfig, id: &MessageId, body: &[u8]) -> Delivered {
+        let Ok(url) = reqwest::Url::parse(&config.url) else {
+            return Delivered::failure(
+                AttemptOutcome::NonRetryableFailure,
+                "the target URL is invalid",
+            );
+        };
+        if !self.allow_private {
+            // IP literals never reach the resolver: check them here.
+            if let Some(ip) = literal_ip(&url) {
+                if ssrf::is_forbidden(ip) {
+                    return Delivered::failure(
+                        AttemptOutcome::NonRetryableFailure,
+                        format!("refused: the non-public address {ip}"),
+                    );
+                }
+            }
+        }
+        let Some(key) = crate::domain::target::signing_key(&config.signing_secret) else {
+            return Delivered::failure(
+                AttemptOutcome::NonRetryableFailure,
+                "the signing secret is invalid",
+            );
+        };
+        let timeout = config
+            .timeout_ms
+            .map(Duration::from_millis)
+            .unwrap_or(self.default_timeout)
+            .min(self.max_timeout);
+        let msg_id = id.to_string();
+        let timestamp = chrono::Utc::now().timestamp();
+        let mut request = self
+            .client
+            .post(url)
+            .timeout(timeout)
+            .header(header::CONTENT_TYPE, "application/json")
+            .header("webhook-id", &msg_id)
+            .header("webhook-timestamp", timestamp.to_string())
+            .header(
+                "webhook-signature",
+                signing::sign(&key, &msg_id, timestamp, body),
+            );
+        for (name, value) in &config.headers {
+            request = request.header(name, value);
+        }
+        match request.body(body.to_vec()).send().await {
+            Ok(response) => classify_response(response).await,
+            Err(e) => classify_error(&e, timeout),
+        }
+    }
+}
+
+fn literal_ip(url: &reqwest::Url) -> Option<std::net::IpAddr> {
+    match url.host()? {
+        url::Host::Ipv4(v4) => Some(v4.into()),
+        url::Host::Ipv6(v6) => Some(v6.into()),
+        url::Host::Domain(_) => None,
+    }
+}
+
+/// 2xx succeeds; 408, 425, 429 and 5xx are retryable; 3xx and other 4xx are not.
+pub fn classify_status(status: StatusCode) -> AttemptOutcome {
+    match status.as_u16() {
+        200..=299 => AttemptOutcome::Success,
+        408 | 425 | 429 | 500..=599 => AttemptOutcome::RetryableFailure,
+        100..=199 => AttemptOutcome::RetryableFailure,
+        _ => AttemptOutcome::NonRetryableFailure,
+    }
+}
+
+async fn classify_response(mut response: reqwest::Response) -> Delivered {
+    let status = response.status();
+    let mut excerpt = Vec::new();
+    let mut read = 0usize;
+    // Read a little of the body for the record; drain small bodies so the
+    // connection goes back to the pool.
+    while read < DRAIN_LIMIT {
+        match response.chunk().await {
+            Ok(Some(chunk)) => {
+                read += chunk.len();
+                if excerpt.len() < RESPONSE_EXCERPT {
+                    let take = (RESPONSE_EXCERPT - excerpt.len()).min(chunk.len());
+                    excerpt.extend_from_slice(&chunk[..take]);
+                }
+            }
+            Ok(None) | Err(_) => break,
+        }
+    }
+    let outcome = classify_status(status);
+    let error = match outcome {
+        AttemptOutcome::Success => None,
+        _ if status.is_redirection() => Some(format!(
+            "HTTP {} (redirects are not followed)",
+            status.as_u16()
+        )),
+        _ => Some(format!("HTTP {}", status.as_u16())),
+    };
+    Delivered {
+        outcome,
+        status_code: Some(status.as_u16()),
+        error,
+        response_body: Some(String::from_utf8_lossy(&excerpt).into_owned()),
+    }
+}
+
+fn classify_error(e: &reqwest::Error, timeout: Duration) -> Delivered {
+    let mut source = e.source();
+    while let Some(s) = source {
+        if let Some(refused) = s.downcast_ref::<ssrf::PrivateAddressRefused>() {
+            return Delivered::failure(AttemptOutcome::NonRetryableFailure, refused.to_string());
+        }
+        source = s.source();
+    }
+    let message = if e.is_timeout() {
+        format!("timeout after {}ms", timeout.as_millis())
+    } else if e.is_connect() {
+        format!("connection failed: {}", root_cause(e))
+    } else {
+        format!("request failed: {}", root_cause(e))
+    };
+    Delivered::failure(AttemptOutcome::RetryableFailure, message)
+}
+
+fn root_cause(e: &reqwest::Error) -> String {
+    let mut last: &dyn std::error::Error = e;
+    while let Some(s) = last.source() {
+        last = s;
+    }
+    last.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_are_classified_as_the_contract_says() {
+        let c = |s: u16| classify_status(StatusCode::from_u16(s).unwrap());
+        for s in [200, 201, 204, 299] {
+            assert_eq!(c(s), AttemptOutcome::Success, "{s}");
+        }
+        for s in [408, 425, 429, 500, 502, 503, 504, 599] {
+            assert_eq!(c(s), AttemptOutcome::RetryableFailure, "{s}");
+        }
+        for s in [
+            300, 301, 302, 304, 307, 308, 400, 401, 403, 404, 405, 409, 410, 413, 422,
+        ] {
+            assert_eq!(c(s), AttemptOutcome::NonRetryableFailure, "{s}");
+        }
+    }
+}

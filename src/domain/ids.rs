@@ -1,0 +1,169 @@
+//! Prefixed identifiers: `DI-M-<uuidv7>` for messages, `DI-T-<10 hex>` for targets.
+
+use std::{fmt, str::FromStr};
+
+use rand::Rng;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use uuid::Uuid;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct MessageId(pub Uuid);
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TargetId(String);
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("not a valid {0} id")]
+pub struct InvalidId(&'static str);
+
+const MESSAGE_PREFIX: &str = "DI-M-";
+const TARGET_PREFIX: &str = "DI-T-";
+
+impl MessageId {
+    /// A new time-ordered id.
+    pub fn new() -> Self {
+        Self(Uuid::now_v7())
+    }
+}
+
+impl Default for MessageId {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Display for MessageId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{MESSAGE_PREFIX}{}", self.0.hyphenated())
+    }
+}
+
+impl FromStr for MessageId {
+    type Err = InvalidId;
+    fn from_str(s: &str) -> Result<Self, InvalidId> {
+        let rest = s.strip_prefix(MESSAGE_PREFIX).ok_or(InvalidId("message"))?;
+        // Only the canonical lower-case hyphenated form is an id.
+        if rest.len() != 36 || rest.bytes().any(|b| b.is_ascii_uppercase()) {
+            return Err(InvalidId("message"));
+        }
+        Uuid::parse_str(rest)
+            .map(Self)
+            .map_err(|_| InvalidId("message"))
+    }
+}
+
+impl TargetId {
+    pub fn new() -> Self {
+        let bytes: [u8; 5] = rand::rng().random();
+        let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        Self(format!("{TARGET_PREFIX}{hex}"))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// For ids read back from the store, which only holds valid ones.
+    pub fn from_trusted(s: String) -> Self {
+        Self(s)
+    }
+}
+
+impl Default for TargetId {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Display for TargetId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl FromStr for TargetId {
+    type Err = InvalidId;
+    fn from_str(s: &str) -> Result<Self, InvalidId> {
+        let rest = s.strip_prefix(TARGET_PREFIX).ok_or(InvalidId("target"))?;
+        if rest.len() == 10 && rest.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+            Ok(Self(s.to_string()))
+        } else {
+            Err(InvalidId("target"))
+        }
+    }
+}
+
+macro_rules! serde_via_str {
+    ($t:ty) => {
+        impl Serialize for $t {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.collect_str(self)
+            }
+        }
+        impl<'de> Deserialize<'de> for $t {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let s = String::deserialize(d)?;
+                s.parse().map_err(serde::de::Error::custom)
+            }
+        }
+    };
+}
+serde_via_str!(MessageId);
+serde_via_str!(TargetId);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn message_ids_round_trip_and_are_uuid_v7() {
+        let id = MessageId::new();
+        let s = id.to_string();
+        assert!(s.starts_with("DI-M-"));
+        assert_eq!(s.len(), 5 + 36);
+        assert_eq!(id.0.get_version_num(), 7);
+        assert_eq!(s.parse::<MessageId>().unwrap(), id);
+    }
+
+    #[test]
+    fn message_ids_are_time_ordered() {
+        let a = MessageId::new();
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        let b = MessageId::new();
+        assert!(a < b);
+    }
+
+    #[test]
+    fn malformed_message_ids_are_refused() {
+        for bad in [
+            "",
+            "DI-M-",
+            "DI-T-11111111-2222-3333-4444-555555555555",
+            "DI-M-11111111222233334444555555555555",
+            "DI-M-11111111-2222-3333-4444-55555555555G",
+            "DI-M-AAAAAAAA-2222-3333-4444-555555555555",
+        ] {
+            assert!(bad.parse::<MessageId>().is_err(), "{bad}");
+        }
+        assert!("DI-M-11111111-2222-3333-4444-555555555555"
+            .parse::<MessageId>()
+            .is_ok());
+    }
+
+    #[test]
+    fn target_ids_are_ten_lower_hex() {
+        let id = TargetId::new();
+        assert_eq!(id.as_str().len(), 15);
+        assert_eq!(id.as_str().parse::<TargetId>().unwrap(), id);
+        assert!("DI-T-aabbcc1122".parse::<TargetId>().is_ok());
+        for bad in [
+            "DI-T-AABBCC1122",
+            "DI-T-aabbcc112",
+            "DI-T-aabbcc11223",
+            "DI-M-aabbcc1122",
+            "DI-T-aabbcc112g",
+        ] {
+            assert!(bad.parse::<TargetId>().is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,104 @@
+//! Messages and the state transitions of API.md §4.
+//!
+//! | state | what moves a message there |
+//! | --- | --- |
+//! | Scheduled | creation; a reschedule of a Scheduled or DeadLetter message |
+//! | Delivered | a successful attempt |
+//! | DeadLetter | a non-retryable failure, or the retry ladder exhausted |
+//! | Cancelled | a cancel of a Scheduled or DeadLetter message |
+
+use chrono::{DateTime, Utc};
+
+use super::{
+    ids::{MessageId, TargetId},
+    payload::Payload,
+};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum State {
+    Scheduled,
+    Delivered,
+    Cancelled,
+    DeadLetter,
+}
+
+impl State {
+    pub const ALL: [State; 4] = [
+        State::Scheduled,
+        State::Delivered,
+        State::Cancelled,
+        State::DeadLetter,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            State::Scheduled => "Scheduled",
+            State::Delivered => "Delivered",
+            State::Cancelled => "Cancelled",
+            State::DeadLetter => "DeadLetter",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<State> {
+        State::ALL.into_iter().find(|st| st.as_str() == s)
+    }
+
+    /// Cancel and reschedule apply to Scheduled and DeadLetter messages only.
+    pub fn can_cancel_or_reschedule(self) -> bool {
+        matches!(self, State::Scheduled | State::DeadLetter)
+    }
+}
+
+/// A message as the store holds it.
+#[derive(Debug, Clone)]
+pub struct Message {
+    pub id: MessageId,
+    pub account: String,
+    pub target_id: TargetId,
+    pub state: State,
+    pub delivery_time: DateTime<Utc>,
+    pub next_attempt_at: Option<DateTime<Utc>>,
+    pub attempt_count: u32,
+    pub delivered_at: Option<DateTime<Utc>>,
+    pub cancelled_at: Option<DateTime<Utc>>,
+    pub dead_lettered_at: Option<DateTime<Utc>>,
+    pub last_error: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub payload: Payload,
+}
+
+/// One attempt as recorded.
+#[derive(Debug, Clone)]
+pub struct Attempt {
+    pub attempt: u32,
+    pub started_at: DateTime<Utc>,
+    pub finished_at: DateTime<Utc>,
+    pub duration_ms: u64,
+    pub outcome: super::retry::AttemptOutcome,
+    pub status_code: Option<u16>,
+    pub error: Option<String>,
+    pub response_body: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_scheduled_and_dead_letters_can_be_cancelled_or_rescheduled() {
+        assert!(State::Scheduled.can_cancel_or_reschedule());
+        assert!(State::DeadLetter.can_cancel_or_reschedule());
+        assert!(!State::Delivered.can_cancel_or_reschedule());
+        assert!(!State::Cancelled.can_cancel_or_reschedule());
+    }
+
+    #[test]
+    fn states_round_trip_and_unknown_ones_are_refused() {
+        for s in State::ALL {
+            assert_eq!(State::parse(s.as_str()), Some(s));
+        }
+        assert_eq!(State::parse("scheduled"), None);
+        assert_eq!(State::parse("Pending"), None);
+    }
+}

@@ -1,0 +1,8 @@
+//! Pure types and rules: no I/O, no async.
+
+pub mod ids;
+pub mod message;
+pub mod payload;
+pub mod retry;
+pub mod target;
+pub mod time;

@@ -1,0 +1,13 @@
+//! Dispatch: scheduled delivery to webhooks, Amazon SQS and Amazon SNS.
+
+pub mod api;
+pub mod app;
+pub mod auth;
+pub mod cli;
+pub mod config;
+pub mod delivery;
+pub mod domain;
+pub mod metrics;
+pub mod retention;
+pub mod store;
+pub mod sweeper;

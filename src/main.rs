@@ -1,0 +1,32 @@
+use clap::Parser;
+use dispatch::{cli, config::Config};
+use tracing_subscriber::EnvFilter;
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let args = cli::Cli::parse();
+    init_tracing(args.config.as_deref());
+    match cli::run(args).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("dispatch: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_tracing(config_file: Option<&std::path::Path>) {
+    let (format, filter) = match Config::load(config_file) {
+        Ok(c) => (c.log.format, c.log.filter),
+        Err(_) => ("pretty".into(), "info".into()),
+    };
+    let filter = EnvFilter::try_from_env("RUST_LOG").unwrap_or_else(|_| EnvFilter::new(filter));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if format == "json" {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}

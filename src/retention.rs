@@ -1,0 +1,71 @@
+//! Deletes what API.md §7 says has expired, in batches, on an interval.
+//! Safe on several instances at once: each batch skips rows another holds.
+
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::{
+    config::RetentionConfig,
+    domain::time,
+    metrics as m,
+    store::{Cutoffs, Purged, Store, StoreResult},
+};
+
+/// How long an `Idempotency-Key` is remembered.
+pub const IDEMPOTENCY_TTL: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
+pub fn cutoffs(config: &RetentionConfig, now: chrono::DateTime<chrono::Utc>) -> Cutoffs {
+    let ago = |d: std::time::Duration| {
+        now - chrono::TimeDelta::from_std(d).unwrap_or(chrono::TimeDelta::MAX)
+    };
+    Cutoffs {
+        delivered_before: ago(config.delivered),
+        cancelled_before: ago(config.cancelled),
+        dead_letters_before: ago(config.dead_letters),
+        failed_attempts_before: ago(config.failed_attempts),
+        idempotency_before: ago(IDEMPOTENCY_TTL),
+    }
+}
+
+/// Purges until nothing expired is left; returns the totals.
+pub async fn purge_once(store: &dyn Store, config: &RetentionConfig) -> StoreResult<Purged> {
+    let mut total = Purged::default();
+    loop {
+        let p = store
+            .purge_expired(&cutoffs(config, time::now()), config.batch_size)
+            .await?;
+        total.messages += p.messages;
+        total.attempts += p.attempts;
+        total.idempotency_keys += p.idempotency_keys;
+        if p == Purged::default() {
+            return Ok(total);
+        }
+    }
+}
+
+pub async fn run(store: Arc<dyn Store>, config: RetentionConfig, shutdown: CancellationToken) {
+    let mut interval = tokio::time::interval(config.interval);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = interval.tick() => {}
+            _ = shutdown.cancelled() => return,
+        }
+        match purge_once(store.as_ref(), &config).await {
+            Ok(p) if p != Purged::default() => {
+                metrics::counter!(m::PURGED, "kind" => "messages").increment(p.messages);
+                metrics::counter!(m::PURGED, "kind" => "attempts").increment(p.attempts);
+                info!(
+                    messages = p.messages,
+                    attempts = p.attempts,
+                    keys = p.idempotency_keys,
+                    "retention purged"
+                );
+            }
+            Ok(_) => {}
+            Err(e) => warn!(error = %e, "retention failed; will try again"),
+        }
+    }
+}

@@ -1,0 +1,239 @@
+//! Persistence behind one trait, so the sweeper, the API and retention never
+//! see SQL. Contract, for every implementation:
+//!
+//! - Each method is one transaction; none is held across a network call.
+//! - `claim_due` hands out Scheduled, unpaused messages whose `claim_at` has
+//!   passed, oldest due first, and leases them: until the lease ends no other
+//!   caller gets them. A claim whose lease expired is claimable again.
+//! - `record` applies an attempt's result only while the claim's lease token
+//!   still matches; a stale result (the lease expired and someone else took
+//!   the message, or it was cancelled/rescheduled) is dropped whole.
+//! - `cancel`/`reschedule` refuse (Conflict) while an attempt holds a live lease.
+//! - Another account's rows are invisible: they answer `None`/NotFound.
+
+pub mod postgres;
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::domain::{
+    ids::{MessageId, TargetId},
+    message::{Attempt, Message, State},
+    retry::{AttemptOutcome, Next},
+    target::{Target, TargetConfig},
+};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The database cannot be reached: the service is not ready.
+    #[error("the database is unavailable")]
+    Unavailable(#[source] sqlx::Error),
+    #[error("database error")]
+    Database(#[source] sqlx::Error),
+    #[error("stored data is corrupt: {0}")]
+    Corrupt(String),
+    #[error("migration failed")]
+    Migrate(#[source] sqlx::migrate::MigrateError),
+}
+
+pub type StoreResult<T> = Result<T, StoreError>;
+
+#[derive(Debug, Clone)]
+pub struct ClientRecord {
+    pub client_id: String,
+    pub account: String,
+    pub name: String,
+    pub secret_hash: String,
+    pub scopes: Vec<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct SigningKey {
+    pub kid: String,
+    pub secret: Vec<u8>,
+}
+
+/// A message to insert.
+#[derive(Debug, Clone)]
+pub struct NewMessage {
+    pub message: Message,
+}
+
+/// An `Idempotency-Key` with the hash of the request it came with and the
+/// response to store for replays.
+#[derive(Debug, Clone)]
+pub struct IdempotencyInput {
+    pub key: String,
+    pub request_hash: Vec<u8>,
+    pub status: u16,
+    pub response: Value,
+    /// Keys older than this are forgotten.
+    pub ttl: Duration,
+}
+
+#[derive(Debug)]
+pub enum InsertOutcome {
+    Created(Box<Message>),
+    /// The key was seen with the same request: the first response again.
+    Replayed {
+        status: u16,
+        response: Value,
+    },
+    /// The key was seen with another request.
+    KeyConflict,
+    /// The target does not exist in this account.
+    UnknownTarget,
+}
+
+#[derive(Debug)]
+pub enum Transition {
+    Done(Box<Message>),
+    NotFound,
+    /// The message is in a state the action does not apply to.
+    WrongState(State),
+    /// An attempt is under way and holds the lease.
+    InFlight,
+}
+
+#[derive(Debug)]
+pub enum DeleteTarget {
+    Deleted,
+    NotFound,
+    /// It still has Scheduled or DeadLetter messages.
+    HasPending,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct MessageFilter {
+    pub target_id: Option<TargetId>,
+    pub state: Option<State>,
+}
+
+/// A message handed to the sweeper with its target's configuration.
+#[derive(Debug, Clone)]
+pub struct Claimed {
+    pub id: MessageId,
+    pub target_id: TargetId,
+    pub target: TargetConfig,
+    pub payload: String,
+    pub delivery_time: DateTime<Utc>,
+    pub attempt_count: u32,
+    pub ladder_attempts: u32,
+    pub lease_token: Uuid,
+}
+
+/// The result of one attempt and what the ladder decided.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    pub id: MessageId,
+    pub lease_token: Uuid,
+    pub attempt: Attempt,
+    pub ladder_attempts: u32,
+    pub next: Next,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Cutoffs {
+    pub delivered_before: DateTime<Utc>,
+    pub cancelled_before: DateTime<Utc>,
+    pub dead_letters_before: DateTime<Utc>,
+    pub failed_attempts_before: DateTime<Utc>,
+    pub idempotency_before: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Purged {
+    pub messages: u64,
+    pub attempts: u64,
+    pub idempotency_keys: u64,
+}
+
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    async fn ping(&self) -> StoreResult<()>;
+
+    async fn create_client(&self, client: &ClientRecord) -> StoreResult<()>;
+    async fn find_client(&self, client_id: &str) -> StoreResult<Option<ClientRecord>>;
+    async fn ensure_account(&self, account: &str) -> StoreResult<()>;
+    /// The keys tokens are signed with, newest first; one is created when there is none.
+    async fn signing_keys(&self) -> StoreResult<Vec<SigningKey>>;
+
+    async fn insert_target(&self, target: &Target) -> StoreResult<bool>;
+    async fn get_target(&self, account: &str, id: &TargetId) -> StoreResult<Option<Target>>;
+    async fn list_targets(
+        &self,
+        account: &str,
+        after: Option<&TargetId>,
+        limit: u32,
+    ) -> StoreResult<Vec<Target>>;
+    async fn update_target(&self, target: &Target) -> StoreResult<Option<Target>>;
+    async fn set_target_enabled(
+        &self,
+        account: &str,
+        id: &TargetId,
+        enabled: bool,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Option<Target>>;
+    async fn delete_target(&self, account: &str, id: &TargetId) -> StoreResult<DeleteTarget>;
+
+    async fn insert_message(
+        &self,
+        new: &Message,
+        idempotency: Option<&IdempotencyInput>,
+    ) -> StoreResult<InsertOutcome>;
+    async fn get_message(&self, account: &str, id: &MessageId) -> StoreResult<Option<Message>>;
+    async fn list_messages(
+        &self,
+        account: &str,
+        filter: &MessageFilter,
+        before: Option<&MessageId>,
+        limit: u32,
+    ) -> StoreResult<Vec<Message>>;
+    /// None when the message is unknown in this account.
+    async fn list_attempts(
+        &self,
+        account: &str,
+        id: &MessageId,
+        after: Option<u32>,
+        limit: u32,
+    ) -> StoreResult<Option<Vec<Attempt>>>;
+    async fn cancel(
+        &self,
+        account: &str,
+        id: &MessageId,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Transition>;
+    async fn reschedule(
+        &self,
+        account: &str,
+        id: &MessageId,
+        at: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Transition>;
+
+    async fn claim_due(
+        &self,
+        now: DateTime<Utc>,
+        limit: u32,
+        lease: Duration,
+    ) -> StoreResult<Vec<Claimed>>;
+    /// The earliest `claim_at` among claimable messages.
+    async fn next_due(&self) -> StoreResult<Option<DateTime<Utc>>>;
+    /// Applies attempt results; returns how many still held their lease.
+    async fn record(&self, results: &[Recorded], now: DateTime<Utc>) -> StoreResult<u64>;
+
+    async fn purge_expired(&self, cutoffs: &Cutoffs, batch: u32) -> StoreResult<Purged>;
+}
+
+/// Conversions shared by the backends.
+pub(crate) fn outcome_from_str(s: &str) -> StoreResult<AttemptOutcome> {
+    AttemptOutcome::parse(s).ok_or_else(|| StoreError::Corrupt(format!("unknown outcome {s}")))
+}
+
+pub(crate) fn state_from_str(s: &str) -> StoreResult<State> {
+    State::parse(s).ok_or_else(|| StoreError::Corrupt(format!("unknown state {s}")))
+}

@@ -1,0 +1,135 @@
+//! Row types and their conversions into domain types.
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::{
+    domain::{
+        ids::{MessageId, TargetId},
+        message::{Attempt, Message},
+        payload::Payload,
+        target::{Target, TargetConfig},
+    },
+    store::{outcome_from_str, state_from_str, StoreError, StoreResult},
+};
+
+pub const MESSAGE_COLUMNS: &str = "id, account, target_id, state, payload, delivery_time, next_attempt_at, \
+     attempt_count, delivered_at, cancelled_at, dead_lettered_at, last_error, created_at, updated_at";
+
+pub const TARGET_COLUMNS: &str = "id, account, name, kind, enabled, config, created_at, updated_at";
+
+pub const ATTEMPT_COLUMNS: &str =
+    "attempt, started_at, finished_at, duration_ms, outcome, status_code, error, response_body";
+
+#[derive(sqlx::FromRow)]
+pub struct MessageRow {
+    id: Uuid,
+    account: String,
+    target_id: String,
+    state: String,
+    payload: String,
+    delivery_time: DateTime<Utc>,
+    next_attempt_at: Option<DateTime<Utc>>,
+    attempt_count: i32,
+    delivered_at: Option<DateTime<Utc>>,
+    cancelled_at: Option<DateTime<Utc>>,
+    dead_lettered_at: Option<DateTime<Utc>>,
+    last_error: Option<String>,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+}
+
+impl TryFrom<MessageRow> for Message {
+    type Error = StoreError;
+    fn try_from(r: MessageRow) -> StoreResult<Message> {
+        Ok(Message {
+            id: MessageId(r.id),
+            account: r.account,
+            target_id: TargetId::from_trusted(r.target_id),
+            state: state_from_str(&r.state)?,
+            delivery_time: r.delivery_time,
+            next_attempt_at: r.next_attempt_at,
+            attempt_count: r.attempt_count.max(0) as u32,
+            delivered_at: r.delivered_at,
+            cancelled_at: r.cancelled_at,
+            dead_lettered_at: r.dead_lettered_at,
+            last_error: r.last_error,
+            created_at: r.created_at,
+            updated_at: r.updated_at,
+            payload: Payload::parse(r.payload).map_err(|e| StoreError::Corrupt(e.to_string()))?,
+        })
+    }
+}
+
+#[derive(sqlx::FromRow)]
+pub struct TargetRow {
+    id: String,
+    account: String,
+    name: String,
+    kind: String,
+    enabled: bool,
+    config: Value,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+}
+
+impl TryFrom<TargetRow> for Target {
+    type Error = StoreError;
+    fn try_from(r: TargetRow) -> StoreResult<Target> {
+        Ok(Target {
+            config: config_from_row(&r.kind, r.config)?,
+            id: TargetId::from_trusted(r.id),
+            account: r.account,
+            name: r.name,
+            enabled: r.enabled,
+            created_at: r.created_at,
+            updated_at: r.updated_at,
+        })
+    }
+}
+
+pub fn config_from_row(kind: &str, config: Value) -> StoreResult<TargetConfig> {
+    TargetConfig::from_stored_json(kind, config)
+        .map_err(|e| StoreError::Corrupt(format!("target config: {e}")))
+}
+
+#[derive(sqlx::FromRow)]
+pub struct AttemptRow {
+    attempt: i32,
+    started_at: DateTime<Utc>,
+    finished_at: DateTime<Utc>,
+    duration_ms: i64,
+    outcome: String,
+    status_code: Option<i32>,
+    error: Option<String>,
+    response_body: Option<String>,
+}
+
+impl TryFrom<AttemptRow> for Attempt {
+    type Error = StoreError;
+    fn try_from(r: AttemptRow) -> StoreResult<Attempt> {
+        Ok(Attempt {
+            attempt: r.attempt.max(0) as u32,
+            started_at: r.started_at,
+            finished_at: r.finished_at,
+            duration_ms: r.duration_ms.max(0) as u64,
+            outcome: outcome_from_str(&r.outcome)?,
+            status_code: r.status_code.and_then(|c| u16::try_from(c).ok()),
+            error: r.error,
+            response_body: r.response_body,
+        })
+    }
+}
+
+#[derive(sqlx::FromRow)]
+pub struct ClaimRow {
+    pub id: Uuid,
+    pub target_id: String,
+    pub kind: String,
+    pub config: Value,
+    pub payload: String,
+    pub delivery_time: DateTime<Utc>,
+    pub attempt_count: i32,
+    pub ladder_attempts: i32,
+}

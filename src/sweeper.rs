@@ -1,0 +1,263 @@
+//! The sweeper: claim what is due (committed, with a lease), deliver with
+//! bounded concurrency, then record the results in batches. It knows nothing
+//! of HTTP or SQL; it applies the retry ladder's answers.
+//!
+//! It never polls on a fixed beat: it sleeps exactly until the next due time,
+//! and is woken early when a message is scheduled (in process, or by another
+//! instance through the store's notifications) or a retry falls due. A slow
+//! poll remains as a backstop.
+
+use std::{sync::Arc, time::Duration};
+
+use tokio::{
+    sync::{mpsc, Notify, Semaphore},
+    time::Instant,
+};
+use tokio_util::{sync::CancellationToken, task::TaskTracker};
+use tracing::{debug, warn, Instrument};
+
+use crate::{
+    config::SweeperConfig,
+    delivery::Deliverer,
+    domain::{
+        message::Attempt,
+        retry::{AttemptOutcome, Next, RetryPolicy},
+        time,
+    },
+    metrics as m,
+    store::{Claimed, Recorded, Store},
+};
+
+const RECORD_BATCH: usize = 1000;
+
+#[derive(Clone)]
+pub struct Sweeper {
+    pub store: Arc<dyn Store>,
+    pub deliverer: Arc<Deliverer>,
+    pub policy: RetryPolicy,
+    pub config: SweeperConfig,
+    pub wake: Arc<Notify>,
+}
+
+impl Sweeper {
+    /// Runs until `shutdown`; then stops claiming, lets the attempts in flight
+    /// finish and records them before returning.
+    pub async fn run(self, shutdown: CancellationToken) {
+        let permits = Arc::new(Semaphore::new(self.config.concurrency as usize));
+        let (results_tx, results_rx) = mpsc::unbounded_channel();
+        let in_flight = TaskTracker::new();
+        let recorder = tokio::spawn(record_loop(
+            self.store.clone(),
+            self.wake.clone(),
+            results_rx,
+            shutdown.clone(),
+        ));
+
+        loop {
+            if shutdown.is_cancelled() {
+                break;
+            }
+            if permits.available_permits() == 0 {
+                tokio::select! {
+                    permit = permits.acquire() => drop(permit),
+                    _ = shutdown.cancelled() => break,
+                }
+                continue;
+            }
+            let limit = permits
+                .available_permits()
+                .min(self.config.batch_size as usize) as u32;
+            let now = time::now();
+            let claimed = match self.store.claim_due(now, limit, self.config.lease).await {
+                Ok(claimed) => claimed,
+                Err(e) => {
+                    warn!(error = %e, "claiming due messages failed; retrying shortly");
+                    if sleep_or_shutdown(Duration::from_millis(500), &shutdown).await {
+                        break;
+                    }
+                    continue;
+                }
+            };
+            let count = claimed.len();
+            if count > 0 {
+                metrics::histogram!(m::CLAIM_BATCH).record(count as f64);
+                debug!(count, "claimed");
+            }
+            for c in claimed {
+                let permit = permits
+                    .clone()
+                    .try_acquire_owned()
+                    .expect("claims never exceed free permits");
+                let this = self.clone();
+                let tx = results_tx.clone();
+                in_flight.spawn(async move {
+                    let recorded = this.attempt(c).await;
+                    let _ = tx.send(recorded);
+                    drop(permit);
+                });
+            }
+            if count as u32 == limit {
+                continue; // more may be due right now
+            }
+            let backstop =
+                now + chrono::TimeDelta::from_std(self.config.poll_interval).unwrap_or_default();
+            let deadline = match self.store.next_due().await {
+                Ok(Some(next)) if next < backstop => next,
+                Ok(_) => backstop,
+                Err(e) => {
+                    warn!(error = %e, "reading the next due time failed");
+                    now + chrono::TimeDelta::seconds(1)
+                }
+            };
+            // Something due that we could not claim is locked by another
+            // instance's claim in progress: look again shortly, not in a spin.
+            let wait = (deadline - time::now())
+                .to_std()
+                .unwrap_or(Duration::ZERO)
+                .max(if count == 0 {
+                    Duration::from_millis(5)
+                } else {
+                    Duration::ZERO
+                });
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = self.wake.notified() => {}
+                _ = shutdown.cancelled() => break,
+            }
+        }
+        in_flight.close();
+        in_flight.wait().await;
+        drop(results_tx);
+        let _ = recorder.await;
+    }
+
+    /// Claims and delivers everything due now, waiting for the results to be
+    /// recorded. For tests and tools that drive the sweeper by hand.
+    pub async fn deliver_due_now(&self) -> usize {
+        let mut total = 0;
+        loop {
+            let claimed = match self
+                .store
+                .claim_due(time::now(), self.config.batch_size, self.config.lease)
+                .await
+            {
+                Ok(c) => c,
+                Err(e) => {
+                    warn!(error = %e, "claim failed");
+                    return total;
+                }
+            };
+            if claimed.is_empty() {
+                return total;
+            }
+            total += claimed.len();
+            let results =
+                futures::future::join_all(claimed.into_iter().map(|c| self.attempt(c))).await;
+            if let Err(e) = self.store.record(&results, time::now()).await {
+                warn!(error = %e, "record failed");
+            }
+        }
+    }
+
+    async fn attempt(&self, c: Claimed) -> Recorded {
+        let attempt_no = c.attempt_count + 1;
+        let span = tracing::info_span!("delivery", message_id = %c.id, target_id = %c.target_id, attempt = attempt_no);
+        let started_at = time::now();
+        let clock = Instant::now();
+        if c.ladder_attempts == 0 {
+            let lateness = (started_at - c.delivery_time).num_milliseconds().max(0) as f64 / 1000.0;
+            metrics::histogram!(m::LATENESS).record(lateness);
+        }
+        let delivered = self.deliverer.deliver(&c).instrument(span.clone()).await;
+        let elapsed = clock.elapsed();
+        let finished_at = started_at + chrono::TimeDelta::from_std(elapsed).unwrap_or_default();
+        metrics::histogram!(m::DELIVERY_SECONDS).record(elapsed.as_secs_f64());
+        let ladder_attempts = c.ladder_attempts + 1;
+        let next = self
+            .policy
+            .next(ladder_attempts, delivered.outcome, finished_at);
+        span.in_scope(|| match delivered.outcome {
+            AttemptOutcome::Success => debug!("delivered"),
+            _ => debug!(
+                error = delivered.error.as_deref().unwrap_or(""),
+                "attempt failed"
+            ),
+        });
+        Recorded {
+            id: c.id,
+            lease_token: c.lease_token,
+            attempt: Attempt {
+                attempt: attempt_no,
+                started_at,
+                finished_at,
+                duration_ms: elapsed.as_millis() as u64,
+                outcome: delivered.outcome,
+                status_code: delivered.status_code,
+                error: delivered.error,
+                response_body: delivered.response_body,
+            },
+            ladder_attempts,
+            next,
+        }
+    }
+}
+
+/// Records results in batches: whatever has arrived while the previous batch
+/// was being written goes into the next statement.
+async fn record_loop(
+    store: Arc<dyn Store>,
+    wake: Arc<Notify>,
+    mut rx: mpsc::UnboundedReceiver<Recorded>,
+    shutdown: CancellationToken,
+) {
+    let mut batch = Vec::with_capacity(RECORD_BATCH);
+    while let Some(first) = rx.recv().await {
+        batch.push(first);
+        while batch.len() < RECORD_BATCH {
+            match rx.try_recv() {
+                Ok(r) => batch.push(r),
+                Err(_) => break,
+            }
+        }
+        let mut failures = 0u32;
+        loop {
+            match store.record(&batch, time::now()).await {
+                Ok(_) => break,
+                Err(e) => {
+                    failures += 1;
+                    // Leases make unrecorded attempts claimable again, so
+                    // giving up at shutdown loses nothing (it may redeliver).
+                    if shutdown.is_cancelled() && failures >= 3 {
+                        warn!(error = %e, count = batch.len(), "giving up recording at shutdown");
+                        break;
+                    }
+                    warn!(error = %e, count = batch.len(), "recording results failed; retrying");
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
+            }
+        }
+        let mut retry_soon = false;
+        for r in &batch {
+            match r.next {
+                Next::Delivered => metrics::counter!(m::DELIVERED).increment(1),
+                Next::DeadLetter => metrics::counter!(m::DEAD_LETTERED).increment(1),
+                Next::Retry(_) => retry_soon = true,
+            }
+            if r.attempt.outcome != AttemptOutcome::Success {
+                let kind = r.attempt.outcome.as_str();
+                metrics::counter!(m::FAILED, "outcome" => kind).increment(1);
+            }
+        }
+        batch.clear();
+        if retry_soon {
+            wake.notify_one();
+        }
+    }
+}
+
+async fn sleep_or_shutdown(d: Duration, shutdown: &CancellationToken) -> bool {
+    tokio::select! {
+        _ = tokio::time::sleep(d) => false,
+        _ = shutdown.cancelled() => true,
+    }
+}
