@@ -1,0 +1,311 @@
+//! Test harness: a real PostgreSQL database per test, the real app on port 0,
+//! and real HTTP receivers.
+#![allow(dead_code)]
+
+pub mod receiver;
+
+use std::{sync::Arc, time::Duration};
+
+use dispatch::{
+    app::{self, Running},
+    auth::{secrets, SCOPES},
+    config::Config,
+    store::{postgres::PgStore, ClientRecord, Store},
+};
+use reqwest::{Client, RequestBuilder, Response};
+use serde_json::{json, Value};
+use sqlx::{Connection, PgConnection};
+
+/// The server tests create their databases on. `.ci/run` exports it; the
+/// default is the local PostgreSQL on 127.0.0.1:5432.
+pub fn pg_admin_url() -> String {
+    std::env::var("DISPATCH_TEST_PG_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
+}
+
+/// A fresh database, dropped when the value is dropped.
+pub struct TestDb {
+    pub name: String,
+    pub url: String,
+    admin: String,
+}
+
+impl TestDb {
+    pub async fn new() -> Self {
+        let admin = pg_admin_url();
+        let mut conn = PgConnection::connect(&admin).await.unwrap_or_else(|e| {
+            panic!(
+                "cannot reach PostgreSQL at {admin}: {e}\n\
+                 Start one (the test script `.ci/run` starts a throwaway cluster) or set DISPATCH_TEST_PG_URL."
+            )
+        });
+        let name = format!("dispatch_test_{}", uuid::Uuid::new_v4().simple());
+        sqlx::query(&format!("CREATE DATABASE {name}"))
+            .execute(&mut conn)
+            .await
+            .expect("create test database");
+        let base = admin
+            .rsplit_once('/')
+            .map(|(b, _)| b.to_string())
+            .unwrap_or(admin.clone());
+        Self {
+            url: format!("{base}/{name}"),
+            name,
+            admin,
+        }
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        let admin = self.admin.clone();
+        let name = self.name.clone();
+        // Drop cannot await; use a small runtime on a plain thread.
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                if let Ok(mut conn) = PgConnection::connect(&admin).await {
+                    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                        .execute(&mut conn)
+                        .await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
+/// The configuration tests start from: port 0, private networks allowed
+/// (receivers are on loopback), a quick backstop poll.
+pub fn test_config(db_url: &str) -> Config {
+    let mut c = Config::defaults();
+    c.database.url = db_url.to_string();
+    c.server.listen = "127.0.0.1:0".parse().unwrap();
+    c.webhook.allow_private_networks = true;
+    c.sweeper.poll_interval = Duration::from_secs(1);
+    c
+}
+
+/// Compresses the retry ladder so that it runs in milliseconds.
+pub fn fast_ladder(c: &mut Config) {
+    c.retry.minute_delay = Duration::from_millis(50);
+    c.retry.hour_delay = Duration::from_millis(150);
+}
+
+pub struct TestApp {
+    pub db: Arc<TestDb>,
+    pub running: Option<Running>,
+    pub base: String,
+    pub http: Client,
+}
+
+impl TestApp {
+    pub async fn spawn() -> Self {
+        Self::spawn_with(|_| {}).await
+    }
+
+    pub async fn spawn_with(configure: impl FnOnce(&mut Config)) -> Self {
+        let db = Arc::new(TestDb::new().await);
+        Self::spawn_on(db, configure).await
+    }
+
+    /// Another instance on the same database.
+    pub async fn spawn_on(db: Arc<TestDb>, configure: impl FnOnce(&mut Config)) -> Self {
+        let mut config = test_config(&db.url);
+        configure(&mut config);
+        let running = app::start(config).await.expect("the app starts");
+        let base = format!("http://{}", running.addr);
+        Self {
+            db,
+            running: Some(running),
+            base,
+            http: Client::new(),
+        }
+    }
+
+    pub fn running(&self) -> &Running {
+        self.running.as_ref().expect("running")
+    }
+
+    pub fn store(&self) -> Arc<dyn Store> {
+        self.running().state.store.clone()
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    /// Creates an OAuth client directly in the store; returns (id, secret).
+    pub async fn client(&self, account: &str, scopes: &[&str]) -> (String, String) {
+        let (client_id, secret) = secrets::generate_client_credentials();
+        let scopes: Vec<String> = if scopes.is_empty() {
+            SCOPES.iter().map(|s| s.to_string()).collect()
+        } else {
+            scopes.iter().map(|s| s.to_string()).collect()
+        };
+        self.store()
+            .create_client(&ClientRecord {
+                client_id: client_id.clone(),
+                account: account.into(),
+                name: "test".into(),
+                secret_hash: secrets::hash_secret(&secret),
+                scopes,
+            })
+            .await
+            .unwrap();
+        (client_id, secret)
+    }
+
+    /// A bearer token for a new client of `account` with `scopes` (all when empty).
+    pub async fn token(&self, account: &str, scopes: &[&str]) -> String {
+        let (id, secret) = self.client(account, scopes).await;
+        let r = self
+            .http
+            .post(self.url("/oauth/token"))
+            .basic_auth(&id, Some(&secret))
+            .form(&[("grant_type", "client_credentials")])
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        r.json::<Value>().await.unwrap()["access_token"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    }
+
+    /// An API client acting for `account` with every scope.
+    pub async fn api(&self, account: &str) -> Api {
+        Api {
+            base: self.base.clone(),
+            http: self.http.clone(),
+            token: self.token(account, &[]).await,
+        }
+    }
+
+    pub async fn shutdown(mut self) {
+        if let Some(r) = self.running.take() {
+            r.shutdown().await;
+        }
+    }
+}
+
+/// A small typed client for the API.
+#[derive(Clone)]
+pub struct Api {
+    pub base: String,
+    pub http: Client,
+    pub token: String,
+}
+
+impl Api {
+    pub fn req(&self, method: reqwest::Method, path: &str) -> RequestBuilder {
+        self.http
+            .request(method, format!("{}{}", self.base, path))
+            .bearer_auth(&self.token)
+    }
+
+    pub async fn get(&self, path: &str) -> Response {
+        self.req(reqwest::Method::GET, path).send().await.unwrap()
+    }
+
+    pub async fn post(&self, path: &str, body: Value) -> Response {
+        self.req(reqwest::Method::POST, path)
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    pub async fn post_empty(&self, path: &str) -> Response {
+        self.req(reqwest::Method::POST, path).send().await.unwrap()
+    }
+
+    pub async fn patch(&self, path: &str, body: Value) -> Response {
+        self.req(reqwest::Method::PATCH, path)
+            .header("content-type", "application/merge-patch+json")
+            .body(body.to_string())
+            .send()
+            .await
+            .unwrap()
+    }
+
+    pub async fn delete(&self, path: &str) -> Response {
+        self.req(reqwest::Method::DELETE, path)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// Creates a webhook target for `url`; returns its JSON.
+    pub async fn webhook(&self, url: &str) -> Value {
+        let r = self
+            .post(
+                "/targets",
+                json!({"name": "hook", "type": "webhook", "config": {"url": url}}),
+            )
+            .await;
+        assert_eq!(r.status(), 201, "{:?}", r.text().await);
+        r.json().await.unwrap()
+    }
+
+    /// Schedules `payload` for `target_id` at `at` (RFC 3339); returns the message JSON.
+    pub async fn schedule(&self, target_id: &str, at: &str, payload: &str) -> Value {
+        let r = self
+            .post(
+                "/messages",
+                json!({"targetId": target_id, "deliveryTime": at, "payload": payload}),
+            )
+            .await;
+        assert_eq!(r.status(), 201, "{:?}", r.text().await);
+        r.json().await.unwrap()
+    }
+
+    pub async fn message(&self, id: &str) -> Value {
+        let r = self.get(&format!("/messages/{id}")).await;
+        assert_eq!(r.status(), 200);
+        r.json().await.unwrap()
+    }
+
+    /// Polls (cheaply, every 20 ms) until the message reaches `state`, or panics after `within`.
+    pub async fn wait_for_state(&self, id: &str, state: &str, within: Duration) -> Value {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let m = self.message(id).await;
+            if m["state"] == state {
+                return m;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "message {id} did not reach {state} in {within:?}: {m}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    pub async fn attempts(&self, id: &str) -> Vec<Value> {
+        let r = self
+            .get(&format!("/messages/{id}/attempts?limit=1000"))
+            .await;
+        assert_eq!(r.status(), 200);
+        r.json::<Value>().await.unwrap()["items"]
+            .as_array()
+            .unwrap()
+            .clone()
+    }
+}
+
+/// An RFC 3339 instant `ms` milliseconds from now (negative: in the past).
+pub fn in_ms(ms: i64) -> String {
+    dispatch::domain::time::format(&(chrono::Utc::now() + chrono::TimeDelta::milliseconds(ms)))
+}
+
+/// Opens the store directly, for tests that look below the API.
+pub async fn open_store(url: &str) -> PgStore {
+    PgStore::connect(url, 5, Duration::from_secs(5))
+        .await
+        .unwrap()
+}

@@ -1,0 +1,178 @@
+//! A real HTTP receiver (axum, keep-alive) that records every request and
+//! answers what the test scripts.
+
+use std::{
+    collections::VecDeque,
+    net::SocketAddr,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use axum::{
+    body::Bytes,
+    extract::State,
+    http::{HeaderMap, StatusCode},
+    response::{IntoResponse, Response},
+    routing::any,
+    Router,
+};
+use tokio::sync::Notify;
+
+#[derive(Debug, Clone)]
+pub struct Received {
+    pub path: String,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+    pub at: chrono::DateTime<chrono::Utc>,
+}
+
+impl Received {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body).expect("a JSON body")
+    }
+
+    pub fn header(&self, name: &str) -> Option<String> {
+        self.headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(String::from)
+    }
+}
+
+/// What to answer: a status, a body, extra headers, and a delay before answering.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    pub status: u16,
+    pub body: String,
+    pub headers: Vec<(String, String)>,
+    pub delay: Duration,
+}
+
+impl Reply {
+    pub fn status(status: u16) -> Self {
+        Self {
+            status,
+            body: String::new(),
+            headers: Vec::new(),
+            delay: Duration::ZERO,
+        }
+    }
+
+    pub fn body(mut self, body: impl Into<String>) -> Self {
+        self.body = body.into();
+        self
+    }
+
+    pub fn header(mut self, name: &str, value: &str) -> Self {
+        self.headers.push((name.into(), value.into()));
+        self
+    }
+
+    pub fn delay(mut self, d: Duration) -> Self {
+        self.delay = d;
+        self
+    }
+}
+
+#[derive(Default)]
+struct Inner {
+    received: Mutex<Vec<Received>>,
+    /// Replies used in order; when empty, `default` answers.
+    script: Mutex<VecDeque<Reply>>,
+    default: Mutex<Option<Reply>>,
+    arrived: Notify,
+}
+
+#[derive(Clone)]
+pub struct Receiver {
+    pub addr: SocketAddr,
+    inner: Arc<Inner>,
+}
+
+impl Receiver {
+    /// Starts a receiver that answers 200 unless told otherwise.
+    pub async fn start() -> Self {
+        let inner = Arc::new(Inner::default());
+        let app = Router::new()
+            .fallback(any(handle))
+            .with_state(inner.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            axum::serve(listener, app).await.unwrap();
+        });
+        Self { addr, inner }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    /// Every later request gets this reply (after any scripted ones).
+    pub fn always(&self, reply: Reply) {
+        *self.inner.default.lock().unwrap() = Some(reply);
+    }
+
+    /// The next requests get these replies, in order.
+    pub fn then(&self, replies: impl IntoIterator<Item = Reply>) {
+        self.inner.script.lock().unwrap().extend(replies);
+    }
+
+    pub fn received(&self) -> Vec<Received> {
+        self.inner.received.lock().unwrap().clone()
+    }
+
+    pub fn count(&self) -> usize {
+        self.inner.received.lock().unwrap().len()
+    }
+
+    /// Waits until at least `n` requests have arrived, or panics after `within`.
+    pub async fn wait_for(&self, n: usize, within: Duration) -> Vec<Received> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let notified = self.inner.arrived.notified();
+            if self.count() >= n {
+                return self.received();
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                panic!(
+                    "expected {n} requests within {within:?}, got {}",
+                    self.count()
+                );
+            }
+        }
+    }
+}
+
+async fn handle(
+    State(inner): State<Arc<Inner>>,
+    uri: axum::http::Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    inner.received.lock().unwrap().push(Received {
+        path: uri.path().to_string(),
+        headers,
+        body,
+        at: chrono::Utc::now(),
+    });
+    inner.arrived.notify_waiters();
+    let reply = inner
+        .script
+        .lock()
+        .unwrap()
+        .pop_front()
+        .or_else(|| inner.default.lock().unwrap().clone());
+    let reply = reply.unwrap_or_else(|| Reply::status(200));
+    if !reply.delay.is_zero() {
+        tokio::time::sleep(reply.delay).await;
+    }
+    let mut response = (StatusCode::from_u16(reply.status).unwrap(), reply.body).into_response();
+    for (k, v) in reply.headers {
+        response.headers_mut().insert(
+            axum::http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+            axum::http::HeaderValue::from_str(&v).unwrap(),
+        );
+    }
+    response
+}
