@@ -444,6 +444,40 @@ impl Store for PgStore {
         Ok(InsertOutcome::Created(Box::new(m.clone())))
     }
 
+    async fn insert_messages(&self, account: &str, messages: &[Message]) -> StoreResult<Vec<MessageId>> {
+        if messages.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<Uuid> = messages.iter().map(|m| m.id.0).collect();
+        let targets: Vec<&str> = messages.iter().map(|m| m.target_id.as_str()).collect();
+        let payloads: Vec<&str> = messages.iter().map(|m| m.payload.as_str()).collect();
+        let times: Vec<DateTime<Utc>> = messages.iter().map(|m| m.delivery_time).collect();
+        let now = messages.iter().map(|m| m.created_at).max().unwrap_or_else(Utc::now);
+        let earliest = times.iter().min().copied().unwrap_or(now);
+        let mut tx = self.begin().await?;
+        let inserted: Vec<(Uuid,)> = sqlx::query_as(
+            "INSERT INTO messages (id, account, target_id, state, payload, delivery_time, next_attempt_at, \
+               claim_at, paused, created_at, updated_at) \
+             SELECT i.id, $1, t.id, 'Scheduled', i.payload, i.at, i.at, i.at, NOT t.enabled, $6, $6 \
+             FROM unnest($2::uuid[], $3::text[], $4::text[], $5::timestamptz[]) AS i(id, target_id, payload, at) \
+             JOIN targets t ON t.id = i.target_id AND t.account = $1 \
+             FOR KEY SHARE OF t \
+             RETURNING id",
+        )
+        .bind(account)
+        .bind(&ids)
+        .bind(&targets)
+        .bind(&payloads)
+        .bind(&times)
+        .bind(now)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        self.notify_if_soon(&mut tx, earliest, now).await?;
+        tx.commit().await.map_err(map_err)?;
+        Ok(inserted.into_iter().map(|(id,)| MessageId(id)).collect())
+    }
+
     async fn get_message(&self, account: &str, id: &MessageId) -> StoreResult<Option<Message>> {
         let row: Option<MessageRow> = sqlx::query_as(&format!(
             "SELECT {MESSAGE_COLUMNS} FROM messages WHERE id = $1 AND account = $2"
