@@ -11,7 +11,7 @@ use crate::{
     api::{self, AppState},
     auth::{secrets::VerifiedSecrets, tokens::TokenService},
     config::Config,
-    delivery::{webhook::WebhookClient, Deliverer},
+    delivery::{aws::AwsClients, webhook::WebhookClient, Deliverer},
     domain::retry::RetryPolicy,
     metrics, retention,
     store::{postgres::PgStore, Store},
@@ -108,11 +108,15 @@ pub async fn start_with(
         .lease
         .saturating_sub(Duration::from_secs(1))
         .max(Duration::from_millis(100));
-    let deliverer = Deliverer::new(WebhookClient::new(
-        config.webhook.timeout,
-        max_timeout,
-        config.webhook.allow_private_networks,
-    ));
+    let deliverer = Deliverer::new(
+        WebhookClient::new(
+            config.webhook.timeout,
+            max_timeout,
+            config.webhook.allow_private_networks,
+        ),
+        AwsClients::new(config.aws.timeout.min(max_timeout)),
+        config.aws.sqs_batch,
+    );
     let sweeper = Sweeper {
         store: store.clone(),
         deliverer: Arc::new(deliverer),

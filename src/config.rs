@@ -21,6 +21,7 @@ pub struct Config {
     pub retention: RetentionConfig,
     pub sweeper: SweeperConfig,
     pub webhook: WebhookConfig,
+    pub aws: AwsConfig,
     pub log: LogConfig,
 }
 
@@ -113,6 +114,15 @@ pub struct WebhookConfig {
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct AwsConfig {
+    /// Per-call timeout of SQS SendMessage(Batch) and SNS Publish.
+    #[serde(with = "duration")]
+    pub timeout: Duration,
+    /// Send messages due together for one SQS queue with SendMessageBatch.
+    pub sqs_batch: bool,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
 pub struct LogConfig {
     pub format: String,
     pub filter: String,
@@ -159,6 +169,7 @@ impl Config {
         if self.sweeper.batch_size == 0 || self.sweeper.concurrency == 0 {
             return invalid("sweeper.batch_size and sweeper.concurrency must be at least 1");
         }
+        // aws.timeout is cut to fit the lease, like a target's timeoutMs.
         if self.sweeper.lease <= self.webhook.timeout {
             return invalid("sweeper.lease must be longer than webhook.timeout");
         }

@@ -7,7 +7,7 @@
 //! instance through the store's notifications) or a retry falls due. A slow
 //! poll remains as a backstop.
 
-use std::{sync::Arc, time::Duration};
+use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use tokio::{
     sync::{mpsc, Notify, Semaphore},
@@ -18,8 +18,9 @@ use tracing::{debug, warn, Instrument};
 
 use crate::{
     config::SweeperConfig,
-    delivery::Deliverer,
+    delivery::{Delivered, Deliverer, SQS_BATCH_MAX},
     domain::{
+        ids::TargetId,
         message::Attempt,
         retry::{AttemptOutcome, Next, RetryPolicy},
         time,
@@ -83,16 +84,18 @@ impl Sweeper {
                 metrics::histogram!(m::CLAIM_BATCH).record(count as f64);
                 debug!(count, "claimed");
             }
-            for c in claimed {
+            for group in self.group(claimed) {
+                let n = group.len() as u32;
                 let permit = permits
                     .clone()
-                    .try_acquire_owned()
+                    .try_acquire_many_owned(n)
                     .expect("claims never exceed free permits");
                 let this = self.clone();
                 let tx = results_tx.clone();
                 in_flight.spawn(async move {
-                    let recorded = this.attempt(c).await;
-                    let _ = tx.send(recorded);
+                    for recorded in this.attempt_group(group).await {
+                        let _ = tx.send(recorded);
+                    }
                     drop(permit);
                 });
             }
@@ -159,23 +162,51 @@ impl Sweeper {
         }
     }
 
-    async fn attempt(&self, c: Claimed) -> Recorded {
-        let attempt_no = c.attempt_count + 1;
-        let span = tracing::info_span!("delivery", message_id = %c.id, target_id = %c.target_id, attempt = attempt_no);
+    /// Splits a claim into what is delivered together: SQS messages of one
+    /// target in groups of up to ten, everything else alone.
+    fn group(&self, claimed: Vec<Claimed>) -> Vec<Vec<Claimed>> {
+        let mut groups: Vec<Vec<Claimed>> = Vec::new();
+        let mut open: HashMap<TargetId, usize> = HashMap::new();
+        for c in claimed {
+            match self.deliverer.batch_key(&c) {
+                Some(key) => match open.get(&key) {
+                    Some(&i) if groups[i].len() < SQS_BATCH_MAX => groups[i].push(c),
+                    _ => {
+                        open.insert(key, groups.len());
+                        groups.push(vec![c]);
+                    }
+                },
+                None => groups.push(vec![c]),
+            }
+        }
+        groups
+    }
+
+    async fn attempt_group(&self, group: Vec<Claimed>) -> Vec<Recorded> {
+        if group.len() == 1 {
+            let c = group.into_iter().next().expect("one");
+            return vec![self.attempt(c).await];
+        }
         let started_at = time::now();
         let clock = Instant::now();
-        if c.ladder_attempts == 0 {
-            let lateness = (started_at - c.delivery_time).num_milliseconds().max(0) as f64 / 1000.0;
-            metrics::histogram!(m::LATENESS).record(lateness);
+        for c in &group {
+            self.observe_lateness(c, started_at);
         }
-        let delivered = self.deliverer.deliver(&c).instrument(span.clone()).await;
+        let results = self.deliverer.deliver_batch(&group).await;
         let elapsed = clock.elapsed();
-        let finished_at = started_at + chrono::TimeDelta::from_std(elapsed).unwrap_or_default();
-        metrics::histogram!(m::DELIVERY_SECONDS).record(elapsed.as_secs_f64());
-        let ladder_attempts = c.ladder_attempts + 1;
-        let next = self
-            .policy
-            .next(ladder_attempts, delivered.outcome, finished_at);
+        group
+            .into_iter()
+            .zip(results)
+            .map(|(c, d)| self.conclude(c, d, started_at, elapsed))
+            .collect()
+    }
+
+    async fn attempt(&self, c: Claimed) -> Recorded {
+        let span = tracing::info_span!("delivery", message_id = %c.id, target_id = %c.target_id, attempt = c.attempt_count + 1);
+        let started_at = time::now();
+        let clock = Instant::now();
+        self.observe_lateness(&c, started_at);
+        let delivered = self.deliverer.deliver(&c).instrument(span.clone()).await;
         span.in_scope(|| match delivered.outcome {
             AttemptOutcome::Success => debug!("delivered"),
             _ => debug!(
@@ -183,11 +214,35 @@ impl Sweeper {
                 "attempt failed"
             ),
         });
+        self.conclude(c, delivered, started_at, clock.elapsed())
+    }
+
+    fn observe_lateness(&self, c: &Claimed, started_at: chrono::DateTime<chrono::Utc>) {
+        if c.ladder_attempts == 0 {
+            let lateness = (started_at - c.delivery_time).num_milliseconds().max(0) as f64 / 1000.0;
+            metrics::histogram!(m::LATENESS).record(lateness);
+        }
+    }
+
+    /// Applies the ladder to an attempt's result.
+    fn conclude(
+        &self,
+        c: Claimed,
+        delivered: Delivered,
+        started_at: chrono::DateTime<chrono::Utc>,
+        elapsed: Duration,
+    ) -> Recorded {
+        let finished_at = started_at + chrono::TimeDelta::from_std(elapsed).unwrap_or_default();
+        metrics::histogram!(m::DELIVERY_SECONDS).record(elapsed.as_secs_f64());
+        let ladder_attempts = c.ladder_attempts + 1;
+        let next = self
+            .policy
+            .next(ladder_attempts, delivered.outcome, finished_at);
         Recorded {
             id: c.id,
             lease_token: c.lease_token,
             attempt: Attempt {
-                attempt: attempt_no,
+                attempt: c.attempt_count + 1,
                 started_at,
                 finished_at,
                 duration_ms: elapsed.as_millis() as u64,

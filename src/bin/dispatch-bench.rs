@@ -36,7 +36,11 @@ use sqlx::{Connection, PgConnection};
 #[command(about = "Dispatch load benchmark")]
 struct Args {
     /// A PostgreSQL server where the benchmark may create and drop databases.
-    #[arg(long, env = "DISPATCH_BENCH_PG_URL", default_value = "postgres://postgres@127.0.0.1:5432/postgres")]
+    #[arg(
+        long,
+        env = "DISPATCH_BENCH_PG_URL",
+        default_value = "postgres://postgres@127.0.0.1:5432/postgres"
+    )]
     pg: String,
     /// Scenarios to run: burst, steady (comma-separated).
     #[arg(long, default_value = "burst,steady")]
@@ -57,10 +61,13 @@ struct Args {
     dispatch: Option<PathBuf>,
 }
 
+/// (messageId, arrival, scheduled time) of one request.
+type Arrival = (String, DateTime<Utc>, DateTime<Utc>);
+
 #[derive(Default)]
 struct Arrivals {
-    /// messageId -> (arrival, scheduled) for each arrival, duplicates included.
-    seen: Mutex<Vec<(String, DateTime<Utc>, DateTime<Utc>)>>,
+    /// Every arrival, duplicates included.
+    seen: Mutex<Vec<Arrival>>,
 }
 
 #[derive(Deserialize)]
@@ -75,7 +82,10 @@ async fn receive(State(a): State<Arc<Arrivals>>, body: Bytes) -> &'static str {
     let now = Utc::now();
     if let Ok(e) = serde_json::from_slice::<Envelope>(&body) {
         if let Ok(t) = DateTime::parse_from_rfc3339(e.original) {
-            a.seen.lock().unwrap().push((e.message_id.to_string(), now, t.with_timezone(&Utc)));
+            a.seen
+                .lock()
+                .unwrap()
+                .push((e.message_id.to_string(), now, t.with_timezone(&Utc)));
         }
     }
     "ok"
@@ -105,20 +115,33 @@ struct Service {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 fn dispatch_binary(args: &Args) -> PathBuf {
     args.dispatch.clone().unwrap_or_else(|| {
-        std::env::current_exe().expect("own path").with_file_name(format!("dispatch{}", std::env::consts::EXE_SUFFIX))
+        std::env::current_exe()
+            .expect("own path")
+            .with_file_name(format!("dispatch{}", std::env::consts::EXE_SUFFIX))
     })
 }
 
 async fn start_service(args: &Args) -> anyhow::Result<Service> {
     let db_name = format!("dispatch_bench_{}", uuid::Uuid::new_v4().simple());
-    let mut admin = PgConnection::connect(&args.pg).await.with_context(|| format!("connecting to {}", args.pg))?;
-    sqlx::query(&format!("CREATE DATABASE {db_name}")).execute(&mut admin).await?;
-    let db_url = format!("{}/{db_name}", args.pg.rsplit_once('/').map(|(b, _)| b).unwrap_or(&args.pg));
+    let mut admin = PgConnection::connect(&args.pg)
+        .await
+        .with_context(|| format!("connecting to {}", args.pg))?;
+    sqlx::query(&format!("CREATE DATABASE {db_name}"))
+        .execute(&mut admin)
+        .await?;
+    let db_url = format!(
+        "{}/{db_name}",
+        args.pg.rsplit_once('/').map(|(b, _)| b).unwrap_or(&args.pg)
+    );
     let bin = dispatch_binary(args);
     let port = free_port();
     let envs = [
@@ -134,7 +157,10 @@ async fn start_service(args: &Args) -> anyhow::Result<Service> {
         .await
         .with_context(|| format!("running {}", bin.display()))?;
     if !out.status.success() {
-        bail!("dispatch clients create failed: {}", String::from_utf8_lossy(&out.stderr));
+        bail!(
+            "dispatch clients create failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     let client: Value = serde_json::from_slice(&out.stdout)?;
     let child = tokio::process::Command::new(&bin)
@@ -146,7 +172,13 @@ async fn start_service(args: &Args) -> anyhow::Result<Service> {
     let base = format!("http://127.0.0.1:{port}");
     let http = reqwest::Client::new();
     let started = Instant::now();
-    while http.get(format!("{base}/health/ready")).send().await.map(|r| r.status() != 200).unwrap_or(true) {
+    while http
+        .get(format!("{base}/health/ready"))
+        .send()
+        .await
+        .map(|r| r.status() != 200)
+        .unwrap_or(true)
+    {
         if started.elapsed() > Duration::from_secs(20) {
             bail!("dispatch did not become ready");
         }
@@ -154,23 +186,40 @@ async fn start_service(args: &Args) -> anyhow::Result<Service> {
     }
     let token: Value = http
         .post(format!("{base}/oauth/token"))
-        .basic_auth(client["clientId"].as_str().unwrap(), client["clientSecret"].as_str())
+        .basic_auth(
+            client["clientId"].as_str().unwrap(),
+            client["clientSecret"].as_str(),
+        )
         .form(&[("grant_type", "client_credentials")])
         .send()
         .await?
         .json()
         .await?;
-    Ok(Service { child, base, token: token["access_token"].as_str().unwrap_or_default().to_string(), db_url, db_name })
+    Ok(Service {
+        child,
+        base,
+        token: token["access_token"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+        db_url,
+        db_name,
+    })
 }
 
 impl Service {
     fn peak_rss_mb(&self) -> f64 {
-        let Some(pid) = self.child.id() else { return 0.0 };
+        let Some(pid) = self.child.id() else {
+            return 0.0;
+        };
         std::fs::read_to_string(format!("/proc/{pid}/status"))
             .ok()
             .and_then(|s| {
                 s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| {
-                    l.split_whitespace().nth(1).and_then(|kb| kb.parse::<f64>().ok()).map(|kb| kb / 1024.0)
+                    l.split_whitespace()
+                        .nth(1)
+                        .and_then(|kb| kb.parse::<f64>().ok())
+                        .map(|kb| kb / 1024.0)
                 })
             })
             .unwrap_or(0.0)
@@ -178,12 +227,19 @@ impl Service {
 
     async fn stop(mut self, admin: &str) {
         if let Some(pid) = self.child.id() {
-            let _ = std::process::Command::new("kill").arg(pid.to_string()).status();
+            let _ = std::process::Command::new("kill")
+                .arg(pid.to_string())
+                .status();
         }
         let _ = tokio::time::timeout(Duration::from_secs(15), self.child.wait()).await;
         let _ = self.child.start_kill();
         if let Ok(mut admin) = PgConnection::connect(admin).await {
-            let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.db_name)).execute(&mut admin).await;
+            let _ = sqlx::query(&format!(
+                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+                self.db_name
+            ))
+            .execute(&mut admin)
+            .await;
         }
     }
 }
@@ -198,7 +254,9 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 
 async fn run_scenario(args: &Args, scenario: &str, run: usize) -> anyhow::Result<Result> {
     let arrivals = Arc::new(Arrivals::default());
-    let app = Router::new().route("/hook", post(receive)).with_state(arrivals.clone());
+    let app = Router::new()
+        .route("/hook", post(receive))
+        .with_state(arrivals.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let hook = format!("http://{}/hook", listener.local_addr()?);
     let server = tokio::spawn(async move { axum::serve(listener, app).await });
@@ -213,7 +271,10 @@ async fn run_scenario(args: &Args, scenario: &str, run: usize) -> anyhow::Result
         .await?
         .json()
         .await?;
-    let target_id: TargetId = target["targetId"].as_str().context("target created")?.parse()?;
+    let target_id: TargetId = target["targetId"]
+        .as_str()
+        .context("target created")?
+        .parse()?;
     let store = PgStore::connect(&service.db_url, 4, Duration::from_secs(5)).await?;
 
     // Schedule everything up front, directly in the store, so that only
@@ -223,7 +284,9 @@ async fn run_scenario(args: &Args, scenario: &str, run: usize) -> anyhow::Result
     let times: Vec<DateTime<Utc>> = match scenario {
         "burst" => vec![start; args.burst],
         "steady" => (0..args.steady_rate * args.steady_seconds)
-            .map(|i| start + TimeDelta::microseconds((i as i64 * 1_000_000) / args.steady_rate as i64))
+            .map(|i| {
+                start + TimeDelta::microseconds((i as i64 * 1_000_000) / args.steady_rate as i64)
+            })
             .collect(),
         other => bail!("unknown scenario {other}"),
     };
@@ -254,11 +317,15 @@ async fn run_scenario(args: &Args, scenario: &str, run: usize) -> anyhow::Result
         bail!("scheduling took longer than the lead time; lower the message count");
     }
 
-    let deadline = Instant::now() + Duration::from_secs(30 + (n / 500) as u64 + args.steady_seconds as u64);
+    let deadline =
+        Instant::now() + Duration::from_secs(30 + (n / 500) as u64 + args.steady_seconds as u64);
     loop {
         let unique = {
             let seen = arrivals.seen.lock().unwrap();
-            seen.iter().map(|(id, ..)| id.as_str()).collect::<std::collections::HashSet<_>>().len()
+            seen.iter()
+                .map(|(id, ..)| id.as_str())
+                .collect::<std::collections::HashSet<_>>()
+                .len()
         };
         if unique >= n || Instant::now() > deadline {
             break;
@@ -280,8 +347,10 @@ async fn run_scenario(args: &Args, scenario: &str, run: usize) -> anyhow::Result
     for (id, at, scheduled) in &seen {
         first.entry(id.as_str()).or_insert((*at, *scheduled));
     }
-    let mut lateness: Vec<f64> =
-        first.values().map(|(at, sched)| (*at - *sched).num_microseconds().unwrap_or(0) as f64 / 1000.0).collect();
+    let mut lateness: Vec<f64> = first
+        .values()
+        .map(|(at, sched)| (*at - *sched).num_microseconds().unwrap_or(0) as f64 / 1000.0)
+        .collect();
     lateness.sort_by(|a, b| a.total_cmp(b));
     let mut arrival_times: Vec<DateTime<Utc>> = first.values().map(|(at, _)| *at).collect();
     arrival_times.sort();
@@ -316,7 +385,12 @@ fn median(mut v: Vec<f64>) -> f64 {
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let mut results = Vec::new();
-    for scenario in args.scenarios.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+    for scenario in args
+        .scenarios
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+    {
         for run in 1..=args.runs {
             let r = run_scenario(&args, scenario, run).await?;
             eprintln!("{}", serde_json::to_string(&r)?);
@@ -325,7 +399,15 @@ async fn main() -> anyhow::Result<()> {
     }
     println!(
         "\n{:<8} {:>8} {:>9} {:>5} {:>10} {:>9} {:>9} {:>9} {:>8}",
-        "scenario", "messages", "delivered", "dups", "rate/s", "p50 ms", "p99 ms", "max ms", "RSS MB"
+        "scenario",
+        "messages",
+        "delivered",
+        "dups",
+        "rate/s",
+        "p50 ms",
+        "p99 ms",
+        "max ms",
+        "RSS MB"
     );
     let mut names: Vec<&str> = results.iter().map(|r| r.scenario.as_str()).collect();
     names.dedup();

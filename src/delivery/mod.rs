@@ -1,5 +1,7 @@
 //! Delivery to targets: one attempt in, one classified result out.
 
+pub mod aws;
+pub mod oauth;
 pub mod signing;
 pub mod ssrf;
 pub mod webhook;
@@ -67,11 +69,27 @@ impl Delivered {
 /// Holds the long-lived clients; one per process, shared by every delivery.
 pub struct Deliverer {
     webhook: webhook::WebhookClient,
+    aws: aws::AwsClients,
+    /// Send messages due together for one SQS target with SendMessageBatch.
+    sqs_batch: bool,
 }
 
+/// At most this many entries go into one SendMessageBatch.
+pub const SQS_BATCH_MAX: usize = 10;
+
 impl Deliverer {
-    pub fn new(webhook: webhook::WebhookClient) -> Self {
-        Self { webhook }
+    pub fn new(webhook: webhook::WebhookClient, aws: aws::AwsClients, sqs_batch: bool) -> Self {
+        Self {
+            webhook,
+            aws,
+            sqs_batch,
+        }
+    }
+
+    /// Messages with the same key may be delivered together by `deliver_batch`.
+    pub fn batch_key(&self, claimed: &Claimed) -> Option<TargetId> {
+        (self.sqs_batch && matches!(claimed.target, TargetConfig::Sqs(_)))
+            .then(|| claimed.target_id.clone())
     }
 
     pub async fn deliver(&self, claimed: &Claimed) -> Delivered {
@@ -82,10 +100,44 @@ impl Deliverer {
                     .deliver(config, &claimed.id, &envelope.to_bytes())
                     .await
             }
-            TargetConfig::Sqs(_) | TargetConfig::Sns(_) => Delivered::failure(
-                AttemptOutcome::RetryableFailure,
-                "SQS and SNS delivery is not available in this version",
-            ),
+            TargetConfig::Sqs(config) => {
+                self.aws
+                    .send_sqs(config, &sqs_entry(claimed, &envelope))
+                    .await
+            }
+            TargetConfig::Sns(config) => {
+                self.aws
+                    .publish_sns(config, &sqs_entry(claimed, &envelope))
+                    .await
+            }
         }
+    }
+
+    /// Delivers up to ten messages of one SQS target in one call; one result
+    /// per message, in order. Other targets are delivered one by one.
+    pub async fn deliver_batch(&self, claimed: &[Claimed]) -> Vec<Delivered> {
+        match claimed.first().map(|c| &c.target) {
+            Some(TargetConfig::Sqs(config)) if claimed.len() > 1 => {
+                let now = time::now();
+                let envelopes: Vec<Envelope> =
+                    claimed.iter().map(|c| Envelope::new(c, now)).collect();
+                let entries: Vec<aws::SqsEntry> = claimed
+                    .iter()
+                    .zip(&envelopes)
+                    .map(|(c, e)| sqs_entry(c, e))
+                    .collect();
+                self.aws.send_sqs_batch(config, &entries).await
+            }
+            _ => futures::future::join_all(claimed.iter().map(|c| self.deliver(c))).await,
+        }
+    }
+}
+
+fn sqs_entry<'a>(claimed: &'a Claimed, envelope: &'a Envelope<'a>) -> aws::SqsEntry<'a> {
+    aws::SqsEntry {
+        message_id: claimed.id.to_string(),
+        target_id: claimed.target_id.as_str(),
+        original_delivery_time: &envelope.original_delivery_time,
+        body: String::from_utf8(envelope.to_bytes()).expect("JSON is UTF-8"),
     }
 }

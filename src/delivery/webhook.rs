@@ -4,7 +4,7 @@ use std::{error::Error as _, time::Duration};
 
 use reqwest::{header, redirect, Client, StatusCode};
 
-use super::{signing, ssrf, Delivered};
+use super::{oauth::ReceiverTokens, signing, ssrf, Delivered};
 use crate::domain::{ids::MessageId, retry::AttemptOutcome, target::WebhookConfig};
 
 /// Bytes of the response kept in the attempt record.
@@ -17,6 +17,7 @@ pub const USER_AGENT: &str = concat!("Dispatch/", env!("CARGO_PKG_VERSION"));
 
 pub struct WebhookClient {
     client: Client,
+    tokens: ReceiverTokens,
     default_timeout: Duration,
     max_timeout: Duration,
     allow_private: bool,
@@ -35,31 +36,50 @@ impl WebhookClient {
             builder = builder.dns_resolver(ssrf::resolver());
         }
         let client = builder.build().expect("a TLS-capable HTTP client builds");
+        let tokens = ReceiverTokens::new(client.clone());
         Self {
             client,
+            tokens,
             default_timeout,
             max_timeout,
             allow_private,
         }
     }
 
+    /// One attempt: fetches or reuses the receiver's OAuth token when the
+    /// target has one, and on a 401 refreshes it once and tries again.
     pub async fn deliver(&self, config: &WebhookConfig, id: &MessageId, body: &[u8]) -> Delivered {
+        let timeout = config
+            .timeout_ms
+            .map(Duration::from_millis)
+            .unwrap_or(self.default_timeout)
+            .min(self.max_timeout);
+        // The whole attempt, token requests included, stays inside the lease.
+        match tokio::time::timeout(self.max_timeout, self.attempt(config, id, body, timeout)).await
+        {
+            Ok(delivered) => delivered,
+            Err(_) => Delivered::failure(
+                AttemptOutcome::RetryableFailure,
+                format!("timeout after {}ms", self.max_timeout.as_millis()),
+            ),
+        }
+    }
+
+    async fn attempt(
+        &self,
+        config: &WebhookConfig,
+        id: &MessageId,
+        body: &[u8],
+        timeout: Duration,
+    ) -> Delivered {
         let Ok(url) = reqwest::Url::parse(&config.url) else {
             return Delivered::failure(
                 AttemptOutcome::NonRetryableFailure,
                 "the target URL is invalid",
             );
         };
-        if !self.allow_private {
-            // IP literals never reach the resolver: check them here.
-            if let Some(ip) = literal_ip(&url) {
-                if ssrf::is_forbidden(ip) {
-                    return Delivered::failure(
-                        AttemptOutcome::NonRetryableFailure,
-                        format!("refused: the non-public address {ip}"),
-                    );
-                }
-            }
+        if let Some(refused) = self.refuse_literal(&url) {
+            return refused;
         }
         let Some(key) = crate::domain::target::signing_key(&config.signing_secret) else {
             return Delivered::failure(
@@ -67,26 +87,77 @@ impl WebhookClient {
                 "the signing secret is invalid",
             );
         };
-        let timeout = config
-            .timeout_ms
-            .map(Duration::from_millis)
-            .unwrap_or(self.default_timeout)
-            .min(self.max_timeout);
+        let Some(auth) = &config.auth else {
+            return self.send(&url, config, &key, id, body, timeout, None).await;
+        };
+        if let Some(refused) = reqwest::Url::parse(&auth.token_url)
+            .ok()
+            .and_then(|u| self.refuse_literal(&u))
+        {
+            return refused;
+        }
+        let token = match self.tokens.token(auth, None).await {
+            Ok(t) => t,
+            Err(f) => return Delivered::failure(f.outcome, f.error),
+        };
+        let first = self
+            .send(&url, config, &key, id, body, timeout, Some(&token))
+            .await;
+        if first.status_code != Some(401) {
+            return first;
+        }
+        match self.tokens.token(auth, Some(&token)).await {
+            Ok(fresh) => {
+                self.send(&url, config, &key, id, body, timeout, Some(&fresh))
+                    .await
+            }
+            Err(f) => Delivered::failure(f.outcome, f.error),
+        }
+    }
+
+    /// IP literals never reach the guarded resolver: check them here.
+    fn refuse_literal(&self, url: &reqwest::Url) -> Option<Delivered> {
+        if self.allow_private {
+            return None;
+        }
+        let ip = literal_ip(url)?;
+        ssrf::is_forbidden(ip).then(|| {
+            Delivered::failure(
+                AttemptOutcome::NonRetryableFailure,
+                format!("refused: the non-public address {ip}"),
+            )
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn send(
+        &self,
+        url: &reqwest::Url,
+        config: &WebhookConfig,
+        key: &[u8],
+        id: &MessageId,
+        body: &[u8],
+        timeout: Duration,
+        bearer: Option<&str>,
+    ) -> Delivered {
         let msg_id = id.to_string();
         let timestamp = chrono::Utc::now().timestamp();
         let mut request = self
             .client
-            .post(url)
+            .post(url.clone())
             .timeout(timeout)
             .header(header::CONTENT_TYPE, "application/json")
             .header("webhook-id", &msg_id)
             .header("webhook-timestamp", timestamp.to_string())
             .header(
                 "webhook-signature",
-                signing::sign(&key, &msg_id, timestamp, body),
+                signing::sign(key, &msg_id, timestamp, body),
             );
         for (name, value) in &config.headers {
             request = request.header(name, value);
+        }
+        if let Some(token) = bearer {
+            request = request.bearer_auth(token);
         }
         match request.body(body.to_vec()).send().await {
             Ok(response) => classify_response(response).await,

@@ -187,7 +187,11 @@ pub trait Store: Send + Sync + 'static {
     ) -> StoreResult<InsertOutcome>;
     /// Inserts many messages of one account in one statement; returns the ids
     /// inserted (messages whose target is unknown in the account are skipped).
-    async fn insert_messages(&self, account: &str, messages: &[Message]) -> StoreResult<Vec<MessageId>>;
+    async fn insert_messages(
+        &self,
+        account: &str,
+        messages: &[Message],
+    ) -> StoreResult<Vec<MessageId>>;
     async fn get_message(&self, account: &str, id: &MessageId) -> StoreResult<Option<Message>>;
     async fn list_messages(
         &self,

@@ -444,7 +444,11 @@ impl Store for PgStore {
         Ok(InsertOutcome::Created(Box::new(m.clone())))
     }
 
-    async fn insert_messages(&self, account: &str, messages: &[Message]) -> StoreResult<Vec<MessageId>> {
+    async fn insert_messages(
+        &self,
+        account: &str,
+        messages: &[Message],
+    ) -> StoreResult<Vec<MessageId>> {
         if messages.is_empty() {
             return Ok(Vec::new());
         }
@@ -452,7 +456,11 @@ impl Store for PgStore {
         let targets: Vec<&str> = messages.iter().map(|m| m.target_id.as_str()).collect();
         let payloads: Vec<&str> = messages.iter().map(|m| m.payload.as_str()).collect();
         let times: Vec<DateTime<Utc>> = messages.iter().map(|m| m.delivery_time).collect();
-        let now = messages.iter().map(|m| m.created_at).max().unwrap_or_else(Utc::now);
+        let now = messages
+            .iter()
+            .map(|m| m.created_at)
+            .max()
+            .unwrap_or_else(Utc::now);
         let earliest = times.iter().min().copied().unwrap_or(now);
         let mut tx = self.begin().await?;
         let inserted: Vec<(Uuid,)> = sqlx::query_as(

@@ -1,0 +1,367 @@
+//! Amazon SQS and SNS delivery. One SDK client per distinct (region,
+//! endpoint, credentials), built once and reused; SDK retries are off, the
+//! ladder retries.
+
+use std::{collections::HashMap, sync::Arc, time::Duration};
+
+use aws_config::{retry::RetryConfig, timeout::TimeoutConfig, BehaviorVersion, Region, SdkConfig};
+use aws_sdk_sqs::error::{ProvideErrorMetadata, SdkError};
+use tokio::sync::Mutex;
+
+use super::Delivered;
+use crate::domain::{
+    retry::AttemptOutcome,
+    target::{AwsCredentials, SnsConfig, SqsConfig},
+};
+
+/// What distinguishes one SDK client from another.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct ClientKey {
+    region: String,
+    endpoint: Option<String>,
+    credentials: Option<(String, String)>,
+}
+
+impl ClientKey {
+    fn new(region: &str, endpoint: &Option<String>, credentials: &Option<AwsCredentials>) -> Self {
+        Self {
+            region: region.to_string(),
+            endpoint: endpoint.clone(),
+            credentials: credentials
+                .as_ref()
+                .map(|c| (c.access_key_id.clone(), c.secret_access_key.clone())),
+        }
+    }
+}
+
+pub struct AwsClients {
+    timeout: Duration,
+    sqs: Mutex<HashMap<ClientKey, aws_sdk_sqs::Client>>,
+    sns: Mutex<HashMap<ClientKey, aws_sdk_sns::Client>>,
+}
+
+/// One entry of an SQS batch: the message id and its envelope.
+pub struct SqsEntry<'a> {
+    pub message_id: String,
+    pub target_id: &'a str,
+    pub original_delivery_time: &'a str,
+    pub body: String,
+}
+
+impl AwsClients {
+    pub fn new(timeout: Duration) -> Self {
+        Self {
+            timeout,
+            sqs: Mutex::default(),
+            sns: Mutex::default(),
+        }
+    }
+
+    async fn sdk_config(&self, key: &ClientKey) -> SdkConfig {
+        let mut loader = aws_config::defaults(BehaviorVersion::latest())
+            .region(Region::new(key.region.clone()))
+            .retry_config(RetryConfig::disabled())
+            .timeout_config(
+                TimeoutConfig::builder()
+                    .operation_timeout(self.timeout)
+                    .connect_timeout(self.timeout.min(Duration::from_secs(5)))
+                    .build(),
+            );
+        if let Some(endpoint) = &key.endpoint {
+            loader = loader.endpoint_url(endpoint);
+        }
+        if let Some((id, secret)) = &key.credentials {
+            loader = loader.credentials_provider(aws_sdk_sqs::config::Credentials::new(
+                id,
+                secret,
+                None,
+                None,
+                "dispatch-target",
+            ));
+        }
+        loader.load().await
+    }
+
+    async fn sqs_client(&self, c: &SqsConfig) -> aws_sdk_sqs::Client {
+        let key = ClientKey::new(&c.region, &c.endpoint_url, &c.credentials);
+        if let Some(client) = self.sqs.lock().await.get(&key) {
+            return client.clone();
+        }
+        let client = aws_sdk_sqs::Client::new(&self.sdk_config(&key).await);
+        self.sqs.lock().await.entry(key).or_insert(client).clone()
+    }
+
+    async fn sns_client(&self, c: &SnsConfig) -> aws_sdk_sns::Client {
+        let key = ClientKey::new(&c.region, &c.endpoint_url, &c.credentials);
+        if let Some(client) = self.sns.lock().await.get(&key) {
+            return client.clone();
+        }
+        let client = aws_sdk_sns::Client::new(&self.sdk_config(&key).await);
+        self.sns.lock().await.entry(key).or_insert(client).clone()
+    }
+
+    pub async fn send_sqs(&self, c: &SqsConfig, entry: &SqsEntry<'_>) -> Delivered {
+        use aws_sdk_sqs::types::MessageAttributeValue;
+        let client = self.sqs_client(c).await;
+        let mut request = client
+            .send_message()
+            .queue_url(&c.queue_url)
+            .message_body(&entry.body);
+        for (name, value) in attributes(entry) {
+            let attr = MessageAttributeValue::builder()
+                .data_type("String")
+                .string_value(value)
+                .build();
+            match attr {
+                Ok(attr) => request = request.message_attributes(name, attr),
+                Err(e) => {
+                    return Delivered::failure(AttemptOutcome::NonRetryableFailure, e.to_string())
+                }
+            }
+        }
+        if c.queue_url.ends_with(".fifo") {
+            request = request
+                .message_group_id(c.message_group_id.as_deref().unwrap_or(entry.target_id))
+                .message_deduplication_id(&entry.message_id);
+        }
+        match request.send().await {
+            Ok(_) => Delivered {
+                outcome: AttemptOutcome::Success,
+                status_code: None,
+                error: None,
+                response_body: None,
+            },
+            Err(e) => classify("SQS", &e),
+        }
+    }
+
+    /// SendMessageBatch with up to 10 entries; one result per entry, in order.
+    pub async fn send_sqs_batch(&self, c: &SqsConfig, entries: &[SqsEntry<'_>]) -> Vec<Delivered> {
+        use aws_sdk_sqs::types::{MessageAttributeValue, SendMessageBatchRequestEntry};
+        let client = self.sqs_client(c).await;
+        let fifo = c.queue_url.ends_with(".fifo");
+        let mut request = client.send_message_batch().queue_url(&c.queue_url);
+        for (i, entry) in entries.iter().enumerate() {
+            let mut e = SendMessageBatchRequestEntry::builder()
+                .id(format!("e{i}"))
+                .message_body(&entry.body);
+            for (name, value) in attributes(entry) {
+                if let Ok(attr) = MessageAttributeValue::builder()
+                    .data_type("String")
+                    .string_value(value)
+                    .build()
+                {
+                    e = e.message_attributes(name, attr);
+                }
+            }
+            if fifo {
+                e = e
+                    .message_group_id(c.message_group_id.as_deref().unwrap_or(entry.target_id))
+                    .message_deduplication_id(&entry.message_id);
+            }
+            match e.build() {
+                Ok(e) => request = request.entries(e),
+                Err(err) => {
+                    let failed =
+                        Delivered::failure(AttemptOutcome::NonRetryableFailure, err.to_string());
+                    return vec![failed; entries.len()];
+                }
+            }
+        }
+        match request.send().await {
+            Ok(out) => {
+                let mut results = vec![
+                    Delivered::failure(
+                        AttemptOutcome::RetryableFailure,
+                        "SQS: no result for this entry"
+                    );
+                    entries.len()
+                ];
+                for ok in out.successful() {
+                    if let Some(i) = entry_index(ok.id()) {
+                        if i < results.len() {
+                            results[i] = Delivered {
+                                outcome: AttemptOutcome::Success,
+                                status_code: None,
+                                error: None,
+                                response_body: None,
+                            };
+                        }
+                    }
+                }
+                for failed in out.failed() {
+                    if let Some(i) = entry_index(failed.id()) {
+                        if i < results.len() {
+                            let code = failed.code();
+                            // Sender faults are the request's fault; others are AWS's.
+                            let outcome = if failed.sender_fault() && !is_retryable_code(code) {
+                                AttemptOutcome::NonRetryableFailure
+                            } else {
+                                AttemptOutcome::RetryableFailure
+                            };
+                            let message = failed.message().unwrap_or("");
+                            results[i] =
+                                Delivered::failure(outcome, format!("SQS {code}: {message}"));
+                        }
+                    }
+                }
+                results
+            }
+            Err(e) => vec![classify("SQS", &e); entries.len()],
+        }
+    }
+
+    pub async fn publish_sns(&self, c: &SnsConfig, entry: &SqsEntry<'_>) -> Delivered {
+        use aws_sdk_sns::types::MessageAttributeValue;
+        let client = self.sns_client(c).await;
+        let mut request = client
+            .publish()
+            .topic_arn(&c.topic_arn)
+            .message(&entry.body);
+        for (name, value) in attributes(entry) {
+            match MessageAttributeValue::builder()
+                .data_type("String")
+                .string_value(value)
+                .build()
+            {
+                Ok(attr) => request = request.message_attributes(name, attr),
+                Err(e) => {
+                    return Delivered::failure(AttemptOutcome::NonRetryableFailure, e.to_string())
+                }
+            }
+        }
+        if c.topic_arn.ends_with(".fifo") {
+            request = request
+                .message_group_id(c.message_group_id.as_deref().unwrap_or(entry.target_id))
+                .message_deduplication_id(&entry.message_id);
+        }
+        match request.send().await {
+            Ok(_) => Delivered {
+                outcome: AttemptOutcome::Success,
+                status_code: None,
+                error: None,
+                response_body: None,
+            },
+            Err(e) => classify("SNS", &e),
+        }
+    }
+}
+
+fn attributes<'a>(entry: &'a SqsEntry<'a>) -> [(&'static str, &'a str); 3] {
+    [
+        ("messageId", entry.message_id.as_str()),
+        ("targetId", entry.target_id),
+        ("originalDeliveryTime", entry.original_delivery_time),
+    ]
+}
+
+fn entry_index(id: &str) -> Option<usize> {
+    id.strip_prefix('e')?.parse().ok()
+}
+
+/// Error codes that clear up by themselves.
+fn is_retryable_code(code: &str) -> bool {
+    matches!(
+        code,
+        "ThrottlingException"
+            | "Throttling"
+            | "ThrottledException"
+            | "RequestThrottled"
+            | "RequestThrottledException"
+            | "TooManyRequestsException"
+            | "ProvisionedThroughputExceededException"
+            | "SlowDown"
+            | "ServiceUnavailable"
+            | "ServiceUnavailableException"
+            | "InternalError"
+            | "InternalFailure"
+            | "InternalErrorException"
+            | "RequestTimeout"
+            | "RequestTimeoutException"
+            | "ExpiredToken"
+            | "ExpiredTokenException"
+            | "RequestExpired"
+            | "KMSThrottlingException"
+            | "KMSThrottling"
+            | "AWS.SimpleQueueService.KmsThrottled"
+    )
+}
+
+/// Classifies an SDK error per API.md §6: throttling, 5xx, network errors,
+/// timeouts and expired credentials retry; a missing queue or topic, access
+/// denied, invalid parameters and too-large messages do not.
+fn classify<E, R>(service: &str, e: &SdkError<E, R>) -> Delivered
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+    R: std::fmt::Debug + HasStatus,
+{
+    match e {
+        SdkError::TimeoutError(_) => Delivered::failure(
+            AttemptOutcome::RetryableFailure,
+            format!("{service}: timeout"),
+        ),
+        SdkError::DispatchFailure(f) => {
+            let kind = if f.is_timeout() {
+                "timeout"
+            } else if f.is_io() {
+                "network error"
+            } else {
+                "dispatch failure"
+            };
+            Delivered::failure(
+                AttemptOutcome::RetryableFailure,
+                format!("{service}: {kind}: {}", root(e)),
+            )
+        }
+        SdkError::ResponseError(_) => Delivered::failure(
+            AttemptOutcome::RetryableFailure,
+            format!("{service}: unreadable response: {}", root(e)),
+        ),
+        SdkError::ConstructionFailure(_) => Delivered::failure(
+            AttemptOutcome::NonRetryableFailure,
+            format!("{service}: invalid request: {}", root(e)),
+        ),
+        SdkError::ServiceError(ctx) => {
+            let status = ctx.raw().status_code();
+            let code = e.code().unwrap_or("Unknown");
+            let message = e.message().unwrap_or("");
+            let outcome = if is_retryable_code(code) || status >= 500 || status == 429 {
+                AttemptOutcome::RetryableFailure
+            } else {
+                AttemptOutcome::NonRetryableFailure
+            };
+            Delivered {
+                outcome,
+                status_code: Some(status),
+                error: Some(format!("{service} {code}: {message}")),
+                response_body: None,
+            }
+        }
+        _ => Delivered::failure(
+            AttemptOutcome::RetryableFailure,
+            format!("{service}: {}", root(e)),
+        ),
+    }
+}
+
+/// The HTTP status of a raw SDK response.
+pub trait HasStatus {
+    fn status_code(&self) -> u16;
+}
+
+impl HasStatus for aws_smithy_runtime_api::http::Response {
+    fn status_code(&self) -> u16 {
+        self.status().as_u16()
+    }
+}
+
+fn root(e: &dyn std::error::Error) -> String {
+    let mut last = e;
+    while let Some(s) = last.source() {
+        last = s;
+    }
+    last.to_string()
+}
+
+/// Shared by the deliverer.
+pub type SharedAws = Arc<AwsClients>;
