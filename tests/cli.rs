@@ -203,3 +203,58 @@ async fn sigterm_lets_attempts_in_flight_finish_and_records_them() {
     assert_eq!(rx.count(), 5);
     api_app.shutdown().await;
 }
+
+#[tokio::test]
+async fn targets_create_provisions_a_target_from_the_command_line() {
+    let db = TestDb::new().await;
+    let config = r#"{"queueUrl":"http://127.0.0.1:5000/123456789012/q","region":"us-east-1","credentials":{"accessKeyId":"a","secretAccessKey":"s"}}"#;
+    let out = dispatch()
+        .args([
+            "targets",
+            "create",
+            "--account",
+            "demo",
+            "--name",
+            "q",
+            "--type",
+            "sqs",
+            "--target-config",
+            config,
+        ])
+        .env("DATABASE_URL", &db.url)
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let t: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(t["type"], "sqs");
+    assert_eq!(t["config"]["credentials"]["secretAccessKey"], "***");
+    let id: dispatch::domain::ids::TargetId = t["targetId"].as_str().unwrap().parse().unwrap();
+    let store = common::open_store(&db.url).await;
+    use dispatch::store::Store;
+    assert!(store.get_target("demo", &id).await.unwrap().is_some());
+
+    let bad = dispatch()
+        .args([
+            "targets",
+            "create",
+            "--account",
+            "demo",
+            "--name",
+            "q",
+            "--type",
+            "webhook",
+            "--target-config",
+            r#"{"url":"ftp://x"}"#,
+        ])
+        .env("DATABASE_URL", &db.url)
+        .output()
+        .await
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("config.url"));
+}

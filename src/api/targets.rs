@@ -6,7 +6,6 @@ use axum::{
     response::{IntoResponse, Response},
     Json,
 };
-use serde_json::Value;
 
 use super::{
     error::{ApiError, ApiResult, Problem},
@@ -51,13 +50,7 @@ async fn check_network(state: &AppState, config: &TargetConfig) -> ApiResult<()>
 }
 
 fn respond(status: StatusCode, t: &Target, show_generated_secret: bool) -> Response {
-    let mut out = TargetOut::new(t);
-    if show_generated_secret {
-        // The only time the owner can learn a generated secret.
-        if let TargetConfig::Webhook(w) = &t.config {
-            out.config["signingSecret"] = Value::String(w.signing_secret.clone());
-        }
-    }
+    let out = TargetOut::with_generated_secret(t, show_generated_secret);
     let location = format!("/targets/{}", t.id);
     if status == StatusCode::CREATED {
         (status, [(header::LOCATION, location)], Json(out)).into_response()

@@ -45,6 +45,16 @@ impl TargetOut {
             updated_at: t.updated_at,
         }
     }
+
+    /// As `new`, but a signing secret Dispatch generated is shown in full:
+    /// the one time its owner can learn it.
+    pub fn with_generated_secret(t: &Target, generated: bool) -> Self {
+        let mut out = Self::new(t);
+        if let (true, crate::domain::target::TargetConfig::Webhook(w)) = (generated, &t.config) {
+            out.config["signingSecret"] = Value::String(w.signing_secret.clone());
+        }
+        out
+    }
 }
 
 /// Create a target. `config` depends on `type`: see the README.
