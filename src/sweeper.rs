@@ -30,6 +30,8 @@ use crate::{
 };
 
 const RECORD_BATCH: usize = 1000;
+/// Kept free at the end of a lease, so that no attempt runs past it.
+const LEASE_MARGIN: Duration = Duration::from_secs(1);
 
 #[derive(Clone)]
 pub struct Sweeper {
@@ -154,8 +156,12 @@ impl Sweeper {
                 return total;
             }
             total += claimed.len();
-            let results =
-                futures::future::join_all(claimed.into_iter().map(|c| self.attempt(c))).await;
+            let results = futures::future::join_all(claimed.into_iter().map(|c| async move {
+                let claimed_at = Instant::now();
+                let first = self.attempt(&c).await;
+                self.retry_immediately(&c, first, claimed_at).await
+            }))
+            .await;
             if let Err(e) = self.store.record(&results, time::now()).await {
                 warn!(error = %e, "record failed");
             }
@@ -183,9 +189,11 @@ impl Sweeper {
     }
 
     async fn attempt_group(&self, group: Vec<Claimed>) -> Vec<Recorded> {
+        let claimed_at = Instant::now();
         if group.len() == 1 {
             let c = group.into_iter().next().expect("one");
-            return vec![self.attempt(c).await];
+            let first = self.attempt(&c).await;
+            return vec![self.retry_immediately(&c, first, claimed_at).await];
         }
         let started_at = time::now();
         let clock = Instant::now();
@@ -194,19 +202,32 @@ impl Sweeper {
         }
         let results = self.deliverer.deliver_batch(&group).await;
         let elapsed = clock.elapsed();
-        group
-            .into_iter()
-            .zip(results)
-            .map(|(c, d)| self.conclude(c, d, started_at, elapsed))
-            .collect()
+        let mut recorded = Vec::with_capacity(group.len());
+        for (c, d) in group.iter().zip(results) {
+            let first = self.conclude(c, Vec::new(), c.ladder_attempts, d, started_at, elapsed);
+            recorded.push(self.retry_immediately(c, first, claimed_at).await);
+        }
+        recorded
     }
 
-    async fn attempt(&self, c: Claimed) -> Recorded {
-        let span = tracing::info_span!("delivery", message_id = %c.id, target_id = %c.target_id, attempt = c.attempt_count + 1);
+    async fn attempt(&self, c: &Claimed) -> Recorded {
+        let started_at = time::now();
+        self.observe_lateness(c, started_at);
+        self.attempt_again(c, Vec::new(), c.ladder_attempts).await
+    }
+
+    /// One more attempt after `earlier` ones made under this claim.
+    async fn attempt_again(
+        &self,
+        c: &Claimed,
+        earlier: Vec<Attempt>,
+        ladder_before: u32,
+    ) -> Recorded {
+        let number = c.attempt_count + earlier.len() as u32 + 1;
+        let span = tracing::info_span!("delivery", message_id = %c.id, target_id = %c.target_id, attempt = number);
         let started_at = time::now();
         let clock = Instant::now();
-        self.observe_lateness(&c, started_at);
-        let delivered = self.deliverer.deliver(&c).instrument(span.clone()).await;
+        let delivered = self.deliverer.deliver(c).instrument(span.clone()).await;
         span.in_scope(|| match delivered.outcome {
             AttemptOutcome::Success => debug!("delivered"),
             _ => debug!(
@@ -214,7 +235,40 @@ impl Sweeper {
                 "attempt failed"
             ),
         });
-        self.conclude(c, delivered, started_at, clock.elapsed())
+        self.conclude(
+            c,
+            earlier,
+            ladder_before,
+            delivered,
+            started_at,
+            clock.elapsed(),
+        )
+    }
+
+    /// An immediate retry runs at once in this task, under the same lease,
+    /// rather than waiting for a record and a new claim; only while there is
+    /// lease enough left for it.
+    async fn retry_immediately(
+        &self,
+        c: &Claimed,
+        mut recorded: Recorded,
+        claimed_at: Instant,
+    ) -> Recorded {
+        loop {
+            let Next::Retry(at) = recorded.next else {
+                return recorded;
+            };
+            let immediate = at <= recorded.last().finished_at;
+            let room = claimed_at.elapsed() + 2 * self.deliverer.attempt_timeout(c) + LEASE_MARGIN
+                < self.config.lease;
+            if !immediate || !room {
+                return recorded;
+            }
+            let ladder = recorded.ladder_attempts;
+            recorded = self
+                .attempt_again(c, std::mem::take(&mut recorded.attempts), ladder)
+                .await;
+        }
     }
 
     fn observe_lateness(&self, c: &Claimed, started_at: chrono::DateTime<chrono::Utc>) {
@@ -227,30 +281,33 @@ impl Sweeper {
     /// Applies the ladder to an attempt's result.
     fn conclude(
         &self,
-        c: Claimed,
+        c: &Claimed,
+        mut attempts: Vec<Attempt>,
+        ladder_before: u32,
         delivered: Delivered,
         started_at: chrono::DateTime<chrono::Utc>,
         elapsed: Duration,
     ) -> Recorded {
         let finished_at = started_at + chrono::TimeDelta::from_std(elapsed).unwrap_or_default();
         metrics::histogram!(m::DELIVERY_SECONDS).record(elapsed.as_secs_f64());
-        let ladder_attempts = c.ladder_attempts + 1;
+        let ladder_attempts = ladder_before + 1;
         let next = self
             .policy
             .next(ladder_attempts, delivered.outcome, finished_at);
+        attempts.push(Attempt {
+            attempt: c.attempt_count + attempts.len() as u32 + 1,
+            started_at,
+            finished_at,
+            duration_ms: elapsed.as_millis() as u64,
+            outcome: delivered.outcome,
+            status_code: delivered.status_code,
+            error: delivered.error,
+            response_body: delivered.response_body,
+        });
         Recorded {
             id: c.id,
             lease_token: c.lease_token,
-            attempt: Attempt {
-                attempt: c.attempt_count + 1,
-                started_at,
-                finished_at,
-                duration_ms: elapsed.as_millis() as u64,
-                outcome: delivered.outcome,
-                status_code: delivered.status_code,
-                error: delivered.error,
-                response_body: delivered.response_body,
-            },
+            attempts,
             ladder_attempts,
             next,
         }
@@ -298,9 +355,12 @@ async fn record_loop(
                 Next::DeadLetter => metrics::counter!(m::DEAD_LETTERED).increment(1),
                 Next::Retry(_) => retry_soon = true,
             }
-            if r.attempt.outcome != AttemptOutcome::Success {
-                let kind = r.attempt.outcome.as_str();
-                metrics::counter!(m::FAILED, "outcome" => kind).increment(1);
+            for a in r
+                .attempts
+                .iter()
+                .filter(|a| a.outcome != AttemptOutcome::Success)
+            {
+                metrics::counter!(m::FAILED, "outcome" => a.outcome.as_str()).increment(1);
             }
         }
         batch.clear();

@@ -57,6 +57,10 @@ impl AwsClients {
         }
     }
 
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
     async fn sdk_config(&self, key: &ClientKey) -> SdkConfig {
         let mut loader = aws_config::defaults(BehaviorVersion::latest())
             .region(Region::new(key.region.clone()))

@@ -6,6 +6,8 @@ pub mod signing;
 pub mod ssrf;
 pub mod webhook;
 
+use std::time::Duration;
+
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
@@ -90,6 +92,14 @@ impl Deliverer {
     pub fn batch_key(&self, claimed: &Claimed) -> Option<TargetId> {
         (self.sqs_batch && matches!(claimed.target, TargetConfig::Sqs(_)))
             .then(|| claimed.target_id.clone())
+    }
+
+    /// The longest one attempt at this target may take.
+    pub fn attempt_timeout(&self, claimed: &Claimed) -> Duration {
+        match &claimed.target {
+            TargetConfig::Webhook(c) => self.webhook.timeout_for(c),
+            TargetConfig::Sqs(_) | TargetConfig::Sns(_) => self.aws.timeout(),
+        }
     }
 
     pub async fn deliver(&self, claimed: &Claimed) -> Delivered {

@@ -94,9 +94,9 @@ pub async fn check_host(host: &url::Host<&str>) -> Result<(), PrivateAddressRefu
         url::Host::Ipv4(v4) if is_forbidden(IpAddr::V4(*v4)) => Err(refuse(IpAddr::V4(*v4))),
         url::Host::Ipv6(v6) if is_forbidden(IpAddr::V6(*v6)) => Err(refuse(IpAddr::V6(*v6))),
         url::Host::Domain(name) => {
-            if name.eq_ignore_ascii_case("localhost")
-                || name.to_ascii_lowercase().ends_with(".localhost")
-            {
+            // `localhost.` is the same name, fully qualified.
+            let bare = name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase();
+            if bare == "localhost" || bare.ends_with(".localhost") {
                 return Err(refuse(IpAddr::V6(Ipv6Addr::LOCALHOST)));
             }
             if let Ok(addrs) = tokio::net::lookup_host((*name, 0)).await {
@@ -155,6 +155,10 @@ mod tests {
     #[tokio::test]
     async fn localhost_and_literals_are_refused_at_creation() {
         assert!(check_host(&url::Host::Domain("localhost")).await.is_err());
+        assert!(check_host(&url::Host::Domain("LocalHost.")).await.is_err());
+        assert!(check_host(&url::Host::Domain("api.localhost."))
+            .await
+            .is_err());
         assert!(check_host(&url::Host::Ipv4("10.0.0.1".parse().unwrap()))
             .await
             .is_err());

@@ -46,6 +46,15 @@ impl WebhookClient {
         }
     }
 
+    /// The timeout of one request to this target.
+    pub fn timeout_for(&self, config: &WebhookConfig) -> Duration {
+        config
+            .timeout_ms
+            .map(Duration::from_millis)
+            .unwrap_or(self.default_timeout)
+            .min(self.max_timeout)
+    }
+
     /// One attempt: fetches or reuses the receiver's OAuth token when the
     /// target has one, and on a 401 refreshes it once and tries again.
     pub async fn deliver(&self, config: &WebhookConfig, id: &MessageId, body: &[u8]) -> Delivered {

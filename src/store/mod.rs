@@ -126,14 +126,24 @@ pub struct Claimed {
     pub lease_token: Uuid,
 }
 
-/// The result of one attempt and what the ladder decided.
+/// The attempts made under one claim (one, or several when immediate
+/// retries ran at once) and what the ladder decided after the last.
 #[derive(Debug, Clone)]
 pub struct Recorded {
     pub id: MessageId,
     pub lease_token: Uuid,
-    pub attempt: Attempt,
+    /// In order; never empty.
+    pub attempts: Vec<Attempt>,
     pub ladder_attempts: u32,
     pub next: Next,
+}
+
+impl Recorded {
+    pub fn last(&self) -> &Attempt {
+        self.attempts
+            .last()
+            .expect("a claim records at least one attempt")
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -230,7 +240,7 @@ pub trait Store: Send + Sync + 'static {
     ) -> StoreResult<Vec<Claimed>>;
     /// The earliest `claim_at` among claimable messages.
     async fn next_due(&self) -> StoreResult<Option<DateTime<Utc>>>;
-    /// Applies attempt results; returns how many still held their lease.
+    /// Applies attempt results whose lease still holds; returns the attempt rows written.
     async fn record(&self, results: &[Recorded], now: DateTime<Utc>) -> StoreResult<u64>;
 
     async fn purge_expired(&self, cutoffs: &Cutoffs, batch: u32) -> StoreResult<Purged>;

@@ -666,31 +666,31 @@ impl Store for PgStore {
         if results.is_empty() {
             return Ok(0);
         }
+        // One row per message for the update…
         let n = results.len();
         let mut ids = Vec::with_capacity(n);
         let mut tokens = Vec::with_capacity(n);
-        let mut attempts = Vec::with_capacity(n);
-        let mut started = Vec::with_capacity(n);
-        let mut finished = Vec::with_capacity(n);
-        let mut durations = Vec::with_capacity(n);
-        let mut outcomes = Vec::with_capacity(n);
-        let mut codes: Vec<Option<i32>> = Vec::with_capacity(n);
-        let mut errors: Vec<Option<String>> = Vec::with_capacity(n);
-        let mut bodies: Vec<Option<String>> = Vec::with_capacity(n);
+        let mut counts = Vec::with_capacity(n);
         let mut states = Vec::with_capacity(n);
         let mut next_at: Vec<Option<DateTime<Utc>>> = Vec::with_capacity(n);
         let mut ladder = Vec::with_capacity(n);
+        let mut finished = Vec::with_capacity(n);
+        let mut last_errors: Vec<Option<String>> = Vec::with_capacity(n);
+        // …and one row per attempt for the insert.
+        let mut a_ids = Vec::with_capacity(n);
+        let mut a_numbers = Vec::with_capacity(n);
+        let mut a_started = Vec::with_capacity(n);
+        let mut a_finished = Vec::with_capacity(n);
+        let mut a_durations = Vec::with_capacity(n);
+        let mut a_outcomes = Vec::with_capacity(n);
+        let mut a_codes: Vec<Option<i32>> = Vec::with_capacity(n);
+        let mut a_errors: Vec<Option<&str>> = Vec::with_capacity(n);
+        let mut a_bodies: Vec<Option<&str>> = Vec::with_capacity(n);
         for r in results {
+            let last = r.last();
             ids.push(r.id.0);
             tokens.push(r.lease_token);
-            attempts.push(r.attempt.attempt as i32);
-            started.push(r.attempt.started_at);
-            finished.push(r.attempt.finished_at);
-            durations.push(r.attempt.duration_ms as i64);
-            outcomes.push(r.attempt.outcome.as_str());
-            codes.push(r.attempt.status_code.map(i32::from));
-            errors.push(r.attempt.error.clone());
-            bodies.push(r.attempt.response_body.clone());
+            counts.push(last.attempt as i32);
             let (state, at) = match r.next {
                 Next::Delivered => ("Delivered", None),
                 Next::Retry(at) => ("Scheduled", Some(at)),
@@ -699,44 +699,62 @@ impl Store for PgStore {
             states.push(state);
             next_at.push(at);
             ladder.push(r.ladder_attempts as i32);
+            finished.push(last.finished_at);
+            last_errors.push(r.attempts.iter().rev().find_map(|a| a.error.clone()));
+            for a in &r.attempts {
+                a_ids.push(r.id.0);
+                a_numbers.push(a.attempt as i32);
+                a_started.push(a.started_at);
+                a_finished.push(a.finished_at);
+                a_durations.push(a.duration_ms as i64);
+                a_outcomes.push(a.outcome.as_str());
+                a_codes.push(a.status_code.map(i32::from));
+                a_errors.push(a.error.as_deref());
+                a_bodies.push(a.response_body.as_deref());
+            }
         }
         let recorded = sqlx::query(
             "WITH input AS ( \
-               SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::int[], $4::timestamptz[], $5::timestamptz[], \
-                 $6::bigint[], $7::text[], $8::int[], $9::text[], $10::text[], $11::text[], $12::timestamptz[], \
-                 $13::int[]) \
-               AS i(id, token, attempt, started_at, finished_at, duration_ms, outcome, status_code, error, \
-                 response_body, new_state, next_at, ladder_attempts)), \
+               SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::int[], $4::text[], $5::timestamptz[], \
+                 $6::int[], $7::timestamptz[], $8::text[]) \
+               AS i(id, token, attempt_count, new_state, next_at, ladder_attempts, finished_at, last_error)), \
              upd AS ( \
                UPDATE messages m SET state = i.new_state, next_attempt_at = i.next_at, claim_at = i.next_at, \
-                 lease_token = NULL, attempt_count = GREATEST(m.attempt_count, i.attempt), \
+                 lease_token = NULL, attempt_count = GREATEST(m.attempt_count, i.attempt_count), \
                  ladder_attempts = i.ladder_attempts, \
                  delivered_at = CASE WHEN i.new_state = 'Delivered' THEN i.finished_at ELSE m.delivered_at END, \
                  dead_lettered_at = CASE WHEN i.new_state = 'DeadLetter' THEN i.finished_at \
                    ELSE m.dead_lettered_at END, \
-                 last_error = CASE WHEN i.outcome = 'Success' THEN m.last_error ELSE i.error END, \
-                 updated_at = $14 \
+                 last_error = COALESCE(i.last_error, m.last_error), \
+                 updated_at = $18 \
                FROM input i WHERE m.id = i.id AND m.lease_token = i.token AND m.state = 'Scheduled' \
                RETURNING m.id) \
              INSERT INTO attempts (message_id, attempt, started_at, finished_at, duration_ms, outcome, \
                status_code, error, response_body) \
-             SELECT i.id, i.attempt, i.started_at, i.finished_at, i.duration_ms, i.outcome, i.status_code, \
-               i.error, i.response_body FROM input i JOIN upd ON upd.id = i.id \
+             SELECT a.* FROM unnest($9::uuid[], $10::int[], $11::timestamptz[], $12::timestamptz[], \
+               $13::bigint[], $14::text[], $15::int[], $16::text[], $17::text[]) \
+               AS a(message_id, attempt, started_at, finished_at, duration_ms, outcome, status_code, error, \
+                 response_body) \
+             WHERE a.message_id IN (SELECT id FROM upd) \
              ON CONFLICT (message_id, attempt) DO NOTHING",
         )
         .bind(&ids)
         .bind(&tokens)
-        .bind(&attempts)
-        .bind(&started)
-        .bind(&finished)
-        .bind(&durations)
-        .bind(&outcomes)
-        .bind(&codes)
-        .bind(&errors)
-        .bind(&bodies)
+        .bind(&counts)
         .bind(&states)
         .bind(&next_at)
         .bind(&ladder)
+        .bind(&finished)
+        .bind(&last_errors)
+        .bind(&a_ids)
+        .bind(&a_numbers)
+        .bind(&a_started)
+        .bind(&a_finished)
+        .bind(&a_durations)
+        .bind(&a_outcomes)
+        .bind(&a_codes)
+        .bind(&a_errors)
+        .bind(&a_bodies)
         .bind(now)
         .execute(&self.pool)
         .await

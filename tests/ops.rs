@@ -1,0 +1,301 @@
+//! Operations (API.md §8): health probes, Prometheus metrics, the OpenAPI
+//! document, and the answer to an unknown path.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{
+    in_ms,
+    receiver::{Receiver, Reply},
+    TestApp,
+};
+use reqwest::Response;
+use serde_json::Value;
+use sqlx::{Connection, PgConnection};
+
+async fn get(app: &TestApp, path: &str) -> Response {
+    app.http.get(app.url(path)).send().await.unwrap()
+}
+
+fn content_type(r: &Response) -> String {
+    r.headers()
+        .get("content-type")
+        .map(|v| v.to_str().unwrap().to_string())
+        .unwrap_or_default()
+}
+
+async fn assert_problem(r: Response, status: u16) -> Value {
+    assert_eq!(r.status(), status);
+    let ct = content_type(&r);
+    assert!(ct.starts_with("application/problem+json"), "{ct}");
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["status"], status, "{body}");
+    for key in ["type", "title", "detail"] {
+        assert!(
+            body[key].as_str().is_some_and(|s| !s.is_empty()),
+            "{key} missing: {body}"
+        );
+    }
+    body
+}
+
+/// The sum of every sample of `name` (all label sets) in Prometheus text.
+fn sample_sum(text: &str, name: &str) -> Option<f64> {
+    let mut found = None;
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let Some(rest) = line.strip_prefix(name) else {
+            continue;
+        };
+        if !(rest.starts_with(' ') || rest.starts_with('{')) {
+            continue;
+        }
+        let value = rest
+            .rsplit(' ')
+            .next()
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("a sample value in {line:?}"));
+        *found.get_or_insert(0.0) += value;
+    }
+    found
+}
+
+async fn metrics_text(app: &TestApp) -> String {
+    let r = get(app, "/metrics").await;
+    assert_eq!(r.status(), 200);
+    let ct = content_type(&r);
+    assert!(ct.starts_with("text/plain"), "{ct}");
+    r.text().await.unwrap()
+}
+
+async fn alter_connections(app: &TestApp, allow: bool) {
+    let mut admin = PgConnection::connect(&common::pg_admin_url())
+        .await
+        .unwrap();
+    let name = &app.db.name;
+    sqlx::query(&format!(
+        "ALTER DATABASE {name} WITH ALLOW_CONNECTIONS {allow}"
+    ))
+    .execute(&mut admin)
+    .await
+    .unwrap();
+    if !allow {
+        sqlx::query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1")
+            .bind(name)
+            .execute(&mut admin)
+            .await
+            .unwrap();
+    }
+}
+
+#[tokio::test]
+async fn the_liveness_probe_answers_200_without_a_token() {
+    let app = TestApp::spawn().await;
+    let r = get(&app, "/health/live").await;
+    assert_eq!(r.status(), 200);
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_readiness_probe_answers_200_without_a_token_when_the_database_answers() {
+    let app = TestApp::spawn().await;
+    let r = get(&app, "/health/ready").await;
+    assert_eq!(r.status(), 200);
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_readiness_probe_answers_503_while_the_database_is_unreachable_and_recovers() {
+    let app = TestApp::spawn().await;
+    assert_eq!(get(&app, "/health/ready").await.status(), 200);
+
+    alter_connections(&app, false).await;
+    let r = get(&app, "/health/ready").await;
+    let body = assert_problem(r, 503).await;
+    let text = body.to_string().to_lowercase();
+    assert!(
+        !text.contains("sqlx") && !text.contains("postgres://"),
+        "{body}"
+    );
+    // The process is still alive.
+    assert_eq!(get(&app, "/health/live").await.status(), 200);
+
+    alter_connections(&app, true).await;
+    let r = get(&app, "/health/ready").await;
+    assert_eq!(r.status(), 200, "{:?}", r.text().await);
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn metrics_are_prometheus_text_that_counts_deliveries_and_dead_letters() {
+    let app = TestApp::spawn().await;
+    let api = app.api("acme").await;
+    // The recorder is process-wide: other tests may add to it, never take away.
+    let before = metrics_text(&app).await;
+    let count = |text: &str, name: &str| sample_sum(text, name).unwrap_or(0.0);
+
+    let ok = Receiver::start().await;
+    let t = api.webhook(&ok.url("/ok")).await;
+    let m = api
+        .schedule(t["targetId"].as_str().unwrap(), &in_ms(0), "hello")
+        .await;
+    api.wait_for_state(
+        m["messageId"].as_str().unwrap(),
+        "Delivered",
+        Duration::from_secs(5),
+    )
+    .await;
+
+    let refused = Receiver::start().await;
+    refused.always(Reply::status(410));
+    let t = api.webhook(&refused.url("/gone")).await;
+    let m = api
+        .schedule(t["targetId"].as_str().unwrap(), &in_ms(0), "bye")
+        .await;
+    api.wait_for_state(
+        m["messageId"].as_str().unwrap(),
+        "DeadLetter",
+        Duration::from_secs(5),
+    )
+    .await;
+
+    let after = metrics_text(&app).await;
+    for name in [
+        "dispatch_messages_scheduled_total",
+        "dispatch_messages_delivered_total",
+        "dispatch_messages_dead_lettered_total",
+    ] {
+        assert!(
+            after.contains(&format!("# TYPE {name} counter")),
+            "{name} is a counter:\n{after}"
+        );
+        assert!(
+            sample_sum(&after, name).is_some(),
+            "{name} missing:\n{after}"
+        );
+    }
+    assert!(
+        count(&after, "dispatch_messages_scheduled_total")
+            >= count(&before, "dispatch_messages_scheduled_total") + 2.0,
+        "two messages were scheduled:\n{after}"
+    );
+    assert!(
+        count(&after, "dispatch_messages_delivered_total")
+            >= count(&before, "dispatch_messages_delivered_total") + 1.0,
+        "one message was delivered:\n{after}"
+    );
+    assert!(
+        count(&after, "dispatch_messages_dead_lettered_total")
+            >= count(&before, "dispatch_messages_dead_lettered_total") + 1.0,
+        "one message became a dead letter:\n{after}"
+    );
+    let lateness = "dispatch_delivery_lateness_seconds";
+    assert!(
+        after.contains(&format!("# TYPE {lateness} histogram")),
+        "{lateness} is a histogram:\n{after}"
+    );
+    assert!(
+        count(&after, &format!("{lateness}_count"))
+            >= count(&before, &format!("{lateness}_count")) + 1.0,
+        "a lateness was observed:\n{after}"
+    );
+    assert!(
+        sample_sum(&after, &format!("{lateness}_bucket")).is_some(),
+        "{after}"
+    );
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_openapi_document_is_3_1_and_describes_the_api_without_a_token() {
+    let app = TestApp::spawn().await;
+    let r = get(&app, "/openapi.json").await;
+    assert_eq!(r.status(), 200);
+    let ct = content_type(&r);
+    assert!(ct.starts_with("application/json"), "{ct}");
+    let doc: Value = r.json().await.unwrap();
+    let version = doc["openapi"].as_str().unwrap();
+    assert!(version.starts_with("3.1"), "{version}");
+    assert!(doc["info"]["title"].is_string());
+    let paths = doc["paths"].as_object().expect("paths");
+    let expect = [
+        ("/messages", &["get", "post"][..]),
+        ("/messages/{messageId}", &["get"][..]),
+        ("/messages/{messageId}/attempts", &["get"][..]),
+        ("/messages/{messageId}/cancel", &["post"][..]),
+        ("/messages/{messageId}/reschedule", &["post"][..]),
+        ("/targets", &["get", "post"][..]),
+        ("/targets/{targetId}", &["get", "patch", "delete"][..]),
+        ("/targets/{targetId}/enable", &["post"][..]),
+        ("/targets/{targetId}/disable", &["post"][..]),
+        ("/oauth/token", &["post"][..]),
+        ("/health/live", &["get"][..]),
+        ("/health/ready", &["get"][..]),
+    ];
+    for (path, methods) in expect {
+        let item = paths
+            .get(path)
+            .unwrap_or_else(|| panic!("{path} is missing from {:?}", paths.keys()));
+        for m in methods {
+            assert!(item.get(*m).is_some(), "{m} {path} is missing: {item}");
+        }
+    }
+    let schemes = &doc["components"]["securitySchemes"];
+    assert!(
+        schemes
+            .as_object()
+            .is_some_and(|s| s.values().any(|v| v["scheme"] == "bearer")),
+        "a bearer security scheme: {schemes}"
+    );
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_unknown_path_answers_404_problem_json() {
+    let app = TestApp::spawn().await;
+    for path in ["/nope", "/targets/DI-T-aabbcc1122/explode", "/health"] {
+        let body = assert_problem(get(&app, path).await, 404).await;
+        assert_eq!(body["status"], 404);
+    }
+    let api = app.api("acme").await;
+    assert_problem(api.get("/no/such/thing").await, 404).await;
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_method_a_path_does_not_support_answers_405_problem_json_with_allow() {
+    let app = TestApp::spawn().await;
+    let api = app.api("acme").await;
+    for (method, path) in [
+        (reqwest::Method::PUT, "/targets"),
+        (reqwest::Method::DELETE, "/messages"),
+        (reqwest::Method::POST, "/health/live"),
+        (reqwest::Method::GET, "/oauth/token"),
+    ] {
+        let r = api.req(method.clone(), path).send().await.unwrap();
+        let allow = r
+            .headers()
+            .get("allow")
+            .map(|v| v.to_str().unwrap().to_string());
+        assert_problem(r, 405).await;
+        let allow = allow.unwrap_or_else(|| panic!("{method} {path}: 405 without Allow"));
+        assert!(
+            !allow.contains(method.as_str()),
+            "{method} {path}: Allow: {allow}"
+        );
+    }
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_operational_endpoints_answer_without_a_token() {
+    let app = TestApp::spawn().await;
+    for path in ["/health/live", "/health/ready", "/metrics", "/openapi.json"] {
+        let r = get(&app, path).await;
+        assert_eq!(r.status(), 200, "{path}");
+        assert!(r.headers().get("www-authenticate").is_none(), "{path}");
+    }
+    // The API itself does need one.
+    assert_eq!(get(&app, "/targets").await.status(), 401);
+    app.shutdown().await;
+}
