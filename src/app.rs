@@ -2,7 +2,7 @@
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 use tokio::{net::TcpListener, sync::Notify};
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tracing::info;
@@ -14,31 +14,62 @@ use crate::{
     delivery::{aws::AwsClients, webhook::WebhookClient, Deliverer},
     domain::retry::RetryPolicy,
     metrics, retention,
-    store::{postgres::PgStore, Store},
+    store::{postgres::PgStore, sqlite::SqliteStore, Store},
     sweeper::Sweeper,
 };
 
-pub const NO_DATABASE: &str = "no database configured: set DATABASE_URL (or database.url, or \
-     DISPATCH_DATABASE__URL) to a PostgreSQL URL such as postgres://postgres@127.0.0.1:5432/dispatch";
+/// Where the embedded store lives when no database is configured.
+pub const EMBEDDED_PATH: &str = "data/dispatch.db";
 
-/// Opens the configured store and applies its migrations.
-pub async fn open_store(config: &Config) -> anyhow::Result<PgStore> {
+/// An opened store: PostgreSQL (several instances) or the embedded SQLite (one process).
+pub enum Backend {
+    Postgres(PgStore),
+    Sqlite(SqliteStore),
+}
+
+impl Backend {
+    /// The store, and the PostgreSQL pool when there is one (for LISTEN).
+    pub fn into_parts(self) -> (Arc<dyn Store>, Option<sqlx::PgPool>) {
+        match self {
+            Backend::Postgres(s) => {
+                let pool = s.pool().clone();
+                (Arc::new(s), Some(pool))
+            }
+            Backend::Sqlite(s) => (Arc::new(s), None),
+        }
+    }
+
+    pub fn is_embedded(&self) -> bool {
+        matches!(self, Backend::Sqlite(_))
+    }
+}
+
+/// Opens the configured store and applies its migrations: `postgres://…`,
+/// `sqlite://PATH`, or (empty) the embedded store under `./data`.
+pub async fn open_store(config: &Config) -> anyhow::Result<Backend> {
     let url = config.database.url.trim();
-    if url.is_empty() {
-        bail!(NO_DATABASE);
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        let store = PgStore::connect(
+            url,
+            config.database.max_connections,
+            config.sweeper.poll_interval,
+        )
+        .await
+        .context("connecting to PostgreSQL")?;
+        store.migrate().await.context("applying migrations")?;
+        return Ok(Backend::Postgres(store));
     }
-    if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
-        bail!("database.url must be a postgres:// URL");
-    }
-    let store = PgStore::connect(
-        url,
-        config.database.max_connections,
-        config.sweeper.poll_interval,
-    )
-    .await
-    .context("connecting to PostgreSQL")?;
-    store.migrate().await.context("applying migrations")?;
-    Ok(store)
+    let path = if url.is_empty() {
+        std::path::PathBuf::from(EMBEDDED_PATH)
+    } else {
+        SqliteStore::path_from_url(url).with_context(|| {
+            format!("database.url must be postgres://… or sqlite://PATH, not `{url}`")
+        })?
+    };
+    let store = SqliteStore::open(&path)
+        .await
+        .with_context(|| format!("opening the embedded store {}", path.display()))?;
+    Ok(Backend::Sqlite(store))
 }
 
 /// A running instance: API, sweeper, retention, wake-up listener.
@@ -84,12 +115,11 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
 
 pub async fn start_with(
     config: Config,
-    store: PgStore,
+    backend: Backend,
     listener: TcpListener,
 ) -> anyhow::Result<Running> {
     let addr = listener.local_addr()?;
-    let pool = store.pool().clone();
-    let store: Arc<dyn Store> = Arc::new(store);
+    let (store, pool) = backend.into_parts();
     let config = Arc::new(config);
     let tokens = TokenService::new(store.clone(), &config.auth)
         .await
@@ -139,11 +169,13 @@ pub async fn start_with(
     });
     if config.sweeper.enabled {
         tasks.spawn(sweeper.clone().run(shutdown.clone()));
-        tasks.spawn(crate::store::postgres::listen::forward_wakeups(
-            pool,
-            wake,
-            shutdown.clone(),
-        ));
+        if let Some(pool) = pool {
+            tasks.spawn(crate::store::postgres::listen::forward_wakeups(
+                pool,
+                wake,
+                shutdown.clone(),
+            ));
+        }
     }
     tasks.spawn(retention::run(
         store,

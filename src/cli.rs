@@ -10,7 +10,7 @@ use crate::{
     app,
     auth::{parse_scopes, secrets, SCOPES},
     config::Config,
-    store::{ClientRecord, Store},
+    store::ClientRecord,
 };
 
 #[derive(Debug, Parser)]
@@ -85,7 +85,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command.unwrap_or(Command::Serve) {
         Command::Serve => serve(config).await,
         Command::Migrate => {
-            app::open_store(&config).await?;
+            let _ = app::open_store(&config).await?;
             eprintln!("migrations applied");
             Ok(())
         }
@@ -95,10 +95,45 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
 }
 
 async fn serve(config: Config) -> anyhow::Result<()> {
-    let running = app::start(config).await?;
+    let backend = app::open_store(&config).await?;
+    let embedded_default = backend.is_embedded() && config.database.url.trim().is_empty();
+    let listener = tokio::net::TcpListener::bind(config.server.listen)
+        .await
+        .with_context(|| format!("binding {}", config.server.listen))?;
+    let running = app::start_with(config, backend, listener).await?;
+    if embedded_default {
+        announce_development_client(&running).await?;
+    }
     app::shutdown_signal().await;
     tracing::info!("shutting down: finishing attempts in flight");
     running.shutdown().await;
+    Ok(())
+}
+
+/// The embedded default is for trying Dispatch out: on its first start it
+/// creates a client with every scope and prints its credentials once.
+async fn announce_development_client(running: &app::Running) -> anyhow::Result<()> {
+    let store = running.state.store.clone();
+    if store.count_clients().await? > 0 {
+        return Ok(());
+    }
+    let (client_id, secret) = secrets::generate_client_credentials();
+    store
+        .create_client(&ClientRecord {
+            client_id: client_id.clone(),
+            account: "dev".into(),
+            name: "development".into(),
+            secret_hash: secrets::hash_secret(&secret),
+            scopes: SCOPES.iter().map(|s| s.to_string()).collect(),
+        })
+        .await?;
+    let base = format!("http://{}", running.addr);
+    eprintln!(
+        "\n  Embedded store at ./{path}, first start: created a development client for the account `dev`.\n  \
+         It is shown this once:\n\n    client id:     {client_id}\n    client secret: {secret}\n\n  \
+         Get a token:  curl -s -u '{client_id}:{secret}' -d grant_type=client_credentials {base}/oauth/token\n",
+        path = app::EMBEDDED_PATH
+    );
     Ok(())
 }
 
@@ -114,7 +149,7 @@ async fn create_client(config: Config, args: CreateClient) -> anyhow::Result<()>
             anyhow::anyhow!("unknown scope {s}; known scopes: {}", SCOPES.join(", "))
         })?
     };
-    let store = app::open_store(&config).await?;
+    let (store, _) = app::open_store(&config).await?.into_parts();
     let (client_id, secret) = secrets::generate_client_credentials();
     let record = ClientRecord {
         client_id: client_id.clone(),
@@ -154,7 +189,7 @@ async fn create_target(config: Config, args: CreateTarget) -> anyhow::Result<()>
             }
         }
     }
-    let store = app::open_store(&config).await?;
+    let (store, _) = app::open_store(&config).await?.into_parts();
     let now = crate::domain::time::now();
     let target = crate::domain::target::Target {
         id: crate::domain::ids::TargetId::new(),

@@ -1012,7 +1012,8 @@ async fn own_tokens_still_work_when_an_external_issuer_is_trusted() {
 
 #[tokio::test]
 async fn a_client_created_on_the_command_line_has_only_its_secret_hash_stored() {
-    let app = TestApp::spawn().await;
+    // The command runs before the server: the embedded store serves one process.
+    let db = std::sync::Arc::new(common::TestDb::new().await);
     let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_dispatch"))
         .args([
             "clients",
@@ -1026,8 +1027,8 @@ async fn a_client_created_on_the_command_line_has_only_its_secret_hash_stored() 
             "--scope",
             "targets:read",
         ])
-        .env("DISPATCH_DATABASE__URL", &app.db.url)
-        .env("DATABASE_URL", &app.db.url)
+        .env("DISPATCH_DATABASE__URL", &db.url)
+        .env("DATABASE_URL", &db.url)
         .env("DISPATCH_LOG__FORMAT", "pretty")
         .output()
         .await
@@ -1049,24 +1050,18 @@ async fn a_client_created_on_the_command_line_has_only_its_secret_hash_stored() 
     assert_eq!(printed["scopes"], json!(["messages:write", "targets:read"]));
     assert!(secret.len() >= 32, "a secret of some strength: {secret}");
 
-    let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&app.db.url)
+    let app = TestApp::spawn_on(db, |_| {}).await;
+    let stored = app
+        .store()
+        .find_client(client_id)
         .await
-        .unwrap();
-    let rows: Vec<(String, String)> =
-        sqlx::query_as("SELECT client_id, row_to_json(c)::text FROM clients c")
-            .fetch_all(&mut conn)
-            .await
-            .unwrap();
-    let (_, row) = rows
-        .iter()
-        .find(|(id, _)| id == client_id)
+        .unwrap()
         .expect("the client is stored");
-    assert!(!row.contains(secret), "the secret is stored: {row}");
-    let (hash,): (String,) = sqlx::query_as("SELECT secret_hash FROM clients WHERE client_id = $1")
-        .bind(client_id)
-        .fetch_one(&mut conn)
-        .await
-        .unwrap();
+    assert!(
+        !format!("{stored:?}").contains(secret),
+        "the secret is stored: {stored:?}"
+    );
+    let hash = stored.secret_hash;
     assert!(hash.starts_with("$argon2"), "a password hash: {hash}");
 
     // The printed secret is the one that works.

@@ -5,6 +5,8 @@ mod common;
 
 use std::{process::Stdio, time::Duration};
 
+use tokio::io::AsyncBufReadExt;
+
 use common::{in_ms, receiver::Receiver, receiver::Reply, TestApp, TestDb};
 use serde_json::Value;
 
@@ -99,20 +101,150 @@ async fn clients_create_without_scopes_grants_all_four_and_refuses_unknown_ones(
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown scope admin"));
 }
 
-#[tokio::test]
-async fn serve_without_a_database_says_how_to_configure_one() {
-    let out = dispatch()
+/// Runs `dispatch serve` with no configuration at all in `dir`, and reads
+/// the development client it prints on first start.
+async fn serve_embedded(
+    dir: &std::path::Path,
+    port: u16,
+) -> (tokio::process::Child, String, String) {
+    let mut child = dispatch()
         .arg("serve")
+        .current_dir(dir)
+        .env("DISPATCH_SERVER__LISTEN", format!("127.0.0.1:{port}"))
+        .env("DISPATCH_WEBHOOK__ALLOW_PRIVATE_NETWORKS", "true")
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let (mut id, mut secret) = (String::new(), String::new());
+    let read = async {
+        while let Some(line) = stderr.next_line().await.unwrap() {
+            if let Some(v) = line.trim().strip_prefix("client id:") {
+                id = v.trim().to_string();
+            }
+            if let Some(v) = line.trim().strip_prefix("client secret:") {
+                secret = v.trim().to_string();
+                break;
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(20), read)
+        .await
+        .expect("the development client is printed");
+    (child, id, secret)
+}
+
+#[tokio::test]
+async fn serve_with_no_configuration_runs_on_the_embedded_store_and_delivers() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let (mut child, id, secret) = serve_embedded(dir.path(), port).await;
+    assert!(id.starts_with("dc_") && !secret.is_empty());
+    assert!(
+        dir.path().join("data/dispatch.db").exists(),
+        "the store lives under ./data"
+    );
+    let base = format!("http://127.0.0.1:{port}");
+    let http = reqwest::Client::new();
+    assert_eq!(
+        http.get(format!("{base}/health/ready"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+
+    let token: Value = http
+        .post(format!("{base}/oauth/token"))
+        .basic_auth(&id, Some(&secret))
+        .form(&[("grant_type", "client_credentials")])
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let api = common::Api {
+        base: base.clone(),
+        http: http.clone(),
+        token: token["access_token"].as_str().unwrap().into(),
+    };
+    let rx = Receiver::start().await;
+    let target = api.webhook(&rx.url("/hook")).await["targetId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let m = api.schedule(&target, &in_ms(300), "first message").await;
+    api.wait_for_state(
+        m["messageId"].as_str().unwrap(),
+        "Delivered",
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(rx.received()[0].json()["payload"], "first message");
+
+    // A second process on the same file is refused, saying why and what to use instead.
+    let other = dispatch()
+        .arg("serve")
+        .current_dir(dir.path())
         .env("DISPATCH_SERVER__LISTEN", "127.0.0.1:0")
         .output()
         .await
         .unwrap();
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!other.status.success());
+    let err = String::from_utf8_lossy(&other.stderr);
     assert!(
-        stderr.contains("DATABASE_URL") && stderr.contains("postgres://"),
-        "{stderr}"
+        err.contains("dispatch.db.lock") && err.contains("PostgreSQL"),
+        "{err}"
     );
+
+    // The development client is made once: a restart prints none.
+    child.start_kill().unwrap();
+    child.wait().await.unwrap();
+    let again = dispatch()
+        .arg("serve")
+        .current_dir(dir.path())
+        .env("DISPATCH_SERVER__LISTEN", format!("127.0.0.1:{port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while http
+        .get(format!("{base}/health/ready"))
+        .send()
+        .await
+        .map(|r| r.status() != 200)
+        .unwrap_or(true)
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the restarted service did not become ready"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &again.id().unwrap().to_string()])
+        .status();
+    let out = again.wait_with_output().await.unwrap();
+    assert!(
+        !String::from_utf8_lossy(&out.stderr).contains("client secret"),
+        "a second client was created"
+    );
+    // The data survived the restart.
+    let store = common::open_any_store(&format!(
+        "sqlite://{}",
+        dir.path().join("data/dispatch.db").display()
+    ))
+    .await;
+    assert_eq!(store.count_clients().await.unwrap(), 1);
 }
 
 #[tokio::test]
@@ -129,30 +261,16 @@ async fn migrate_applies_the_schema() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let store = common::open_store(&db.url).await;
-    let tables: Vec<(String,)> = sqlx::query_as(
-        "SELECT tablename::text FROM pg_tables WHERE schemaname = 'public' ORDER BY 1",
-    )
-    .fetch_all(store.pool())
-    .await
-    .unwrap();
-    let tables: Vec<&str> = tables.iter().map(|t| t.0.as_str()).collect();
-    for t in [
-        "accounts",
-        "attempts",
-        "clients",
-        "idempotency_keys",
-        "messages",
-        "signing_keys",
-        "targets",
-    ] {
-        assert!(tables.contains(&t), "{t} in {tables:?}");
-    }
+    // The schema is there: the store answers without migrating again.
+    let store = common::open_any_store(&db.url).await;
+    assert_eq!(store.count_clients().await.unwrap(), 0);
+    assert!(store.signing_keys().await.unwrap().len() == 1);
 }
 
 #[tokio::test]
 async fn sigterm_lets_attempts_in_flight_finish_and_records_them() {
-    let api_app = TestApp::spawn_with(|c| c.sweeper.enabled = false).await;
+    // Two processes on one database: PostgreSQL, whatever the store under test.
+    let api_app = TestApp::spawn_postgres_with(|c| c.sweeper.enabled = false).await;
     let rx = Receiver::start().await;
     rx.always(Reply::status(200).delay(Duration::from_millis(700)));
     let api = api_app.api("acme").await;
@@ -234,8 +352,7 @@ async fn targets_create_provisions_a_target_from_the_command_line() {
     assert_eq!(t["type"], "sqs");
     assert_eq!(t["config"]["credentials"]["secretAccessKey"], "***");
     let id: dispatch::domain::ids::TargetId = t["targetId"].as_str().unwrap().parse().unwrap();
-    let store = common::open_store(&db.url).await;
-    use dispatch::store::Store;
+    let store = common::open_any_store(&db.url).await;
     assert!(store.get_target("demo", &id).await.unwrap().is_some());
 
     let bad = dispatch()

@@ -737,14 +737,21 @@ async fn the_running_sweeper_skips_a_disabled_target_and_delivers_when_it_is_ena
 /// an instance on the same database where they are not.
 async fn delivered_by_a_guarded_instance(url_of: impl FnOnce(&Receiver) -> String) {
     let app = TestApp::spawn_with(|c| c.sweeper.enabled = false).await;
-    let guarded = TestApp::spawn_on(app.db.clone(), |c| {
-        c.webhook.allow_private_networks = false;
-    })
-    .await;
     let rx = Receiver::start().await;
     let api = app.api("acme").await;
     let target = api.webhook(&url_of(&rx)).await;
     let id = schedule_now(&api, &target, "x").await;
+    // One instance at a time, so that this runs on the embedded store too.
+    let db = app.db.clone();
+    app.shutdown().await;
+    let guarded = TestApp::spawn_on(db, |c| {
+        c.webhook.allow_private_networks = false;
+    })
+    .await;
+    let api = Api {
+        base: guarded.base.clone(),
+        ..api
+    };
     let m = api.wait_for_state(&id, "DeadLetter", WAIT).await;
     assert_eq!(m["attemptCount"], 1, "{m}");
     let attempts = api.attempts(&id).await;
@@ -763,7 +770,6 @@ async fn delivered_by_a_guarded_instance(url_of: impl FnOnce(&Receiver) -> Strin
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(rx.count(), 0, "the private address was reached");
     guarded.shutdown().await;
-    app.shutdown().await;
 }
 
 #[tokio::test]

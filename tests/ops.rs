@@ -106,7 +106,7 @@ async fn the_readiness_probe_answers_200_without_a_token_when_the_database_answe
 
 #[tokio::test]
 async fn the_readiness_probe_answers_503_while_the_database_is_unreachable_and_recovers() {
-    let app = TestApp::spawn().await;
+    let app = TestApp::spawn_postgres_with(|_| {}).await;
     assert_eq!(get(&app, "/health/ready").await.status(), 200);
 
     alter_connections(&app, false).await;

@@ -1,4 +1,6 @@
 //! Several instances, crashes, database outages, retention: nothing is lost.
+//! These run on PostgreSQL whatever DISPATCH_TEST_STORE says: several
+//! instances on one database is what PostgreSQL is for.
 
 mod common;
 
@@ -71,7 +73,7 @@ async fn wait_until_all_delivered(api: &Api, n: usize, within: Duration) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_instances_deliver_2000_due_messages_each_exactly_once() {
-    let a = TestApp::spawn().await;
+    let a = TestApp::spawn_postgres_with(|_| {}).await;
     let b = TestApp::spawn_on(a.db.clone(), |_| {}).await;
     let rx = Receiver::start().await;
     let api = a.api("acme").await;
@@ -106,7 +108,7 @@ fn free_port() -> u16 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_crash_with_attempts_in_flight_loses_no_message() {
     // The API instance does not deliver; a separate process does, and is killed.
-    let api_app = TestApp::spawn_with(|c| c.sweeper.enabled = false).await;
+    let api_app = TestApp::spawn_postgres_with(|c| c.sweeper.enabled = false).await;
     let rx = Receiver::start().await;
     rx.always(Reply::status(200).delay(Duration::from_millis(400)));
     let api = api_app.api("acme").await;
@@ -161,7 +163,7 @@ async fn a_crash_with_attempts_in_flight_loses_no_message() {
 
 /// The test database, reached through a proxy that can be cut.
 async fn proxied_db() -> (Arc<TestDb>, Proxy, String) {
-    let db = Arc::new(TestDb::new().await);
+    let db = Arc::new(TestDb::postgres().await);
     let parsed = url::Url::parse(&db.url).unwrap();
     let upstream = format!(
         "{}:{}",
@@ -242,7 +244,7 @@ async fn a_database_outage_makes_the_service_unready_and_loses_nothing() {
 
 #[tokio::test]
 async fn retention_purges_what_expired_and_keeps_the_rest() {
-    let app = TestApp::spawn_with(|c| {
+    let app = TestApp::spawn_postgres_with(|c| {
         c.sweeper.enabled = false;
         c.retention.interval = Duration::from_secs(3600); // driven by hand below
         c.retention.delivered = Duration::from_millis(200);

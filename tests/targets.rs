@@ -628,15 +628,14 @@ async fn echoing_a_masked_target_back_in_a_patch_keeps_its_secrets() {
 
 /// The configuration as stored, secrets included.
 async fn stored_config(app: &TestApp, target_id: &str) -> Value {
-    let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&app.db.url)
+    let id = target_id.parse().unwrap();
+    let target = app
+        .store()
+        .get_target("acme", &id)
         .await
-        .unwrap();
-    let (config,): (String,) = sqlx::query_as("SELECT config::text FROM targets WHERE id = $1")
-        .bind(target_id)
-        .fetch_one(&mut conn)
-        .await
-        .unwrap();
-    serde_json::from_str(&config).unwrap()
+        .unwrap()
+        .expect("the target is stored");
+    target.config.to_stored_json()
 }
 
 #[tokio::test]

@@ -39,7 +39,7 @@ CREATE TABLE messages (
     account          text NOT NULL,
     target_id        text NOT NULL REFERENCES targets (id) ON DELETE CASCADE,
     state            text NOT NULL CHECK (state IN ('Scheduled', 'Delivered', 'Cancelled', 'DeadLetter')),
-    payload          text NOT NULL,
+    payload          bytea NOT NULL,               -- UTF-8; bytea because text refuses U+0000
     delivery_time    timestamptz NOT NULL,       -- of the most recent schedule or reschedule
     next_attempt_at  timestamptz,                -- what the API shows while Scheduled
     -- When the sweeper may claim the message: next_attempt_at, or the end of
@@ -86,7 +86,7 @@ CREATE TABLE idempotency_keys (
     key           text NOT NULL,
     request_hash  bytea NOT NULL,
     status        integer NOT NULL,
-    response      jsonb NOT NULL,
+    response      text NOT NULL,                -- JSON; text keeps \u0000 escaped, jsonb refuses it
     created_at    timestamptz NOT NULL,
     PRIMARY KEY (account, key)
 );

@@ -102,9 +102,9 @@ impl RetryPolicy {
         let attempt = attempt.max(1);
         if attempt >= self.max_attempts() {
             None
-        } else if attempt % self.attempts_per_cycle() == 0 {
+        } else if attempt.is_multiple_of(self.attempts_per_cycle()) {
             Some(self.hour_delay)
-        } else if attempt % self.attempts_per_round() == 0 {
+        } else if attempt.is_multiple_of(self.attempts_per_round()) {
             Some(self.minute_delay)
         } else {
             Some(Duration::ZERO)

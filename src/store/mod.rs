@@ -12,6 +12,7 @@
 //! - Another account's rows are invisible: they answer `None`/NotFound.
 
 pub mod postgres;
+pub mod sqlite;
 
 use std::time::Duration;
 
@@ -36,6 +37,9 @@ pub enum StoreError {
     Database(#[source] sqlx::Error),
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),
+    /// The embedded store's file is in use by another process, or unusable.
+    #[error("{0}")]
+    Locked(String),
     #[error("migration failed")]
     Migrate(#[source] sqlx::migrate::MigrateError),
 }
@@ -168,6 +172,7 @@ pub trait Store: Send + Sync + 'static {
 
     async fn create_client(&self, client: &ClientRecord) -> StoreResult<()>;
     async fn find_client(&self, client_id: &str) -> StoreResult<Option<ClientRecord>>;
+    async fn count_clients(&self) -> StoreResult<u64>;
     async fn ensure_account(&self, account: &str) -> StoreResult<()>;
     /// The keys tokens are signed with, newest first; one is created when there is none.
     async fn signing_keys(&self) -> StoreResult<Vec<SigningKey>>;
@@ -244,6 +249,16 @@ pub trait Store: Send + Sync + 'static {
     async fn record(&self, results: &[Recorded], now: DateTime<Utc>) -> StoreResult<u64>;
 
     async fn purge_expired(&self, cutoffs: &Cutoffs, batch: u32) -> StoreResult<Purged>;
+}
+
+/// Attempt texts (errors, response excerpts) are kept with U+0000 replaced
+/// by U+FFFD on every backend: PostgreSQL text cannot hold it.
+pub(crate) fn storable_text(s: &str) -> std::borrow::Cow<'_, str> {
+    if s.contains('\0') {
+        std::borrow::Cow::Owned(s.replace('\0', "\u{FFFD}"))
+    } else {
+        std::borrow::Cow::Borrowed(s)
+    }
 }
 
 /// Conversions shared by the backends.

@@ -25,20 +25,58 @@ pub fn pg_admin_url() -> String {
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
 }
 
-/// A fresh database, dropped when the value is dropped.
+/// The store the tests run on: PostgreSQL (default) or the embedded SQLite
+/// store (`DISPATCH_TEST_STORE=sqlite`). `scripts/test` runs both halves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Postgres,
+    Sqlite,
+}
+
+pub fn backend() -> Backend {
+    match std::env::var("DISPATCH_TEST_STORE").as_deref() {
+        Ok("sqlite") => Backend::Sqlite,
+        Ok("postgres") | Ok("") | Err(_) => Backend::Postgres,
+        Ok(other) => panic!("DISPATCH_TEST_STORE must be postgres or sqlite, not {other}"),
+    }
+}
+
+/// A fresh database, removed when the value is dropped.
 pub struct TestDb {
     pub name: String,
     pub url: String,
-    admin: String,
+    admin: Option<String>,
+    _dir: Option<tempfile::TempDir>,
 }
 
 impl TestDb {
+    /// A database on the backend under test.
     pub async fn new() -> Self {
+        match backend() {
+            Backend::Postgres => Self::postgres().await,
+            Backend::Sqlite => Self::sqlite(),
+        }
+    }
+
+    /// An embedded store in a temporary directory.
+    pub fn sqlite() -> Self {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("dispatch.db");
+        Self {
+            name: "sqlite".into(),
+            url: format!("sqlite://{}", path.display()),
+            admin: None,
+            _dir: Some(dir),
+        }
+    }
+
+    /// A PostgreSQL database, for what only PostgreSQL does (several instances).
+    pub async fn postgres() -> Self {
         let admin = pg_admin_url();
         let mut conn = PgConnection::connect(&admin).await.unwrap_or_else(|e| {
             panic!(
                 "cannot reach PostgreSQL at {admin}: {e}\n\
-                 Start one (the test script `.ci/run` starts a throwaway cluster) or set DISPATCH_TEST_PG_URL."
+                 Start one (the test script `scripts/test` starts a throwaway cluster) or set DISPATCH_TEST_PG_URL."
             )
         });
         let name = format!("dispatch_test_{}", uuid::Uuid::new_v4().simple());
@@ -53,14 +91,17 @@ impl TestDb {
         Self {
             url: format!("{base}/{name}"),
             name,
-            admin,
+            admin: Some(admin),
+            _dir: None,
         }
     }
 }
 
 impl Drop for TestDb {
     fn drop(&mut self) {
-        let admin = self.admin.clone();
+        let Some(admin) = self.admin.clone() else {
+            return;
+        };
         let name = self.name.clone();
         // Drop cannot await; use a small runtime on a plain thread.
         let _ = std::thread::spawn(move || {
@@ -111,6 +152,13 @@ impl TestApp {
 
     pub async fn spawn_with(configure: impl FnOnce(&mut Config)) -> Self {
         let db = Arc::new(TestDb::new().await);
+        Self::spawn_on(db, configure).await
+    }
+
+    /// On PostgreSQL whatever the backend under test: for what needs several
+    /// instances or a database server to break.
+    pub async fn spawn_postgres_with(configure: impl FnOnce(&mut Config)) -> Self {
+        let db = Arc::new(TestDb::postgres().await);
         Self::spawn_on(db, configure).await
     }
 
@@ -310,4 +358,15 @@ pub async fn open_store(url: &str) -> PgStore {
     PgStore::connect(url, 5, Duration::from_secs(5))
         .await
         .unwrap()
+}
+
+/// Opens whichever store `url` names (no running binary may hold it).
+pub async fn open_any_store(url: &str) -> Arc<dyn Store> {
+    let mut config = Config::defaults();
+    config.database.url = url.to_string();
+    app::open_store(&config)
+        .await
+        .expect("the store opens")
+        .into_parts()
+        .0
 }

@@ -183,6 +183,14 @@ impl Store for PgStore {
         ))
     }
 
+    async fn count_clients(&self) -> StoreResult<u64> {
+        let (n,): (i64,) = sqlx::query_as("SELECT count(*) FROM clients")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(map_err)?;
+        Ok(n.max(0) as u64)
+    }
+
     async fn ensure_account(&self, account: &str) -> StoreResult<()> {
         sqlx::query("INSERT INTO accounts (name) VALUES ($1) ON CONFLICT DO NOTHING")
             .bind(account)
@@ -392,14 +400,14 @@ impl Store for PgStore {
             .bind(&idem.key)
             .bind(&idem.request_hash)
             .bind(i32::from(idem.status))
-            .bind(&idem.response)
+            .bind(idem.response.to_string())
             .bind(m.created_at)
             .bind(expired_before)
             .fetch_optional(&mut *tx)
             .await
             .map_err(map_err)?;
             if claimed.is_none() {
-                let (hash, status, response): (Vec<u8>, i32, serde_json::Value) = sqlx::query_as(
+                let (hash, status, response): (Vec<u8>, i32, String) = sqlx::query_as(
                     "SELECT request_hash, status, response FROM idempotency_keys WHERE account = $1 AND key = $2",
                 )
                 .bind(&m.account)
@@ -408,6 +416,8 @@ impl Store for PgStore {
                 .await
                 .map_err(map_err)?;
                 return Ok(if hash == idem.request_hash {
+                    let response = serde_json::from_str(&response)
+                        .map_err(|e| StoreError::Corrupt(format!("idempotent response: {e}")))?;
                     InsertOutcome::Replayed {
                         status: u16::try_from(status).unwrap_or(201),
                         response,
@@ -428,7 +438,7 @@ impl Store for PgStore {
         .bind(m.id.0)
         .bind(&m.account)
         .bind(m.target_id.as_str())
-        .bind(m.payload.as_str())
+        .bind(m.payload.as_str().as_bytes())
         .bind(m.delivery_time)
         .bind(m.created_at)
         .execute(&mut *tx)
@@ -454,7 +464,10 @@ impl Store for PgStore {
         }
         let ids: Vec<Uuid> = messages.iter().map(|m| m.id.0).collect();
         let targets: Vec<&str> = messages.iter().map(|m| m.target_id.as_str()).collect();
-        let payloads: Vec<&str> = messages.iter().map(|m| m.payload.as_str()).collect();
+        let payloads: Vec<&[u8]> = messages
+            .iter()
+            .map(|m| m.payload.as_str().as_bytes())
+            .collect();
         let times: Vec<DateTime<Utc>> = messages.iter().map(|m| m.delivery_time).collect();
         let now = messages
             .iter()
@@ -467,7 +480,7 @@ impl Store for PgStore {
             "INSERT INTO messages (id, account, target_id, state, payload, delivery_time, next_attempt_at, \
                claim_at, paused, created_at, updated_at) \
              SELECT i.id, $1, t.id, 'Scheduled', i.payload, i.at, i.at, i.at, NOT t.enabled, $6, $6 \
-             FROM unnest($2::uuid[], $3::text[], $4::text[], $5::timestamptz[]) AS i(id, target_id, payload, at) \
+             FROM unnest($2::uuid[], $3::text[], $4::bytea[], $5::timestamptz[]) AS i(id, target_id, payload, at) \
              JOIN targets t ON t.id = i.target_id AND t.account = $1 \
              FOR KEY SHARE OF t \
              RETURNING id",
@@ -642,7 +655,7 @@ impl Store for PgStore {
                     id: MessageId(r.id),
                     target: config_from_row(&r.kind, r.config)?,
                     target_id: TargetId::from_trusted(r.target_id),
-                    payload: r.payload,
+                    payload: payload_from_bytes(r.payload)?.into_inner(),
                     delivery_time: r.delivery_time,
                     attempt_count: r.attempt_count.max(0) as u32,
                     ladder_attempts: r.ladder_attempts.max(0) as u32,
@@ -684,8 +697,8 @@ impl Store for PgStore {
         let mut a_durations = Vec::with_capacity(n);
         let mut a_outcomes = Vec::with_capacity(n);
         let mut a_codes: Vec<Option<i32>> = Vec::with_capacity(n);
-        let mut a_errors: Vec<Option<&str>> = Vec::with_capacity(n);
-        let mut a_bodies: Vec<Option<&str>> = Vec::with_capacity(n);
+        let mut a_errors: Vec<Option<std::borrow::Cow<'_, str>>> = Vec::with_capacity(n);
+        let mut a_bodies: Vec<Option<std::borrow::Cow<'_, str>>> = Vec::with_capacity(n);
         for r in results {
             let last = r.last();
             ids.push(r.id.0);
@@ -700,7 +713,12 @@ impl Store for PgStore {
             next_at.push(at);
             ladder.push(r.ladder_attempts as i32);
             finished.push(last.finished_at);
-            last_errors.push(r.attempts.iter().rev().find_map(|a| a.error.clone()));
+            last_errors.push(
+                r.attempts
+                    .iter()
+                    .rev()
+                    .find_map(|a| a.error.as_deref().map(|e| storable_text(e).into_owned())),
+            );
             for a in &r.attempts {
                 a_ids.push(r.id.0);
                 a_numbers.push(a.attempt as i32);
@@ -709,8 +727,8 @@ impl Store for PgStore {
                 a_durations.push(a.duration_ms as i64);
                 a_outcomes.push(a.outcome.as_str());
                 a_codes.push(a.status_code.map(i32::from));
-                a_errors.push(a.error.as_deref());
-                a_bodies.push(a.response_body.as_deref());
+                a_errors.push(a.error.as_deref().map(storable_text));
+                a_bodies.push(a.response_body.as_deref().map(storable_text));
             }
         }
         let recorded = sqlx::query(

@@ -28,7 +28,7 @@ pub struct MessageRow {
     account: String,
     target_id: String,
     state: String,
-    payload: String,
+    payload: Vec<u8>,
     delivery_time: DateTime<Utc>,
     next_attempt_at: Option<DateTime<Utc>>,
     attempt_count: i32,
@@ -57,7 +57,7 @@ impl TryFrom<MessageRow> for Message {
             last_error: r.last_error,
             created_at: r.created_at,
             updated_at: r.updated_at,
-            payload: Payload::parse(r.payload).map_err(|e| StoreError::Corrupt(e.to_string()))?,
+            payload: payload_from_bytes(r.payload)?,
         })
     }
 }
@@ -128,8 +128,13 @@ pub struct ClaimRow {
     pub target_id: String,
     pub kind: String,
     pub config: Value,
-    pub payload: String,
+    pub payload: Vec<u8>,
     pub delivery_time: DateTime<Utc>,
     pub attempt_count: i32,
     pub ladder_attempts: i32,
+}
+
+pub fn payload_from_bytes(bytes: Vec<u8>) -> StoreResult<Payload> {
+    let s = String::from_utf8(bytes).map_err(|e| StoreError::Corrupt(format!("payload: {e}")))?;
+    Payload::parse(s).map_err(|e| StoreError::Corrupt(e.to_string()))
 }

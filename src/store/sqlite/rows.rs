@@ -1,0 +1,157 @@
+//! Row types of the SQLite store and their conversions. Times are integer
+//! milliseconds since the epoch; ids and JSON are text.
+
+use chrono::{DateTime, TimeZone, Utc};
+use uuid::Uuid;
+
+use crate::{
+    domain::{
+        ids::{MessageId, TargetId},
+        message::{Attempt, Message},
+        payload::Payload,
+        target::{Target, TargetConfig},
+    },
+    store::{outcome_from_str, state_from_str, StoreError, StoreResult},
+};
+
+pub const MESSAGE_COLUMNS: &str = "id, account, target_id, state, payload, delivery_time, next_attempt_at, \
+     attempt_count, delivered_at, cancelled_at, dead_lettered_at, last_error, created_at, updated_at";
+
+pub const TARGET_COLUMNS: &str = "id, account, name, kind, enabled, config, created_at, updated_at";
+
+pub const ATTEMPT_COLUMNS: &str =
+    "attempt, started_at, finished_at, duration_ms, outcome, status_code, error, response_body";
+
+pub fn ms(t: DateTime<Utc>) -> i64 {
+    t.timestamp_millis()
+}
+
+pub fn from_ms(ms: i64) -> DateTime<Utc> {
+    Utc.timestamp_millis_opt(ms).single().unwrap_or_default()
+}
+
+pub fn opt_from_ms(ms: Option<i64>) -> Option<DateTime<Utc>> {
+    ms.map(from_ms)
+}
+
+pub fn id_text(id: &MessageId) -> String {
+    id.0.hyphenated().to_string()
+}
+
+pub fn parse_id(s: &str) -> StoreResult<MessageId> {
+    Uuid::parse_str(s)
+        .map(MessageId)
+        .map_err(|e| StoreError::Corrupt(format!("message id {s}: {e}")))
+}
+
+pub fn config_from_row(kind: &str, config: &str) -> StoreResult<TargetConfig> {
+    let value = serde_json::from_str(config)
+        .map_err(|e| StoreError::Corrupt(format!("target config: {e}")))?;
+    TargetConfig::from_stored_json(kind, value)
+        .map_err(|e| StoreError::Corrupt(format!("target config: {e}")))
+}
+
+#[derive(sqlx::FromRow)]
+pub struct MessageRow {
+    id: String,
+    account: String,
+    target_id: String,
+    state: String,
+    payload: String,
+    delivery_time: i64,
+    next_attempt_at: Option<i64>,
+    attempt_count: i64,
+    delivered_at: Option<i64>,
+    cancelled_at: Option<i64>,
+    dead_lettered_at: Option<i64>,
+    last_error: Option<String>,
+    created_at: i64,
+    updated_at: i64,
+}
+
+impl TryFrom<MessageRow> for Message {
+    type Error = StoreError;
+    fn try_from(r: MessageRow) -> StoreResult<Message> {
+        Ok(Message {
+            id: parse_id(&r.id)?,
+            account: r.account,
+            target_id: TargetId::from_trusted(r.target_id),
+            state: state_from_str(&r.state)?,
+            delivery_time: from_ms(r.delivery_time),
+            next_attempt_at: opt_from_ms(r.next_attempt_at),
+            attempt_count: r.attempt_count.max(0) as u32,
+            delivered_at: opt_from_ms(r.delivered_at),
+            cancelled_at: opt_from_ms(r.cancelled_at),
+            dead_lettered_at: opt_from_ms(r.dead_lettered_at),
+            last_error: r.last_error,
+            created_at: from_ms(r.created_at),
+            updated_at: from_ms(r.updated_at),
+            payload: Payload::parse(r.payload).map_err(|e| StoreError::Corrupt(e.to_string()))?,
+        })
+    }
+}
+
+#[derive(sqlx::FromRow)]
+pub struct TargetRow {
+    id: String,
+    account: String,
+    name: String,
+    kind: String,
+    enabled: bool,
+    config: String,
+    created_at: i64,
+    updated_at: i64,
+}
+
+impl TryFrom<TargetRow> for Target {
+    type Error = StoreError;
+    fn try_from(r: TargetRow) -> StoreResult<Target> {
+        Ok(Target {
+            config: config_from_row(&r.kind, &r.config)?,
+            id: TargetId::from_trusted(r.id),
+            account: r.account,
+            name: r.name,
+            enabled: r.enabled,
+            created_at: from_ms(r.created_at),
+            updated_at: from_ms(r.updated_at),
+        })
+    }
+}
+
+#[derive(sqlx::FromRow)]
+pub struct AttemptRow {
+    attempt: i64,
+    started_at: i64,
+    finished_at: i64,
+    duration_ms: i64,
+    outcome: String,
+    status_code: Option<i64>,
+    error: Option<String>,
+    response_body: Option<String>,
+}
+
+impl TryFrom<AttemptRow> for Attempt {
+    type Error = StoreError;
+    fn try_from(r: AttemptRow) -> StoreResult<Attempt> {
+        Ok(Attempt {
+            attempt: r.attempt.max(0) as u32,
+            started_at: from_ms(r.started_at),
+            finished_at: from_ms(r.finished_at),
+            duration_ms: r.duration_ms.max(0) as u64,
+            outcome: outcome_from_str(&r.outcome)?,
+            status_code: r.status_code.and_then(|c| u16::try_from(c).ok()),
+            error: r.error,
+            response_body: r.response_body,
+        })
+    }
+}
+
+#[derive(sqlx::FromRow)]
+pub struct ClaimRow {
+    pub id: String,
+    pub target_id: String,
+    pub payload: String,
+    pub delivery_time: i64,
+    pub attempt_count: i64,
+    pub ladder_attempts: i64,
+}

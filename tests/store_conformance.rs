@@ -1,0 +1,2648 @@
+//! Store conformance: one suite, written once against the `Store` trait
+//! (`Arc<dyn Store>`), run on every backend.
+//!
+//! Each check is an `async fn name(store: Arc<dyn Store>)` that speaks to the
+//! store through the trait only (no SQL). `conformance!(module, factory)`
+//! generates one `#[tokio::test]` per check inside `mod module`; the factory
+//! is an expression evaluated once per test, whose future yields
+//! `(guard, Arc<dyn Store>)`. The guard (a database, a temporary directory)
+//! lives until the test ends.
+//!
+//! Every time is passed explicitly (`now` arguments, `created_at`, attempt
+//! times), so the checks control the clock: "the lease expired" is a `now`
+//! past the lease, not a sleep.
+
+mod common;
+
+use std::{
+    collections::{BTreeMap, HashSet},
+    sync::Arc,
+    time::Duration,
+};
+
+use chrono::{DateTime, TimeDelta, Utc};
+use dispatch::{
+    domain::{
+        ids::{MessageId, TargetId},
+        message::{Attempt, Message, State},
+        payload::{Payload, MAX_PAYLOAD_CHARS},
+        retry::{AttemptOutcome, Next},
+        target::{SqsConfig, Target, TargetConfig, WebhookConfig},
+        time,
+    },
+    store::{
+        postgres::PgStore, Claimed, ClientRecord, Cutoffs, DeleteTarget, IdempotencyInput,
+        InsertOutcome, MessageFilter, Purged, Recorded, Store, Transition,
+    },
+};
+use serde_json::json;
+use uuid::Uuid;
+
+// ---------------------------------------------------------------------------
+// The harness
+// ---------------------------------------------------------------------------
+
+/// `conformance!(backend, factory)`: one `#[tokio::test]` per check, in `mod backend`.
+macro_rules! conformance {
+    ($backend:ident, $factory:expr) => {
+        conformance!(@tests $backend, $factory;
+            ping_answers_while_the_store_is_reachable,
+            a_created_client_is_found_by_id_and_an_unknown_id_answers_none,
+            signing_keys_are_created_once_and_stay_the_same_across_calls,
+            an_inserted_target_reads_back_unchanged_and_a_duplicate_id_is_refused,
+            a_target_is_invisible_to_another_account,
+            targets_are_listed_newest_first_and_paged_with_the_after_cursor,
+            updating_a_target_changes_its_name_and_config_in_its_own_account_only,
+            disabling_and_enabling_a_target_flips_enabled_in_its_own_account_only,
+            deleting_a_target_answers_deleted_then_not_found,
+            a_target_with_a_scheduled_message_cannot_be_deleted,
+            a_target_with_a_dead_letter_cannot_be_deleted,
+            a_target_whose_messages_are_all_finished_can_be_deleted,
+            a_message_for_a_missing_or_foreign_target_answers_unknown_target,
+            an_inserted_message_reads_back_as_scheduled_with_its_fields,
+            the_largest_payload_reads_back_exactly,
+            a_payload_with_a_nul_character_reads_back_exactly,
+            the_same_idempotency_key_and_request_replay_the_first_response,
+            the_same_idempotency_key_with_another_request_is_a_key_conflict,
+            an_expired_idempotency_key_is_treated_as_new,
+            idempotency_keys_are_scoped_to_their_account,
+            an_idempotency_key_sent_with_an_unknown_target_is_not_remembered,
+            concurrent_inserts_with_one_idempotency_key_create_one_message,
+            a_batch_insert_returns_the_inserted_ids_and_skips_unknown_and_foreign_targets,
+            messages_are_listed_newest_first_and_paged_with_the_before_cursor,
+            listing_messages_filters_by_state_and_by_target,
+            another_accounts_messages_are_invisible,
+            claim_due_hands_out_only_due_scheduled_messages_oldest_due_first,
+            claim_due_honours_its_limit,
+            a_claimed_message_is_not_claimed_again_until_its_lease_expires,
+            a_disabled_targets_messages_are_not_claimed_until_it_is_enabled,
+            next_due_is_the_earliest_claimable_time_and_ignores_paused_messages,
+            recording_a_success_marks_the_message_delivered,
+            recording_a_retry_schedules_the_next_attempt_at_the_given_time,
+            recording_a_dead_letter_sets_dead_lettered_at_and_stops_claims,
+            several_attempts_in_one_record_are_all_stored_in_order,
+            attempt_texts_with_a_nul_character_are_stored_with_it_replaced,
+            a_record_with_a_stale_lease_token_is_dropped_whole,
+            a_record_batch_applies_each_result_under_its_own_lease,
+            a_record_after_a_cancel_or_reschedule_is_dropped,
+            attempts_are_listed_oldest_first_and_paged_with_the_after_cursor,
+            attempts_of_an_unknown_or_foreign_message_answer_none,
+            cancelling_a_scheduled_message_makes_it_cancelled_and_unclaimable,
+            cancelling_a_dead_letter_makes_it_cancelled,
+            cancel_and_reschedule_of_a_delivered_message_answer_wrong_state,
+            cancel_and_reschedule_of_a_cancelled_message_answer_wrong_state,
+            cancel_and_reschedule_of_an_unknown_or_foreign_message_answer_not_found,
+            cancel_and_reschedule_answer_in_flight_while_a_lease_holds_and_succeed_after_it_expired,
+            rescheduling_resets_the_ladder_and_sets_delivery_and_next_attempt_times,
+            rescheduling_a_dead_letter_makes_it_scheduled_again,
+            purging_deletes_expired_finished_messages_with_their_attempts_and_keeps_the_rest,
+            purging_deletes_old_failed_attempts_but_keeps_their_message_and_successes,
+            purging_deletes_idempotency_keys_older_than_the_cutoff,
+            purging_honours_the_batch_size_and_repeated_calls_delete_everything_expired,
+            two_concurrent_claimers_hand_out_all_200_messages_exactly_once,
+        );
+    };
+    (@tests $backend:ident, $factory:expr; $($check:ident),* $(,)?) => {
+        mod $backend {
+            use super::*;
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $check() {
+                    let (_guard, store) = $factory.await;
+                    super::$check(store).await;
+                }
+            )*
+        }
+    };
+}
+
+/// A fresh, migrated PostgreSQL database per test; dropped with the guard.
+async fn postgres_store() -> (common::TestDb, Arc<dyn Store>) {
+    let db = common::TestDb::postgres().await;
+    let store = PgStore::connect(&db.url, 5, Duration::from_secs(5))
+        .await
+        .expect("connect to the test database");
+    store.migrate().await.expect("migrate the test database");
+    (db, Arc::new(store))
+}
+
+conformance!(postgres, postgres_store());
+
+/// An embedded store in a fresh temporary directory; removed with the guard.
+async fn sqlite_store() -> (tempfile::TempDir, Arc<dyn Store>) {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let store = dispatch::store::sqlite::SqliteStore::open(&dir.path().join("dispatch.db"))
+        .await
+        .expect("open the SQLite store");
+    (dir, Arc::new(store))
+}
+
+conformance!(sqlite, sqlite_store());
+
+// ---------------------------------------------------------------------------
+// Helpers
+// ---------------------------------------------------------------------------
+
+const ACME: &str = "acme";
+const GLOBEX: &str = "globex";
+const LEASE: Duration = Duration::from_secs(30);
+
+fn ms(n: i64) -> TimeDelta {
+    TimeDelta::milliseconds(n)
+}
+
+fn secs(n: i64) -> TimeDelta {
+    TimeDelta::seconds(n)
+}
+
+fn hours(n: i64) -> TimeDelta {
+    TimeDelta::hours(n)
+}
+
+fn days(n: i64) -> TimeDelta {
+    TimeDelta::days(n)
+}
+
+fn webhook(url: &str) -> TargetConfig {
+    TargetConfig::Webhook(WebhookConfig {
+        url: url.into(),
+        headers: BTreeMap::from([("X-Api-Key".to_string(), "key-123".to_string())]),
+        timeout_ms: Some(5_000),
+        signing_secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".into(),
+        auth: None,
+    })
+}
+
+fn target_value(account: &str, name: &str, created_at: DateTime<Utc>) -> Target {
+    Target {
+        id: TargetId::new(),
+        account: account.into(),
+        name: name.into(),
+        enabled: true,
+        config: webhook("https://example.com/hook"),
+        created_at,
+        updated_at: created_at,
+    }
+}
+
+async fn insert_target(store: &dyn Store, t: &Target) {
+    store.ensure_account(&t.account).await.unwrap();
+    assert!(
+        store.insert_target(t).await.unwrap(),
+        "a target with a new id is inserted"
+    );
+}
+
+/// An enabled webhook target of `account`, stored.
+async fn add_target(store: &dyn Store, account: &str) -> Target {
+    let t = target_value(account, "orders", time::now());
+    insert_target(store, &t).await;
+    t
+}
+
+/// A Scheduled message as the API builds it (not yet stored).
+fn message_value(
+    target: &Target,
+    delivery_time: DateTime<Utc>,
+    created_at: DateTime<Utc>,
+) -> Message {
+    let id = MessageId::new();
+    Message {
+        id,
+        account: target.account.clone(),
+        target_id: target.id.clone(),
+        state: State::Scheduled,
+        delivery_time,
+        next_attempt_at: Some(delivery_time),
+        attempt_count: 0,
+        delivered_at: None,
+        cancelled_at: None,
+        dead_lettered_at: None,
+        last_error: None,
+        created_at,
+        updated_at: created_at,
+        payload: Payload::parse(format!("{{\"order\": \"{id}\", \"note\": \"héllo ✓\"}}")).unwrap(),
+    }
+}
+
+fn created(outcome: InsertOutcome) -> Message {
+    match outcome {
+        InsertOutcome::Created(m) => *m,
+        other => panic!("expected Created, got {other:?}"),
+    }
+}
+
+async fn insert(store: &dyn Store, m: &Message) -> Message {
+    created(store.insert_message(m, None).await.unwrap())
+}
+
+/// Schedules a message for `target` at `delivery_time`, created `created_at`.
+async fn schedule_at(
+    store: &dyn Store,
+    target: &Target,
+    delivery_time: DateTime<Utc>,
+    created_at: DateTime<Utc>,
+) -> Message {
+    insert(store, &message_value(target, delivery_time, created_at)).await
+}
+
+/// Schedules a message for `target` at `delivery_time`, created now.
+async fn schedule(store: &dyn Store, target: &Target, delivery_time: DateTime<Utc>) -> Message {
+    schedule_at(store, target, delivery_time, time::now()).await
+}
+
+async fn get(store: &dyn Store, m: &Message) -> Message {
+    store
+        .get_message(&m.account, &m.id)
+        .await
+        .unwrap()
+        .unwrap_or_else(|| panic!("message {} should exist", m.id))
+}
+
+fn attempt(n: u32, outcome: AttemptOutcome, finished_at: DateTime<Utc>) -> Attempt {
+    let (status_code, error, response_body) = match outcome {
+        AttemptOutcome::Success => (Some(200), None, Some("accepted".to_string())),
+        AttemptOutcome::RetryableFailure => (
+            Some(503),
+            Some(format!("HTTP 503 on attempt {n}")),
+            Some("try later".to_string()),
+        ),
+        AttemptOutcome::NonRetryableFailure => {
+            (Some(404), Some(format!("HTTP 404 on attempt {n}")), None)
+        }
+    };
+    Attempt {
+        attempt: n,
+        started_at: finished_at - ms(12),
+        finished_at,
+        duration_ms: 12,
+        outcome,
+        status_code,
+        error,
+        response_body,
+    }
+}
+
+/// The result of `attempts` made under claim `c`, then `next`.
+fn recorded(c: &Claimed, attempts: Vec<Attempt>, next: Next) -> Recorded {
+    Recorded {
+        id: c.id,
+        lease_token: c.lease_token,
+        ladder_attempts: c.ladder_attempts + attempts.len() as u32,
+        attempts,
+        next,
+    }
+}
+
+/// Attempts numbered after what `c` has already made, one per outcome, finishing at `at`.
+fn attempts_after(c: &Claimed, outcomes: &[AttemptOutcome], at: DateTime<Utc>) -> Vec<Attempt> {
+    outcomes
+        .iter()
+        .enumerate()
+        .map(|(i, o)| attempt(c.attempt_count + i as u32 + 1, *o, at))
+        .collect()
+}
+
+fn claimed_ids(claimed: &[Claimed]) -> Vec<MessageId> {
+    claimed.iter().map(|c| c.id).collect()
+}
+
+fn set(ids: impl IntoIterator<Item = MessageId>) -> HashSet<MessageId> {
+    ids.into_iter().collect()
+}
+
+fn message_ids(messages: &[Message]) -> Vec<MessageId> {
+    messages.iter().map(|m| m.id).collect()
+}
+
+/// Ids newest first: UUIDv7 ids descending.
+fn newest_first(mut ids: Vec<MessageId>) -> Vec<MessageId> {
+    ids.sort_by(|a, b| b.cmp(a));
+    ids
+}
+
+/// Claims at `now` and expects exactly `m` to be handed out (a test's setup).
+async fn claim_only(
+    store: &dyn Store,
+    m: &Message,
+    now: DateTime<Utc>,
+    lease: Duration,
+) -> Claimed {
+    let claimed = store.claim_due(now, 100, lease).await.unwrap();
+    assert_eq!(
+        claimed_ids(&claimed),
+        vec![m.id],
+        "exactly message {} is due at {now}",
+        m.id
+    );
+    claimed.into_iter().next().unwrap()
+}
+
+/// Claims `m` at `at` and records one attempt per outcome (all finishing at
+/// `at`), then `next`. Returns the claim.
+async fn attempt_and_record(
+    store: &dyn Store,
+    m: &Message,
+    at: DateTime<Utc>,
+    outcomes: &[AttemptOutcome],
+    next: Next,
+) -> Claimed {
+    let c = claim_only(store, m, at, LEASE).await;
+    let r = recorded(&c, attempts_after(&c, outcomes, at), next);
+    let written = store.record(&[r], at).await.unwrap();
+    assert_eq!(written, outcomes.len() as u64, "attempt rows written");
+    c
+}
+
+async fn deliver(store: &dyn Store, m: &Message, at: DateTime<Utc>) {
+    attempt_and_record(store, m, at, &[AttemptOutcome::Success], Next::Delivered).await;
+}
+
+async fn dead_letter(store: &dyn Store, m: &Message, at: DateTime<Utc>) {
+    attempt_and_record(
+        store,
+        m,
+        at,
+        &[AttemptOutcome::NonRetryableFailure],
+        Next::DeadLetter,
+    )
+    .await;
+}
+
+fn done(t: Transition) -> Message {
+    match t {
+        Transition::Done(m) => *m,
+        other => panic!("expected Done, got {other:?}"),
+    }
+}
+
+fn assert_target_eq(actual: &Target, expected: &Target) {
+    assert_eq!(actual.id, expected.id, "id");
+    assert_eq!(actual.account, expected.account, "account");
+    assert_eq!(actual.name, expected.name, "name");
+    assert_eq!(actual.enabled, expected.enabled, "enabled");
+    assert_eq!(actual.config, expected.config, "config");
+    assert_eq!(actual.created_at, expected.created_at, "created_at");
+    assert_eq!(actual.updated_at, expected.updated_at, "updated_at");
+}
+
+fn assert_attempt_eq(actual: &Attempt, expected: &Attempt) {
+    assert_eq!(actual.attempt, expected.attempt, "attempt number");
+    assert_eq!(actual.started_at, expected.started_at, "started_at");
+    assert_eq!(actual.finished_at, expected.finished_at, "finished_at");
+    assert_eq!(actual.duration_ms, expected.duration_ms, "duration_ms");
+    assert_eq!(actual.outcome, expected.outcome, "outcome");
+    assert_eq!(actual.status_code, expected.status_code, "status_code");
+    assert_eq!(actual.error, expected.error, "error");
+    assert_eq!(
+        actual.response_body, expected.response_body,
+        "response_body"
+    );
+}
+
+fn attempt_numbers(attempts: &[Attempt]) -> Vec<u32> {
+    attempts.iter().map(|a| a.attempt).collect()
+}
+
+async fn attempts_of(store: &dyn Store, m: &Message) -> Vec<Attempt> {
+    store
+        .list_attempts(&m.account, &m.id, None, 1000)
+        .await
+        .unwrap()
+        .unwrap_or_else(|| panic!("message {} should exist", m.id))
+}
+
+fn idem(key: &str, hash: &[u8], ttl: Duration, response: serde_json::Value) -> IdempotencyInput {
+    IdempotencyInput {
+        key: key.into(),
+        request_hash: hash.to_vec(),
+        status: 201,
+        response,
+        ttl,
+    }
+}
+
+/// Cutoffs that expire nothing (everything is younger than 30 years).
+fn cutoffs_keeping_everything(now: DateTime<Utc>) -> Cutoffs {
+    let long_ago = now - days(365 * 30);
+    Cutoffs {
+        delivered_before: long_ago,
+        cancelled_before: long_ago,
+        dead_letters_before: long_ago,
+        failed_attempts_before: long_ago,
+        idempotency_before: long_ago,
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Clients and signing keys
+// ---------------------------------------------------------------------------
+
+async fn ping_answers_while_the_store_is_reachable(store: Arc<dyn Store>) {
+    store.ping().await.expect("ping answers");
+}
+
+async fn a_created_client_is_found_by_id_and_an_unknown_id_answers_none(store: Arc<dyn Store>) {
+    // The CLI creates clients for accounts that do not exist yet.
+    let client = ClientRecord {
+        client_id: "di_client_0001".into(),
+        account: "brand-new-account".into(),
+        name: "ci".into(),
+        secret_hash: "$argon2id$v=19$m=19456,t=2,p=1$c2FsdA$aGFzaA".into(),
+        scopes: vec!["messages:write".into(), "targets:read".into()],
+    };
+    store.create_client(&client).await.unwrap();
+    let other = ClientRecord {
+        client_id: "di_client_0002".into(),
+        account: ACME.into(),
+        name: "portal".into(),
+        secret_hash: "hash-2".into(),
+        scopes: vec![],
+    };
+    store.create_client(&other).await.unwrap();
+
+    let found = store
+        .find_client("di_client_0001")
+        .await
+        .unwrap()
+        .expect("the client is found");
+    assert_eq!(found.client_id, client.client_id);
+    assert_eq!(found.account, client.account);
+    assert_eq!(found.name, client.name);
+    assert_eq!(found.secret_hash, client.secret_hash);
+    assert_eq!(found.scopes, client.scopes, "scopes, in order");
+
+    let found = store.find_client("di_client_0002").await.unwrap().unwrap();
+    assert_eq!(found.account, ACME);
+    assert!(found.scopes.is_empty());
+
+    assert!(store.find_client("di_client_9999").await.unwrap().is_none());
+    assert!(store.find_client("").await.unwrap().is_none());
+
+    // Ensuring an existing account again is harmless.
+    store.ensure_account(ACME).await.unwrap();
+    store.ensure_account(ACME).await.unwrap();
+}
+
+async fn signing_keys_are_created_once_and_stay_the_same_across_calls(store: Arc<dyn Store>) {
+    let first = store.signing_keys().await.unwrap();
+    assert!(!first.is_empty(), "a key is created when there is none");
+    for key in &first {
+        assert!(!key.kid.is_empty(), "a key has a kid");
+        assert!(
+            key.secret.len() >= 32,
+            "an HS256 key has at least 256 bits, got {} bytes",
+            key.secret.len()
+        );
+    }
+    for _ in 0..3 {
+        let again = store.signing_keys().await.unwrap();
+        assert_eq!(
+            again
+                .iter()
+                .map(|k| (&k.kid, &k.secret))
+                .collect::<Vec<_>>(),
+            first
+                .iter()
+                .map(|k| (&k.kid, &k.secret))
+                .collect::<Vec<_>>(),
+            "the keys are stable across calls"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Targets
+// ---------------------------------------------------------------------------
+
+async fn an_inserted_target_reads_back_unchanged_and_a_duplicate_id_is_refused(
+    store: Arc<dyn Store>,
+) {
+    let now = time::now();
+    let mut t = target_value(ACME, "orders", now - secs(5));
+    t.updated_at = now;
+    t.config = TargetConfig::Sqs(SqsConfig {
+        queue_url: "https://sqs.eu-north-1.amazonaws.com/123456789012/orders.fifo".into(),
+        region: "eu-north-1".into(),
+        endpoint_url: Some("http://127.0.0.1:5000".into()),
+        credentials: None,
+        message_group_id: Some("group-1".into()),
+    });
+    insert_target(&*store, &t).await;
+    let read = store.get_target(ACME, &t.id).await.unwrap().unwrap();
+    assert_target_eq(&read, &t);
+
+    let mut w = target_value(ACME, "hooks", now);
+    w.enabled = false;
+    insert_target(&*store, &w).await;
+    assert_target_eq(&store.get_target(ACME, &w.id).await.unwrap().unwrap(), &w);
+
+    // The same id again, even with other fields: refused, the first is kept.
+    let mut dup = w.clone();
+    dup.name = "impostor".into();
+    dup.enabled = true;
+    assert!(!store.insert_target(&dup).await.unwrap());
+    assert_target_eq(&store.get_target(ACME, &w.id).await.unwrap().unwrap(), &w);
+
+    assert!(store
+        .get_target(ACME, &TargetId::new())
+        .await
+        .unwrap()
+        .is_none());
+}
+
+async fn a_target_is_invisible_to_another_account(store: Arc<dyn Store>) {
+    let t = add_target(&*store, ACME).await;
+    store.ensure_account(GLOBEX).await.unwrap();
+    assert!(store.get_target(GLOBEX, &t.id).await.unwrap().is_none());
+    assert!(store
+        .list_targets(GLOBEX, None, 100)
+        .await
+        .unwrap()
+        .is_empty());
+    // Nor can the other account take the id.
+    let mut dup = target_value(GLOBEX, "mine", time::now());
+    dup.id = t.id.clone();
+    assert!(!store.insert_target(&dup).await.unwrap());
+    assert!(store.get_target(GLOBEX, &t.id).await.unwrap().is_none());
+    assert_eq!(
+        store.get_target(ACME, &t.id).await.unwrap().unwrap().name,
+        "orders"
+    );
+}
+
+async fn targets_are_listed_newest_first_and_paged_with_the_after_cursor(store: Arc<dyn Store>) {
+    let t0 = time::now() - secs(60);
+    // Six targets; two share a creation time, so the order must break ties
+    // and the cursor must neither skip nor repeat them.
+    let offsets = [0, 1_000, 2_000, 2_000, 3_000, 4_000];
+    let mut targets = Vec::new();
+    for (i, off) in offsets.iter().enumerate() {
+        let t = target_value(ACME, &format!("t{i}"), t0 + ms(*off));
+        insert_target(&*store, &t).await;
+        targets.push(t);
+    }
+    insert_target(&*store, &target_value(GLOBEX, "theirs", t0 + ms(5_000))).await;
+
+    let all = store.list_targets(ACME, None, 100).await.unwrap();
+    assert_eq!(all.len(), 6, "only the account's targets");
+    for pair in all.windows(2) {
+        assert!(
+            pair[0].created_at >= pair[1].created_at,
+            "newest first: {} then {}",
+            pair[0].created_at,
+            pair[1].created_at
+        );
+    }
+    assert_eq!(all[0].id, targets[5].id);
+    assert_eq!(all[5].id, targets[0].id);
+    assert_target_eq(&all[0], &targets[5]);
+
+    // Pages of 2 and of 1 give the same sequence.
+    for page_size in [1u32, 2, 4] {
+        let mut paged = Vec::new();
+        let mut after: Option<TargetId> = None;
+        loop {
+            let page = store
+                .list_targets(ACME, after.as_ref(), page_size)
+                .await
+                .unwrap();
+            assert!(page.len() <= page_size as usize, "the limit is honoured");
+            if page.is_empty() {
+                break;
+            }
+            after = Some(page.last().unwrap().id.clone());
+            paged.extend(page.into_iter().map(|t| t.id));
+            assert!(paged.len() <= 6, "paging terminates");
+        }
+        assert_eq!(
+            paged,
+            all.iter().map(|t| t.id.clone()).collect::<Vec<_>>(),
+            "paging by {page_size} matches the full list"
+        );
+    }
+}
+
+async fn updating_a_target_changes_its_name_and_config_in_its_own_account_only(
+    store: Arc<dyn Store>,
+) {
+    let t = add_target(&*store, ACME).await;
+    let later = t.updated_at + secs(10);
+    let changed = Target {
+        name: "renamed".into(),
+        config: webhook("https://example.org/other"),
+        updated_at: later,
+        ..t.clone()
+    };
+    let updated = store
+        .update_target(&changed)
+        .await
+        .unwrap()
+        .expect("the target is updated");
+    assert_target_eq(&updated, &changed);
+    assert_target_eq(
+        &store.get_target(ACME, &t.id).await.unwrap().unwrap(),
+        &changed,
+    );
+
+    // Another account cannot update it, and an unknown id updates nothing.
+    store.ensure_account(GLOBEX).await.unwrap();
+    let foreign = Target {
+        account: GLOBEX.into(),
+        name: "hijacked".into(),
+        updated_at: later + secs(1),
+        ..changed.clone()
+    };
+    assert!(store.update_target(&foreign).await.unwrap().is_none());
+    let unknown = Target {
+        id: TargetId::new(),
+        ..changed.clone()
+    };
+    assert!(store.update_target(&unknown).await.unwrap().is_none());
+    assert!(store.get_target(ACME, &unknown.id).await.unwrap().is_none());
+    assert_target_eq(
+        &store.get_target(ACME, &t.id).await.unwrap().unwrap(),
+        &changed,
+    );
+}
+
+async fn disabling_and_enabling_a_target_flips_enabled_in_its_own_account_only(
+    store: Arc<dyn Store>,
+) {
+    let t = add_target(&*store, ACME).await;
+    let t1 = t.updated_at + secs(1);
+    let disabled = store
+        .set_target_enabled(ACME, &t.id, false, t1)
+        .await
+        .unwrap()
+        .expect("the target is disabled");
+    assert!(!disabled.enabled);
+    assert_eq!(disabled.updated_at, t1, "a change bumps updated_at");
+    assert_eq!(disabled.name, t.name);
+    assert_eq!(disabled.config, t.config);
+    assert!(
+        !store
+            .get_target(ACME, &t.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .enabled
+    );
+
+    store.ensure_account(GLOBEX).await.unwrap();
+    assert!(store
+        .set_target_enabled(GLOBEX, &t.id, true, t1 + secs(1))
+        .await
+        .unwrap()
+        .is_none());
+    assert!(
+        !store
+            .get_target(ACME, &t.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .enabled
+    );
+    assert!(store
+        .set_target_enabled(ACME, &TargetId::new(), true, t1)
+        .await
+        .unwrap()
+        .is_none());
+
+    let t2 = t1 + secs(2);
+    let enabled = store
+        .set_target_enabled(ACME, &t.id, true, t2)
+        .await
+        .unwrap()
+        .expect("the target is enabled");
+    assert!(enabled.enabled);
+    assert_eq!(enabled.updated_at, t2);
+    assert!(
+        store
+            .get_target(ACME, &t.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .enabled
+    );
+}
+
+async fn deleting_a_target_answers_deleted_then_not_found(store: Arc<dyn Store>) {
+    let t = add_target(&*store, ACME).await;
+    let kept = add_target(&*store, ACME).await;
+    store.ensure_account(GLOBEX).await.unwrap();
+
+    assert!(matches!(
+        store.delete_target(GLOBEX, &t.id).await.unwrap(),
+        DeleteTarget::NotFound
+    ));
+    assert!(
+        store.get_target(ACME, &t.id).await.unwrap().is_some(),
+        "another account's delete leaves it"
+    );
+
+    assert!(matches!(
+        store.delete_target(ACME, &t.id).await.unwrap(),
+        DeleteTarget::Deleted
+    ));
+    assert!(store.get_target(ACME, &t.id).await.unwrap().is_none());
+    assert!(matches!(
+        store.delete_target(ACME, &t.id).await.unwrap(),
+        DeleteTarget::NotFound
+    ));
+    assert!(matches!(
+        store.delete_target(ACME, &TargetId::new()).await.unwrap(),
+        DeleteTarget::NotFound
+    ));
+    let left = store.list_targets(ACME, None, 100).await.unwrap();
+    assert_eq!(
+        left.iter().map(|t| t.id.clone()).collect::<Vec<_>>(),
+        vec![kept.id]
+    );
+}
+
+async fn a_target_with_a_scheduled_message_cannot_be_deleted(store: Arc<dyn Store>) {
+    let t = add_target(&*store, ACME).await;
+    let now = time::now();
+    let m = schedule(&*store, &t, now + hours(1)).await;
+    assert!(matches!(
+        store.delete_target(ACME, &t.id).await.unwrap(),
+        DeleteTarget::HasPending
+    ));
+    assert!(store.get_target(ACME, &t.id).await.unwrap().is_some());
+    assert_eq!(get(&*store, &m).await.state, State::Scheduled);
+
+    done(store.cancel(ACME, &m.id, now).await.unwrap());
+    assert!(matches!(
+        store.delete_target(ACME, &t.id).await.unwrap(),
+        DeleteTarget::Deleted
+    ));
+}
+
+async fn a_target_with_a_dead_letter_cannot_be_deleted(store: Arc<dyn Store>) {
+    let t = add_target(&*store, ACME).await;
+    let now = time::now();
+    let m = schedule(&*store, &t, now - secs(1)).await;
+    dead_letter(&*store, &m, now).await;
+    assert_eq!(get(&*store, &m).await.state, State::DeadLetter);
+    assert!(matches!(
+        store.delete_target(ACME, &t.id).await.unwrap(),
+        DeleteTarget::HasPending
+    ));
+    assert!(store.get_target(ACME, &t.id).await.unwrap().is_some());
+
+    done(store.cancel(ACME, &m.id, now + secs(1)).await.unwrap());
+    assert!(matches!(
+        store.delete_target(ACME, &t.id).await.unwrap(),
+        DeleteTarget::Deleted
+    ));
+}
+
+async fn a_target_whose_messages_are_all_finished_can_be_deleted(store: Arc<dyn Store>) {
+    let t = add_target(&*store, ACME).await;
+    let now = time::now();
+    let delivered = schedule(&*store, &t, now - secs(1)).await;
+    deliver(&*store, &delivered, now).await;
+    let cancelled = schedule(&*store, &t, now + hours(1)).await;
+    done(store.cancel(ACME, &cancelled.id, now).await.unwrap());
+    assert!(matches!(
+        store.delete_target(ACME, &t.id).await.unwrap(),
+        DeleteTarget::Deleted
+    ));
+    assert!(store.get_target(ACME, &t.id).await.unwrap().is_none());
+}
+
+// ---------------------------------------------------------------------------
+// Inserting messages
+// ---------------------------------------------------------------------------
+
+async fn a_message_for_a_missing_or_foreign_target_answers_unknown_target(store: Arc<dyn Store>) {
+    let theirs = add_target(&*store, GLOBEX).await;
+    store.ensure_account(ACME).await.unwrap();
+    let now = time::now();
+
+    let missing = target_value(ACME, "never stored", now);
+    let m = message_value(&missing, now, now);
+    assert!(matches!(
+        store.insert_message(&m, None).await.unwrap(),
+        InsertOutcome::UnknownTarget
+    ));
+    assert!(store.get_message(ACME, &m.id).await.unwrap().is_none());
+
+    // GLOBEX's target, used by ACME.
+    let mut foreign = message_value(&theirs, now, now);
+    foreign.account = ACME.into();
+    assert!(matches!(
+        store.insert_message(&foreign, None).await.unwrap(),
+        InsertOutcome::UnknownTarget
+    ));
+    assert!(store
+        .get_message(ACME, &foreign.id)
+        .await
+        .unwrap()
+        .is_none());
+    assert!(store
+        .get_message(GLOBEX, &foreign.id)
+        .await
+        .unwrap()
+        .is_none());
+    assert!(store
+        .claim_due(now + secs(1), 100, LEASE)
+        .await
+        .unwrap()
+        .is_empty());
+}
+
+async fn an_inserted_message_reads_back_as_scheduled_with_its_fields(store: Arc<dyn Store>) {
+    let t = add_target(&*store, ACME).await;
+    let now = time::now();
+    let value = message_value(&t, now + hours(2), now);
+    let returned = insert(&*store, &value).await;
+    assert_eq!(returned.id, value.id);
+    assert_eq!(returned.state, State::Scheduled);
+
+    let m = get(&*store, &value).await;
+    assert_eq!(m.id, value.id);
+    assert_eq!(m.account, ACME);
+    assert_eq!(m.target_id, t.id);
+    assert_eq!(m.state, State::Scheduled);
+    assert_eq!(m.delivery_time, now + hours(2));
+    assert_eq!(
+        m.next_attempt_at,
+        Some(now + hours(2)),
+        "a Scheduled message's next attempt is its delivery time"
+    );
+    assert_eq!(m.attempt_count, 0);
+    assert_eq!(m.delivered_at, None);
+    assert_eq!(m.cancelled_at, None);
+    assert_eq!(m.dead_lettered_at, None);
+    assert_eq!(m.last_error, None);
+    assert_eq!(m.created_at, now);
+    assert_eq!(m.updated_at, now);
+    assert_eq!(m.payload, value.payload);
+    assert_eq!(attempts_of(&*store, &m).await.len(), 0, "no attempts yet");
+
+    // The fields the API answers with come from Created as well.
+    assert_eq!(returned.target_id, m.target_id);
+    assert_eq!(returned.delivery_time, m.delivery_time);
+    assert_eq!(returned.next_attempt_at, m.next_attempt_at);
+    assert_eq!(returned.created_at, m.created_at);
+    assert_eq!(returned.payload, m.payload);
+}
+
+async fn the_largest_payload_reads_back_exactly(store: Arc<dyn Store>) {
+    let t = add_target(&*store, ACME).await;
+    let now = time::now();
+    // 61,440 four-byte characters (245,760 bytes), with quotes, backslashes
+    // and a newline on the way.
+    let mut text: String = "𝄞".repeat(MAX_PAYLOAD_CHARS - 8);
+    text.push_str("\"\\\n'\t€é");
+    assert_eq!(text.chars().count(), MAX_PAYLOAD_CHARS - 1);
+    text.push('x');
+    let mut value = message_value(&t, now + hours(1), now);
+    value.payload = Payload::parse(text.clone()).unwrap();
+    insert(&*store, &value).await;
+    assert_eq!(get(&*store, &value).await.payload.as_str(), text);
+}
+
+async fn a_payload_with_a_nul_character_reads_back_exactly(store: Arc<dyn Store>) {
+    // API.md §4: `payload` is any JSON-embeddable string; "\u0000" is one.
+    let t = add_target(&*store, ACME).await;
+    let now = time::now();
+    let text = "before\u{0}after \u{1f} \u{7f}".to_string();
+    let mut value = message_value(&t, now + hours(1), now);
+    value.payload = Payload::parse(text.clone()).unwrap();
+    let outcome = store.insert_message(&value, None).await;
+    assert!(
+        matches!(outcome, Ok(InsertOutcome::Created(_))),
+        "a payload with U+0000 is stored, got {outcome:?}"
+    );
+    assert_eq!(get(&*store, &value).await.payload.as_str(), text);
+    let claimed = store
+        .claim_due(now + hours(1) + ms(1), 10, LEASE)
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 1);
+    assert_eq!(claimed[0].payload, text);
+}
+
+// ---------------------------------------------------------------------------
+// Idempotency keys
+// ---------------------------------------------------------------------------
+
+const DAY: Duration = Duration::from_secs(24 * 3600);
+
+async fn the_same_idempotency_key_and_request_replay_the_first_response(store: Arc<dyn Store>) {
+    let t = add_target(&*store, ACME).await;
+    let now = time::now();
+    let first = message_value(&t, now + hours(1), now);
+    let response = json!({"messageId": first.id.to_string(), "state": "Scheduled"});
+    let key = idem("order-42", b"hash-of-body-1", DAY, response.clone());
+    created(store.insert_message(&first, Some(&key)).await.unwrap());
+
+    // A retry of the request: the API has built a new message and a new
+    // response, but the first response is what comes back.
+    let retry = message_value(&t, now + hours(1), now + secs(5));
+    let retry_key = idem(
+        "order-42",
+        b"hash-of-body-1",
+        DAY,
+        json!({"messageId": retry.id.to_string()}),
+    );
+    match store
+        .insert_message(&retry, Some(&retry_key))
+        .await
+        .unwrap()
+    {
+        InsertOutcome::Replayed {
+            status,
+            response: replayed,
+        } => {
+            assert_eq!(status, 201);
+            assert_eq!(replayed, response);
+        }
+        other => panic!("expected Replayed, got {other:?}"),
+    }
+    assert!(
+        store.get_message(ACME, &retry.id).await.unwrap().is_none(),
+        "a replay creates no message"
+    );
+    let all = store
+        .list_messages(ACME, &MessageFilter::default(), None, 100)
+        .await
+        .unwrap();
+    assert_eq!(message_ids(&all), vec![first.id]);
+}
+
+async fn the_same_idempotency_key_with_another_request_is_a_key_conflict(store: Arc<dyn Store>) {
+    let t = add_target(&*store, ACME).await;
+    let now = time::now();
+    let first = message_value(&t, now + hours(1), now);
+    let key = idem("order-42", b"hash-of-body-1", DAY, json!({"n": 1}));
+    created(store.insert_message(&first, Some(&key)).await.unwrap());
+
+    let other = message_value(&t, now + hours(3), now + secs(5));
+    let other_key = idem("order-42", b"hash-of-body-2", DAY, json!({"n": 2}));
+    assert!(matches!(
+        store
+            .insert_message(&other, Some(&other_key))
+            .await
+            .unwrap(),
+        InsertOutcome::KeyConflict
+    ));
+    assert!(store.get_message(ACME, &other.id).await.unwrap().is_none());
+
+    // The conflict did not replace the stored request: the first still replays.
+    let again = message_value(&t, now + hours(1), now + secs(6));
+    assert!(matches!(
+        store.insert_message(&again, Some(&key)).await.unwrap(),
+        InsertOutcome::Replayed { .. }
+    ));
+}
+
+async fn an_expired_idempotency_key_is_treated_as_new(store: Arc<dyn Store>) {
+    let t = add_target(&*store, ACME).await;
+    let now = time::now();
+    let tiny = Duration::from_millis(1);
+    let old = message_value(&t, now + hours(1), now - hours(1));
+    let old_key = idem("order-42", b"hash-old", tiny, json!({"n": "old"}));
+    created(store.insert_message(&old, Some(&old_key)).await.unwrap());
+
+    // An hour later the key has expired: another request with it is new.
+    let fresh = message_value(&t, now + hours(2), now);
+    let fresh_key = idem("order-42", b"hash-new", tiny, json!({"n": "fresh"}));
+    let m = created(
+        store
+            .insert_message(&fresh, Some(&fresh_key))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(m.id, fresh.id);
+    assert!(store.get_message(ACME, &old.id).await.unwrap().is_some());
+    assert!(store.get_message(ACME, &fresh.id).await.unwrap().is_some());
+
+    // The key now belongs to the new request: it replays the new response.
+    let replay = message_value(&t, now + hours(2), now);
+    let replay_key = idem("order-42", b"hash-new", DAY, json!({"n": "ignored"}));
+    match store
+        .insert_message(&replay, Some(&replay_key))
+        .await
+        .unwrap()
+    {
+        InsertOutcome::Replayed { response, .. } => assert_eq!(response, json!({"n": "fresh"})),
+        other => panic!("expected Replayed, got {other:?}"),
+    }
+}
+
+async fn idempotency_keys_are_scoped_to_their_account(store: Arc<dyn Store>) {
+    let ours = add_target(&*store, ACME).await;
+    let theirs = add_target(&*store, GLOBEX).await;
+    let now = time::now();
+    let a = message_value(&ours, now + hours(1), now);
+    created(
+        store
+            .insert_message(&a, Some(&idem("k", b"acme-body", DAY, json!({"a": 1}))))
+            .await
+            .unwrap(),
+    );
+    // The same key in another account, with the same or another body: new.
+    let b = message_value(&theirs, now + hours(1), now);
+    created(
+        store
+            .insert_message(&b, Some(&idem("k", b"acme-body", DAY, json!({"b": 1}))))
+            .await
+            .unwrap(),
+    );
+    let c = message_value(&theirs, now + hours(1), now);
+    assert!(matches!(
+        store
+            .insert_message(&c, Some(&idem("k", b"other", DAY, json!({"c": 1}))))
+            .await
+            .unwrap(),
+        InsertOutcome::KeyConflict
+    ));
+    // And each account replays its own response.
+    let again = message_value(&ours, now + hours(1), now);
+    match store
+        .insert_message(&again, Some(&idem("k", b"acme-body", DAY, json!({}))))
+        .await
+        .unwrap()
+    {
+        InsertOutcome::Replayed { response, .. } => assert_eq!(response, json!({"a": 1})),
+        other => panic!("expected Replayed, got {other:?}"),
+    }
+}
+
+async fn an_idempotency_key_sent_with_an_unknown_target_is_not_remembered(store: Arc<dyn Store>) {
+    store.ensure_account(ACME).await.unwrap();
+    let now = time::now();
+    // A target that does not exist yet…
+    let t = target_value(ACME, "later", now);
+    let m = message_value(&t, now + hours(1), now);
+    let key = idem(
+        "order-7",
+        b"body",
+        DAY,
+        json!({"messageId": m.id.to_string()}),
+    );
+    assert!(matches!(
+        store.insert_message(&m, Some(&key)).await.unwrap(),
+        InsertOutcome::UnknownTarget
+    ));
+    // …is created; the same request again creates the message rather than
+    // replaying a response for a message that was never stored.
+    insert_target(&*store, &t).await;
+    let retry = message_value(&t, now + hours(1), now + secs(1));
+    let got = created(store.insert_message(&retry, Some(&key)).await.unwrap());
+    assert_eq!(got.id, retry.id);
+    assert!(store.get_message(ACME, &retry.id).await.unwrap().is_some());
+}
+
+async fn concurrent_inserts_with_one_idempotency_key_create_one_message(store: Arc<dyn Store>) {
+    let t = add_target(&*store, ACME).await;
+    let now = time::now();
+    let barrier = Arc::new(tokio::sync::Barrier::new(8));
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let store = store.clone();
+        let barrier = barrier.clone();
+        let m = message_value(&t, now + hours(1), now);
+        tasks.push(tokio::spawn(async move {
+            let key = idem("same-key", b"same-body", DAY, json!({"task": i}));
+            barrier.wait().await;
+            store.insert_message(&m, Some(&key)).await.unwrap()
+        }));
+    }
+    let mut created_ids = Vec::new();
+    let mut replays = Vec::new();
+    for task in tasks {
+        match task.await.unwrap() {
+            InsertOutcome::Created(m) => created_ids.push(m.id),
+            InsertOutcome::Replayed { response, .. } => replays.push(response),
+            other => panic!("expected Created or Replayed, got {other:?}"),
+        }
+    }
+    assert_eq!(created_ids.len(), 1, "exactly one request creates");
+    assert_eq!(replays.len(), 7);
+    assert!(
+        replays.windows(2).all(|w| w[0] == w[1]),
+        "every replay is the same first response"
+    );
+    let all = store
+        .list_messages(ACME, &MessageFilter::default(), None, 100)
+        .await
+        .unwrap();
+    assert_eq!(message_ids(&all), created_ids);
+}
+
+async fn a_batch_insert_returns_the_inserted_ids_and_skips_unknown_and_foreign_targets(
+    store: Arc<dyn Store>,
+) {
+    let ours = add_target(&*store, ACME).await;
+    let theirs = add_target(&*store, GLOBEX).await;
+    let now = time::now();
+    let a = message_value(&ours, now + hours(1), now);
+    let b = message_value(&ours, now - secs(1), now);
+    let missing = message_value(&target_value(ACME, "missing", now), now, now);
+    let mut foreign = message_value(&theirs, now, now);
+    foreign.account = ACME.into();
+    let batch = [a.clone(), missing.clone(), b.clone(), foreign.clone()];
+
+    let ids = store.insert_messages(ACME, &batch).await.unwrap();
+    assert_eq!(set(ids.clone()), set([a.id, b.id]));
+    assert_eq!(ids.len(), 2, "each inserted id once");
+
+    let read = get(&*store, &a).await;
+    assert_eq!(read.state, State::Scheduled);
+    assert_eq!(read.target_id, ours.id);
+    assert_eq!(read.delivery_time, now + hours(1));
+    assert_eq!(read.next_attempt_at, Some(now + hours(1)));
+    assert_eq!(read.payload, a.payload);
+    assert!(store
+        .get_message(ACME, &missing.id)
+        .await
+        .unwrap()
+        .is_none());
+    assert!(store
+        .get_message(ACME, &foreign.id)
+        .await
+        .unwrap()
+        .is_none());
+    assert!(store
+        .get_message(GLOBEX, &foreign.id)
+        .await
+        .unwrap()
+        .is_none());
+
+    // The batch's due message is claimable like any other.
+    let claimed = store.claim_due(now, 100, LEASE).await.unwrap();
+    assert_eq!(claimed_ids(&claimed), vec![b.id]);
+
+    assert!(store.insert_messages(ACME, &[]).await.unwrap().is_empty());
+}
+
+// ---------------------------------------------------------------------------
+// Reading messages
+// ---------------------------------------------------------------------------
+
+async fn messages_are_listed_newest_first_and_paged_with_the_before_cursor(store: Arc<dyn Store>) {
+    let t = add_target(&*store, ACME).await;
+    let theirs = add_target(&*store, GLOBEX).await;
+    let now = time::now();
+    let mut ids = Vec::new();
+    for i in 0..7 {
+        ids.push(schedule(&*store, &t, now + hours(1 + i)).await.id);
+    }
+    let their = schedule(&*store, &theirs, now + hours(1)).await;
+    let expected = newest_first(ids);
+
+    let all = store
+        .list_messages(ACME, &MessageFilter::default(), None, 100)
+        .await
+        .unwrap();
+    assert_eq!(message_ids(&all), expected, "newest (highest id) first");
+
+    for page_size in [1u32, 3] {
+        let mut paged = Vec::new();
+        let mut before: Option<MessageId> = None;
+        loop {
+            let page = store
+                .list_messages(ACME, &MessageFilter::default(), before.as_ref(), page_size)
+                .await
+                .unwrap();
+            assert!(page.len() <= page_size as usize, "the limit is honoured");
+            if page.is_empty() {
+                break;
+            }
+            before = Some(page.last().unwrap().id);
+            paged.extend(message_ids(&page));
+            assert!(paged.len() <= expected.len(), "paging terminates");
+        }
+        assert_eq!(paged, expected, "paging by {page_size}");
+    }
+
+    let theirs_listed = store
+        .list_messages(GLOBEX, &MessageFilter::default(), None, 100)
+        .await
+        .unwrap();
+    assert_eq!(message_ids(&theirs_listed), vec![their.id]);
+}
+
+async fn listing_messages_filters_by_state_and_by_target(store: Arc<dyn Store>) {
+    let t1 = add_target(&*store, ACME).await;
+    let t2 = add_target(&*store, ACME).await;
+    let theirs = add_target(&*store, GLOBEX).await;
+    let now = time::now();
+
+    // Finished ones first, each driven to its state while it is the only one due.
+    let delivered = schedule(&*store, &t1, now - secs(1)).await;
+    deliver(&*store, &delivered, now).await;
+    let dead = schedule(&*store, &t1, now - secs(1)).await;
+    dead_letter(&*store, &dead, now).await;
+    let s1 = schedule(&*store, &t1, now + hours(1)).await;
+    let c1 = schedule(&*store, &t1, now + hours(1)).await;
+    done(store.cancel(ACME, &c1.id, now).await.unwrap());
+    let s2 = schedule(&*store, &t2, now + hours(1)).await;
+    let c2 = schedule(&*store, &t2, now + hours(1)).await;
+    done(store.cancel(ACME, &c2.id, now).await.unwrap());
+    schedule(&*store, &theirs, now + hours(1)).await;
+
+    let list = |target: Option<&Target>, state: Option<State>| {
+        let store = store.clone();
+        let filter = MessageFilter {
+            target_id: target.map(|t| t.id.clone()),
+            state,
+        };
+        async move {
+            let page = store.list_messages(ACME, &filter, None, 100).await.unwrap();
+            for m in &page {
+                if let Some(state) = filter.state {
+                    assert_eq!(m.state, state, "only {state:?} messages");
+                }
+            }
+            message_ids(&page)
+        }
+    };
+    assert_eq!(
+        list(None, Some(State::Scheduled)).await,
+        newest_first(vec![s1.id, s2.id])
+    );
+    assert_eq!(
+        list(None, Some(State::Cancelled)).await,
+        newest_first(vec![c1.id, c2.id])
+    );
+    assert_eq!(list(None, Some(State::Delivered)).await, vec![delivered.id]);
+    assert_eq!(list(None, Some(State::DeadLetter)).await, vec![dead.id]);
+    assert_eq!(
+        list(Some(&t2), None).await,
+        newest_first(vec![s2.id, c2.id])
+    );
+    assert_eq!(
+        list(Some(&t1), None).await,
+        newest_first(vec![delivered.id, dead.id, s1.id, c1.id])
+    );
+    assert_eq!(list(Some(&t1), Some(State::Cancelled)).await, vec![c1.id]);
+    assert_eq!(list(Some(&t2), Some(State::Delivered)).await, vec![]);
+    assert_eq!(
+        list(Some(&theirs), None).await,
+        vec![],
+        "another account's target filters to nothing"
+    );
+
+    // Paging within a filter.
+    let cancelled = MessageFilter {
+        target_id: None,
+        state: Some(State::Cancelled),
+    };
+    let first = store
+        .list_messages(ACME, &cancelled, None, 1)
+        .await
+        .unwrap();
+    let second = store
+        .list_messages(ACME, &cancelled, Some(&first[0].id), 1)
+        .await
+        .unwrap();
+    let third = store
+        .list_messages(ACME, &cancelled, Some(&second[0].id), 1)
+        .await
+        .unwrap();
+    assert_eq!(
+        [message_ids(&first), message_ids(&second)].concat(),
+        newest_first(vec![c1.id, c2.id])
+    );
+    assert!(third.is_empty());
+}
+
+async fn another_accounts_messages_are_invisible(store: Arc<dyn Store>) {
+    let t = add_target(&*store, ACME).await;
+    store.ensure_account(GLOBEX).await.unwrap();
+    let now = time::now();
+    let m = schedule(&*store, &t, now - secs(1)).await;
+    deliver(&*store, &m, now).await;
+
+    assert!(store.get_message(GLOBEX, &m.id).await.unwrap().is_none());
+    assert!(store
+        .list_attempts(GLOBEX, &m.id, None, 100)
+        .await
+        .unwrap()
+        .is_none());
+    assert!(store
+        .list_messages(GLOBEX, &MessageFilter::default(), None, 100)
+        .await
+        .unwrap()
+        .is_empty());
+    let by_target = MessageFilter {
+        target_id: Some(t.id.clone()),
+        state: None,
+    };
+    assert!(store
+        .list_messages(GLOBEX, &by_target, None, 100)
+        .await
+        .unwrap()
+        .is_empty());
+    // Still there for its own account.
+    assert_eq!(get(&*store, &m).await.state, State::Delivered);
+    assert_eq!(attempts_of(&*store, &m).await.len(), 1);
+}
+
+// ---------------------------------------------------------------------------
+// Claims
+// ---------------------------------------------------------------------------
+
+async fn claim_due_hands_out_only_due_scheduled_messages_oldest_due_first(store: Arc<dyn Store>) {
+    let t = add_target(&*store, ACME).await;
+    let now = time::now();
+    // Not claimable: delivered, dead letter, cancelled (all due long ago).
+    let delivered = schedule(&*store, &t, now - secs(60)).await;
+    deliver(&*store, &delivered, now - secs(50)).await;
+    let dead = schedule(&*store, &t, now - secs(60)).await;
+    dead_letter(&*store, &dead, now - secs(50)).await;
+    let cancelled = schedule(&*store, &t, now - secs(60)).await;
+    done(
+        store
+            .cancel(ACME, &cancelled.id, now - secs(55))
+            .await
+            .unwrap(),
+    );
+    let future = schedule(&*store, &t, now + hours(1)).await;
+    // Due, in an order unlike their creation order.
+    let d_mid = schedule(&*store, &t, now - secs(2)).await;
+    let d_new = schedule(&*store, &t, now - secs(1)).await;
+    let d_old = schedule(&*store, &t, now - secs(3)).await;
+
+    // A lease longer than the wait for `future` below keeps these out of it.
+    let long = Duration::from_secs(3 * 3600);
+    let mut order = Vec::new();
+    for _ in 0..3 {
+        let claimed = store.claim_due(now, 1, long).await.unwrap();
+        assert_eq!(claimed.len(), 1, "one due message per claim of one");
+        order.push(claimed[0].id);
+    }
+    assert_eq!(
+        order,
+        vec![d_old.id, d_mid.id, d_new.id],
+        "the oldest due is handed out first"
+    );
+    assert!(store.claim_due(now, 10, LEASE).await.unwrap().is_empty());
+
+    // What a claim carries.
+    let claimed = store
+        .claim_due(now + hours(1) + ms(1), 10, LEASE)
+        .await
+        .unwrap();
+    assert_eq!(claimed_ids(&claimed), vec![future.id]);
+    let c = &claimed[0];
+    assert_eq!(c.target_id, t.id);
+    assert_eq!(c.target, t.config);
+    assert_eq!(c.payload, future.payload.as_str());
+    assert_eq!(c.delivery_time, now + hours(1));
+    assert_eq!(c.attempt_count, 0);
+    assert_eq!(c.ladder_attempts, 0);
+    assert!(!c.lease_token.is_nil());
+
+    // Claiming changes no visible state.
+    let m = get(&*store, &future).await;
+    assert_eq!(m.state, State::Scheduled);
+    assert_eq!(m.attempt_count, 0);
+}
+
+async fn claim_due_honours_its_limit(store: Arc<dyn Store>) {
+    let t = add_target(&*store, ACME).await;
+    let now = time::now();
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        ids.push(schedule(&*store, &t, now - secs(10 - i)).await.id);
+    }
+    let mut seen = Vec::new();
+    for expected in [2, 2, 1, 0] {
+        let claimed = store.claim_due(now, 2, LEASE).await.unwrap();
+        assert_eq!(claimed.len(), expected, "a claim of 2 hands out at most 2");
+        seen.extend(claimed_ids(&claimed));
+    }
+    assert_eq!(seen.len(), 5);
+    assert_eq!(set(seen), set(ids));
+}
+
+async fn a_claimed_message_is_not_claimed_again_until_its_lease_expires(store: Arc<dyn Store>) {
+    let t = add_target(&*store, ACME).await;
+    let now = time::now();
+    let m = schedule(&*store, &t, now - secs(1)).await;
+    let first = claim_only(&*store, &m, now, LEASE).await;
+
+    for later in [now, now + secs(1), now + secs(29)] {
+        assert!(
+            store.claim_due(later, 10, LEASE).await.unwrap().is_empty(),
+            "the lease holds at {later}"
+        );
+    }
+    assert_eq!(
+        store.next_due().await.unwrap(),
+        Some(now + secs(30)),
+        "a leased message falls due again when its lease ends"
+    );
+
+    let second = claim_only(&*store, &m, now + secs(30) + ms(1), LEASE).await;
+    assert_ne!(
+        second.lease_token, first.lease_token,
+        "a new claim has a new lease token"
+    );
+    assert_eq!(second.attempt_count, 0);
+    assert_eq!(second.ladder_attempts, 0);
+    assert!(store
+        .claim_due(now + secs(31), 10, LEASE)
+        .await
+        .unwrap()
+        .is_empty());
+
+    // A short lease (a few ms) also expires.
+    let short = schedule(&*store, &t, now - secs(1)).await;
+    let a = claim_only(&*store, &short, now + secs(40), Duration::from_millis(5)).await;
+    let b = claim_only(&*store, &short, now + secs(40) + ms(6), LEASE).await;
+    assert_ne!(a.lease_token, b.lease_token);
+}
+
+async fn a_disabled_targets_messages_are_not_claimed_until_it_is_enabled(store: Arc<dyn Store>) {
+    let t = add_target(&*store, ACME).await;
+    let now = time::now();
+    let before = schedule(&*store, &t, now - secs(3)).await;
+    store
+        .set_target_enabled(ACME, &t.id, false, now)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(store.claim_due(now, 100, LEASE).await.unwrap().is_empty());
+    assert_eq!(store.next_due().await.unwrap(), None);
+
+    // Scheduled, batch-inserted or rescheduled while disabled: held too.
+    let during = schedule(&*store, &t, now - secs(2)).await;
+    let batched = message_value(&t, now - secs(1), now);
+    store
+        .insert_messages(ACME, std::slice::from_ref(&batched))
+        .await
+        .unwrap();
+    let moved = schedule(&*store, &t, now + hours(5)).await;
+    done(
+        store
+            .reschedule(ACME, &moved.id, now - secs(4), now)
+            .await
+            .unwrap(),
+    );
+    // A target created disabled holds its messages from the start.
+    let mut off = target_value(ACME, "off", now);
+    off.enabled = false;
+    insert_target(&*store, &off).await;
+    let held = schedule(&*store, &off, now - secs(10)).await;
+
+    assert!(store
+        .claim_due(now + hours(1), 100, LEASE)
+        .await
+        .unwrap()
+        .is_empty());
+    assert_eq!(store.next_due().await.unwrap(), None);
+    for m in [&before, &during, &moved, &held] {
+        assert_eq!(get(&*store, m).await.state, State::Scheduled);
+    }
+
+    store
+        .set_target_enabled(ACME, &t.id, true, now + secs(1))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        store.next_due().await.unwrap(),
+        Some(now - secs(4)),
+        "the earliest of the released messages"
+    );
+    // Delivered oldest first once enabled.
+    let first = store.claim_due(now + secs(2), 1, LEASE).await.unwrap();
+    assert_eq!(claimed_ids(&first), vec![moved.id]);
+    let rest = store.claim_due(now + secs(2), 100, LEASE).await.unwrap();
+    assert_eq!(
+        set(claimed_ids(&rest)),
+        set([before.id, during.id, batched.id]),
+        "the disabled target's messages stay held"
+    );
+    let rest_ids = claimed_ids(&rest);
+    assert_eq!(rest_ids.len(), 3);
+
+    store
+        .set_target_enabled(ACME, &off.id, true, now + secs(3))
+        .await
+        .unwrap()
+        .unwrap();
+    let claimed = store.claim_due(now + secs(3), 100, LEASE).await.unwrap();
+    assert_eq!(claimed_ids(&claimed), vec![held.id]);
+}
+
+async fn next_due_is_the_earliest_claimable_time_and_ignores_paused_messages(
+    store: Arc<dyn Store>,
+) {
+    assert_eq!(store.next_due().await.unwrap(), None, "nothing scheduled");
+    let on = add_target(&*store, ACME).await;
+    let now = time::now();
+    // Finished messages do not count.
+    let delivered = schedule(&*store, &on, now - secs(100)).await;
+    deliver(&*store, &delivered, now - secs(90)).await;
+    let dead = schedule(&*store, &on, now - secs(100)).await;
+    dead_letter(&*store, &dead, now - secs(90)).await;
+    let cancelled = schedule(&*store, &on, now + secs(1)).await;
+    done(store.cancel(ACME, &cancelled.id, now).await.unwrap());
+    assert_eq!(store.next_due().await.unwrap(), None);
+
+    schedule(&*store, &on, now + secs(10)).await;
+    schedule(&*store, &on, now + secs(5)).await;
+    let off = add_target(&*store, ACME).await;
+    schedule(&*store, &off, now + secs(1)).await;
+    store
+        .set_target_enabled(ACME, &off.id, false, now)
+        .await
+        .unwrap()
+        .unwrap();
+    schedule(&*store, &off, now + secs(2)).await;
+
+    assert_eq!(store.next_due().await.unwrap(), Some(now + secs(5)));
+    store
+        .set_target_enabled(ACME, &off.id, true, now)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(store.next_due().await.unwrap(), Some(now + secs(1)));
+}
+
+// ---------------------------------------------------------------------------
+// Recording attempts
+// ---------------------------------------------------------------------------
+
+async fn recording_a_success_marks_the_message_delivered(store: Arc<dyn Store>) {
+    let t = add_target(&*store, ACME).await;
+    let now = time::now();
+    let m = schedule(&*store, &t, now - secs(1)).await;
+    let c = claim_only(&*store, &m, now, LEASE).await;
+    let finished = now + ms(250);
+    let recorded_at = now + ms(300);
+    let a = attempt(1, AttemptOutcome::Success, finished);
+    let written = store
+        .record(
+            &[recorded(&c, vec![a.clone()], Next::Delivered)],
+            recorded_at,
+        )
+        .await
+        .unwrap();
+    assert_eq!(written, 1);
+
+    let read = get(&*store, &m).await;
+    assert_eq!(read.state, State::Delivered);
+    assert_eq!(read.attempt_count, 1);
+    assert_eq!(
+        read.next_attempt_at, None,
+        "only a Scheduled message has one"
+    );
+    let delivered_at = read.delivered_at.expect("delivered_at is set");
+    assert!(
+        finished <= delivered_at && delivered_at <= recorded_at,
+        "delivered_at {delivered_at} is when the attempt finished or was recorded"
+    );
+    assert_eq!(read.last_error, None);
+    assert_eq!(read.cancelled_at, None);
+    assert_eq!(read.dead_lettered_at, None);
+    assert_eq!(read.delivery_time, m.delivery_time);
+    assert!(read.updated_at > m.updated_at, "updated_at moves");
+
+    let attempts = attempts_of(&*store, &m).await;
+    assert_eq!(attempts.len(), 1);
+    assert_attempt_eq(&attempts[0], &a);
+
+    assert!(store
+        .claim_due(now + days(30), 100, LEASE)
+        .await
+        .unwrap()
+        .is_empty());
+    assert_eq!(store.next_due().await.unwrap(), None);
+}
+
+async fn recording_a_retry_schedules_the_next_attempt_at_the_given_time(store: Arc<dyn Store>) {
+    let t = add_target(&*store, ACME).await;
+    let now = time::now();
+    let m = schedule(&*store, &t, now - secs(1)).await;
+    let c = claim_only(&*store, &m, now, LEASE).await;
+    let mut second = attempt(2, AttemptOutcome::RetryableFailure, now + ms(40));
+    second.error = Some("timed out after 10s".into());
+    second.status_code = None;
+    second.response_body = None;
+    let attempts = vec![
+        attempt(1, AttemptOutcome::RetryableFailure, now + ms(20)),
+        second,
+    ];
+    let retry_at = now + secs(60);
+    let written = store
+        .record(
+            &[recorded(&c, attempts, Next::Retry(retry_at))],
+            now + ms(50),
+        )
+        .await
+        .unwrap();
+    assert_eq!(written, 2);
+
+    let read = get(&*store, &m).await;
+    assert_eq!(read.state, State::Scheduled);
+    assert_eq!(read.next_attempt_at, Some(retry_at));
+    assert_eq!(read.attempt_count, 2);
+    assert_eq!(
+        read.last_error.as_deref(),
+        Some("timed out after 10s"),
+        "the last attempt's error"
+    );
+    assert_eq!(read.delivered_at, None);
+    assert_eq!(read.dead_lettered_at, None);
+    assert_eq!(
+        read.delivery_time, m.delivery_time,
+        "a retry keeps the requested delivery time"
+    );
+
+    assert_eq!(store.next_due().await.unwrap(), Some(retry_at));
+    assert!(store
+        .claim_due(retry_at - ms(1), 10, LEASE)
+        .await
+        .unwrap()
+        .is_empty());
+    let again = claim_only(&*store, &m, retry_at + ms(1), LEASE).await;
+    assert_eq!(again.attempt_count, 2, "attempts so far");
+    assert_eq!(again.ladder_attempts, 2, "the ladder position recorded");
+    assert_eq!(again.delivery_time, m.delivery_time);
+    assert_ne!(again.lease_token, c.lease_token);
+}
+
+async fn recording_a_dead_letter_sets_dead_lettered_at_and_stops_claims(store: Arc<dyn Store>) {
+    let t = add_target(&*store, ACME).await;
+    let now = time::now();
+    let m = schedule(&*store, &t, now - secs(1)).await;
+    let c = claim_only(&*store, &m, now, LEASE).await;
+    let finished = now + secs(1);
+    let a = attempt(1, AttemptOutcome::NonRetryableFailure, finished);
+    let written = store
+        .record(&[recorded(&c, vec![a], Next::DeadLetter)], now + secs(2))
+        .await
+        .unwrap();
+    assert_eq!(written, 1);
+
+    let read = get(&*store, &m).await;
+    assert_eq!(read.state, State::DeadLetter);
+    let at = read.dead_lettered_at.expect("dead_lettered_at is set");
+    assert!(
+        finished <= at && at <= now + secs(2),
+        "dead_lettered_at {at}"
+    );
+    assert_eq!(read.next_attempt_at, None);
+    assert_eq!(read.attempt_count, 1);
+    assert_eq!(read.last_error.as_deref(), Some("HTTP 404 on attempt 1"));
+    assert_eq!(read.delivered_at, None);
+    assert!(store
+        .claim_due(now + days(30), 10, LEASE)
+        .await
+        .unwrap()
+        .is_empty());
+    assert_eq!(store.next_due().await.unwrap(), None);
+}
+
+async fn several_attempts_in_one_record_are_all_stored_in_order(store: Arc<dyn Store>) {
+    let t = add_target(&*store, ACME).await;
+    let now = time::now();
+    let m = schedule(&*store, &t, now - secs(1)).await;
+    let c = claim_only(&*store, &m, now, LEASE).await;
+    let attempts = vec![
+        attempt(1, AttemptOutcome::RetryableFailure, now + ms(10)),
+        attempt(2, AttemptOutcome::RetryableFailure, now + ms(20)),
+        attempt(3, AttemptOutcome::Success, now + ms(30)),
+    ];
+    let written = store
+        .record(
+            &[recorded(&c, attempts.clone(), Next::Delivered)],
+            now + ms(40),
+        )
+        .await
+        .unwrap();
+    assert_eq!(written, 3);
+    let stored = attempts_of(&*store, &m).await;
+    assert_eq!(attempt_numbers(&stored), vec![1, 2, 3]);
+    for (s, a) in stored.iter().zip(&attempts) {
+        assert_attempt_eq(s, a);
+    }
+    let read = get(&*store, &m).await;
+    assert_eq!(read.state, State::Delivered);
+    assert_eq!(read.attempt_count, 3);
+}
+
+async fn attempt_texts_with_a_nul_character_are_stored_with_it_replaced(store: Arc<dyn Store>) {
+    // A receiver's body is decoded lossily as UTF-8 (API.md §6), and U+0000
+    // is valid UTF-8: a body with a NUL byte must not make the record fail.
+    // Every store keeps attempt texts with U+0000 replaced by U+FFFD (text
+    // columns of PostgreSQL cannot hold it), the same on every backend.
+    let t = add_target(&*store, ACME).await;
+    let now = time::now();
+    let m = schedule(&*store, &t, now - secs(1)).await;
+    let c = claim_only(&*store, &m, now, LEASE).await;
+    let mut a = attempt(1, AttemptOutcome::RetryableFailure, now + ms(10));
+    a.response_body = Some("bad\u{0}gateway".into());
+    a.error = Some("HTTP 502: bad\u{0}gateway".into());
+    let written = store
+        .record(
+            &[recorded(&c, vec![a.clone()], Next::Retry(now + secs(60)))],
+            now + ms(20),
+        )
+        .await;
+    assert!(
+        matches!(written, Ok(1)),
+        "the attempt is recorded, got {written:?}"
+    );
+    let stored = attempts_of(&*store, &m).await;
+    assert_eq!(stored.len(), 1);
+    let mut expected = a.clone();
+    expected.response_body = Some("bad\u{FFFD}gateway".into());
+    expected.error = Some("HTTP 502: bad\u{FFFD}gateway".into());
+    assert_attempt_eq(&stored[0], &expected);
+    assert_eq!(get(&*store, &m).await.last_error, expected.error);
+}
+
+async fn a_record_with_a_stale_lease_token_is_dropped_whole(store: Arc<dyn Store>) {
+    let t = add_target(&*store, ACME).await;
+    let now = time::now();
+    let m = schedule(&*store, &t, now - secs(1)).await;
+    let stale = claim_only(&*store, &m, now, Duration::from_secs(1)).await;
+    // The lease expired and another claim took the message.
+    let current = claim_only(&*store, &m, now + secs(2), LEASE).await;
+    assert_ne!(stale.lease_token, current.lease_token);
+
+    let late = recorded(
+        &stale,
+        attempts_after(
+            &stale,
+            &[
+                AttemptOutcome::RetryableFailure,
+                AttemptOutcome::RetryableFailure,
+            ],
+            now + secs(3),
+        ),
+        Next::Retry(now + secs(60)),
+    );
+    assert_eq!(store.record(&[late], now + secs(3)).await.unwrap(), 0);
+    let read = get(&*store, &m).await;
+    assert_eq!(read.state, State::Scheduled);
+    assert_eq!(read.attempt_count, 0);
+    assert_eq!(read.last_error, None);
+    assert_eq!(read.next_attempt_at, m.next_attempt_at);
+    assert!(attempts_of(&*store, &m).await.is_empty(), "no attempt rows");
+    assert!(
+        store
+            .claim_due(now + secs(10), 10, LEASE)
+            .await
+            .unwrap()
+            .is_empty(),
+        "the stale record did not release the current lease"
+    );
+
+    // A token nobody issued is stale too.
+    let forged = Recorded {
+        lease_token: Uuid::new_v4(),
+        ..recorded(
+            &current,
+            attempts_after(&current, &[AttemptOutcome::Success], now + secs(4)),
+            Next::Delivered,
+        )
+    };
+    assert_eq!(store.record(&[forged], now + secs(4)).await.unwrap(), 0);
+    assert_eq!(get(&*store, &m).await.state, State::Scheduled);
+
+    // The current claim's result applies.
+    let good = recorded(
+        &current,
+        attempts_after(&current, &[AttemptOutcome::Success], now + secs(5)),
+        Next::Delivered,
+    );
+    assert_eq!(
+        store
+            .record(std::slice::from_ref(&good), now + secs(5))
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(get(&*store, &m).await.state, State::Delivered);
+    // Recording it again changes nothing: its lease is gone.
+    assert_eq!(store.record(&[good], now + secs(6)).await.unwrap(), 0);
+    assert_eq!(attempts_of(&*store, &m).await.len(), 1);
+}
+
+async fn a_record_batch_applies_each_result_under_its_own_lease(store: Arc<dyn Store>) {
+    let t = add_target(&*store, ACME).await;
+    let now = time::now();
+    let m1 = schedule(&*store, &t, now - secs(2)).await;
+    let m2 = schedule(&*store, &t, now - secs(1)).await;
+    let old = store
+        .claim_due(now, 10, Duration::from_secs(1))
+        .await
+        .unwrap();
+    assert_eq!(set(claimed_ids(&old)), set([m1.id, m2.id]));
+    let new = store.claim_due(now + secs(2), 10, LEASE).await.unwrap();
+    assert_eq!(set(claimed_ids(&new)), set([m1.id, m2.id]));
+    let pick = |v: &[Claimed], id: MessageId| v.iter().find(|c| c.id == id).unwrap().clone();
+
+    // m1 under its current lease, m2 under its expired one.
+    let c1 = pick(&new, m1.id);
+    let c2 = pick(&old, m2.id);
+    let batch = [
+        recorded(
+            &c1,
+            attempts_after(
+                &c1,
+                &[AttemptOutcome::RetryableFailure, AttemptOutcome::Success],
+                now + secs(3),
+            ),
+            Next::Delivered,
+        ),
+        recorded(
+            &c2,
+            attempts_after(&c2, &[AttemptOutcome::Success], now + secs(3)),
+            Next::Delivered,
+        ),
+    ];
+    assert_eq!(store.record(&batch, now + secs(3)).await.unwrap(), 2);
+    assert_eq!(get(&*store, &m1).await.state, State::Delivered);
+    assert_eq!(attempts_of(&*store, &m1).await.len(), 2);
+    assert_eq!(get(&*store, &m2).await.state, State::Scheduled);
+    assert!(attempts_of(&*store, &m2).await.is_empty());
+    assert_eq!(store.record(&[], now + secs(4)).await.unwrap(), 0);
+}
+
+async fn a_record_after_a_cancel_or_reschedule_is_dropped(store: Arc<dyn Store>) {
+    let t = add_target(&*store, ACME).await;
+    let now = time::now();
+    let lease = Duration::from_secs(1);
+
+    let cancelled = schedule(&*store, &t, now - secs(1)).await;
+    let c = claim_only(&*store, &cancelled, now, lease).await;
+    done(
+        store
+            .cancel(ACME, &cancelled.id, now + secs(2))
+            .await
+            .unwrap(),
+    );
+    let late = recorded(
+        &c,
+        attempts_after(&c, &[AttemptOutcome::Success], now + secs(3)),
+        Next::Delivered,
+    );
+    assert_eq!(store.record(&[late], now + secs(3)).await.unwrap(), 0);
+    let read = get(&*store, &cancelled).await;
+    assert_eq!(
+        read.state,
+        State::Cancelled,
+        "never both cancelled and delivered"
+    );
+    assert_eq!(read.delivered_at, None);
+    assert!(attempts_of(&*store, &cancelled).await.is_empty());
+
+    let moved = schedule(&*store, &t, now + secs(5)).await;
+    let c = claim_only(&*store, &moved, now + secs(6), lease).await;
+    let new_time = now + hours(1);
+    done(
+        store
+            .reschedule(ACME, &moved.id, new_time, now + secs(8))
+            .await
+            .unwrap(),
+    );
+    let late = recorded(
+        &c,
+        attempts_after(&c, &[AttemptOutcome::NonRetryableFailure], now + secs(9)),
+        Next::DeadLetter,
+    );
+    assert_eq!(store.record(&[late], now + secs(9)).await.unwrap(), 0);
+    let read = get(&*store, &moved).await;
+    assert_eq!(read.state, State::Scheduled);
+    assert_eq!(read.next_attempt_at, Some(new_time));
+    assert_eq!(read.attempt_count, 0);
+    assert!(attempts_of(&*store, &moved).await.is_empty());
+}
+
+async fn attempts_are_listed_oldest_first_and_paged_with_the_after_cursor(store: Arc<dyn Store>) {
+    let t = add_target(&*store, ACME).await;
+    let now = time::now();
+    let m = schedule(&*store, &t, now - secs(1)).await;
+    let retry_at = now + secs(60);
+    attempt_and_record(
+        &*store,
+        &m,
+        now,
+        &[
+            AttemptOutcome::RetryableFailure,
+            AttemptOutcome::RetryableFailure,
+        ],
+        Next::Retry(retry_at),
+    )
+    .await;
+    let c = attempt_and_record(
+        &*store,
+        &m,
+        retry_at + ms(1),
+        &[
+            AttemptOutcome::RetryableFailure,
+            AttemptOutcome::RetryableFailure,
+            AttemptOutcome::Success,
+        ],
+        Next::Delivered,
+    )
+    .await;
+    assert_eq!(c.attempt_count, 2, "the second claim knows of two attempts");
+
+    let all = attempts_of(&*store, &m).await;
+    assert_eq!(attempt_numbers(&all), vec![1, 2, 3, 4, 5], "oldest first");
+    assert_eq!(all[0].finished_at, now);
+    assert_eq!(all[4].outcome, AttemptOutcome::Success);
+    assert_eq!(get(&*store, &m).await.attempt_count, 5);
+
+    let page = |after: Option<u32>| {
+        let store = store.clone();
+        let (account, id) = (m.account.clone(), m.id);
+        async move {
+            attempt_numbers(
+                &store
+                    .list_attempts(&account, &id, after, 2)
+                    .await
+                    .unwrap()
+                    .unwrap(),
+            )
+        }
+    };
+    assert_eq!(page(None).await, vec![1, 2]);
+    assert_eq!(page(Some(2)).await, vec![3, 4]);
+    assert_eq!(page(Some(4)).await, vec![5]);
+    assert_eq!(page(Some(5)).await, Vec::<u32>::new());
+}
+
+async fn attempts_of_an_unknown_or_foreign_message_answer_none(store: Arc<dyn Store>) {
+    let t = add_target(&*store, ACME).await;
+    store.ensure_account(GLOBEX).await.unwrap();
+    let now = time::now();
+    let m = schedule(&*store, &t, now + hours(1)).await;
+    assert_eq!(
+        store
+            .list_attempts(ACME, &m.id, None, 10)
+            .await
+            .unwrap()
+            .map(|a| a.len()),
+        Some(0),
+        "a known message without attempts answers an empty list"
+    );
+    assert!(store
+        .list_attempts(ACME, &MessageId::new(), None, 10)
+        .await
+        .unwrap()
+        .is_none());
+    assert!(store
+        .list_attempts(GLOBEX, &m.id, None, 10)
+        .await
+        .unwrap()
+        .is_none());
+}
+
+// ---------------------------------------------------------------------------
+// Cancel and reschedule
+// ---------------------------------------------------------------------------
+
+async fn cancelling_a_scheduled_message_makes_it_cancelled_and_unclaimable(store: Arc<dyn Store>) {
+    let t = add_target(&*store, ACME).await;
+    let now = time::now();
+    let m = schedule(&*store, &t, now + hours(1)).await;
+    let at = now + secs(1);
+    let cancelled = done(store.cancel(ACME, &m.id, at).await.unwrap());
+    assert_eq!(cancelled.id, m.id);
+    assert_eq!(cancelled.state, State::Cancelled);
+    assert_eq!(cancelled.cancelled_at, Some(at));
+    assert_eq!(cancelled.next_attempt_at, None);
+    assert_eq!(cancelled.updated_at, at);
+
+    let read = get(&*store, &m).await;
+    assert_eq!(read.state, State::Cancelled);
+    assert_eq!(read.cancelled_at, Some(at));
+    assert_eq!(read.next_attempt_at, None);
+    assert_eq!(read.delivery_time, m.delivery_time);
+    assert!(store
+        .claim_due(now + hours(2), 10, LEASE)
+        .await
+        .unwrap()
+        .is_empty());
+    assert_eq!(store.next_due().await.unwrap(), None);
+}
+
+async fn cancelling_a_dead_letter_makes_it_cancelled(store: Arc<dyn Store>) {
+    let t = add_target(&*store, ACME).await;
+    let now = time::now();
+    let m = schedule(&*store, &t, now - secs(1)).await;
+    dead_letter(&*store, &m, now).await;
+    let cancelled = done(store.cancel(ACME, &m.id, now + secs(1)).await.unwrap());
+    assert_eq!(cancelled.state, State::Cancelled);
+    assert_eq!(cancelled.cancelled_at, Some(now + secs(1)));
+    assert_eq!(get(&*store, &m).await.state, State::Cancelled);
+    assert_eq!(
+        attempts_of(&*store, &m).await.len(),
+        1,
+        "its attempts are kept"
+    );
+}
+
+async fn cancel_and_reschedule_of_a_delivered_message_answer_wrong_state(store: Arc<dyn Store>) {
+    let t = add_target(&*store, ACME).await;
+    let now = time::now();
+    let m = schedule(&*store, &t, now - secs(1)).await;
+    deliver(&*store, &m, now).await;
+    assert!(matches!(
+        store.cancel(ACME, &m.id, now + secs(1)).await.unwrap(),
+        Transition::WrongState(State::Delivered)
+    ));
+    assert!(matches!(
+        store
+            .reschedule(ACME, &m.id, now + hours(1), now + secs(1))
+            .await
+            .unwrap(),
+        Transition::WrongState(State::Delivered)
+    ));
+    let read = get(&*store, &m).await;
+    assert_eq!(read.state, State::Delivered);
+    assert_eq!(read.cancelled_at, None);
+    assert_eq!(read.next_attempt_at, None);
+    assert_eq!(read.delivery_time, m.delivery_time);
+    assert!(store
+        .claim_due(now + hours(2), 10, LEASE)
+        .await
+        .unwrap()
+        .is_empty());
+}
+
+async fn cancel_and_reschedule_of_a_cancelled_message_answer_wrong_state(store: Arc<dyn Store>) {
+    let t = add_target(&*store, ACME).await;
+    let now = time::now();
+    let m = schedule(&*store, &t, now + hours(1)).await;
+    done(store.cancel(ACME, &m.id, now).await.unwrap());
+    assert!(matches!(
+        store.cancel(ACME, &m.id, now + secs(1)).await.unwrap(),
+        Transition::WrongState(State::Cancelled)
+    ));
+    assert!(matches!(
+        store
+            .reschedule(ACME, &m.id, now + hours(2), now + secs(1))
+            .await
+            .unwrap(),
+        Transition::WrongState(State::Cancelled)
+    ));
+    let read = get(&*store, &m).await;
+    assert_eq!(read.state, State::Cancelled);
+    assert_eq!(
+        read.cancelled_at,
+        Some(now),
+        "the first cancel's time stays"
+    );
+    assert!(store
+        .claim_due(now + hours(3), 10, LEASE)
+        .await
+        .unwrap()
+        .is_empty());
+}
+
+async fn cancel_and_reschedule_of_an_unknown_or_foreign_message_answer_not_found(
+    store: Arc<dyn Store>,
+) {
+    let t = add_target(&*store, ACME).await;
+    store.ensure_account(GLOBEX).await.unwrap();
+    let now = time::now();
+    let m = schedule(&*store, &t, now + hours(1)).await;
+    let unknown = MessageId::new();
+    for (account, id) in [(ACME, unknown), (GLOBEX, m.id)] {
+        assert!(
+            matches!(
+                store.cancel(account, &id, now).await.unwrap(),
+                Transition::NotFound
+            ),
+            "cancel {account} {id}"
+        );
+        assert!(
+            matches!(
+                store
+                    .reschedule(account, &id, now + hours(2), now)
+                    .await
+                    .unwrap(),
+                Transition::NotFound
+            ),
+            "reschedule {account} {id}"
+        );
+    }
+    let read = get(&*store, &m).await;
+    assert_eq!(read.state, State::Scheduled);
+    assert_eq!(read.next_attempt_at, Some(now + hours(1)));
+}
+
+async fn cancel_and_reschedule_answer_in_flight_while_a_lease_holds_and_succeed_after_it_expired(
+    store: Arc<dyn Store>,
+) {
+    let t = add_target(&*store, ACME).await;
+    let now = time::now();
+    let m = schedule(&*store, &t, now - secs(1)).await;
+    let c = claim_only(&*store, &m, now, LEASE).await;
+    assert!(matches!(
+        store.cancel(ACME, &m.id, now + secs(1)).await.unwrap(),
+        Transition::InFlight
+    ));
+    assert!(matches!(
+        store
+            .reschedule(ACME, &m.id, now + hours(1), now + secs(1))
+            .await
+            .unwrap(),
+        Transition::InFlight
+    ));
+    let read = get(&*store, &m).await;
+    assert_eq!(read.state, State::Scheduled);
+    assert_eq!(read.cancelled_at, None);
+    assert_eq!(read.delivery_time, m.delivery_time);
+
+    // The attempt finishes within its lease: it is recorded.
+    let result = recorded(
+        &c,
+        attempts_after(&c, &[AttemptOutcome::RetryableFailure], now + secs(2)),
+        Next::Retry(now + secs(3)),
+    );
+    assert_eq!(store.record(&[result], now + secs(2)).await.unwrap(), 1);
+    // No lease now: cancel applies.
+    let cancelled = done(store.cancel(ACME, &m.id, now + secs(2)).await.unwrap());
+    assert_eq!(cancelled.state, State::Cancelled);
+
+    // A claim whose lease expired without a record: both apply again.
+    let m2 = schedule(&*store, &t, now - secs(1)).await;
+    let c2 = claim_only(&*store, &m2, now + secs(3), LEASE).await;
+    let after = now + secs(3) + secs(31);
+    let moved = done(
+        store
+            .reschedule(ACME, &m2.id, now + hours(1), after)
+            .await
+            .unwrap(),
+    );
+    assert_eq!(moved.state, State::Scheduled);
+    assert_eq!(moved.next_attempt_at, Some(now + hours(1)));
+    let late = recorded(
+        &c2,
+        attempts_after(&c2, &[AttemptOutcome::Success], after),
+        Next::Delivered,
+    );
+    assert_eq!(
+        store.record(&[late], after).await.unwrap(),
+        0,
+        "the expired claim's result is stale"
+    );
+    let cancelled = done(store.cancel(ACME, &m2.id, after + secs(1)).await.unwrap());
+    assert_eq!(cancelled.state, State::Cancelled);
+}
+
+async fn rescheduling_resets_the_ladder_and_sets_delivery_and_next_attempt_times(
+    store: Arc<dyn Store>,
+) {
+    let t = add_target(&*store, ACME).await;
+    let now = time::now();
+    let m = schedule(&*store, &t, now - secs(1)).await;
+    let first_retry = now + secs(60);
+    attempt_and_record(
+        &*store,
+        &m,
+        now,
+        &[
+            AttemptOutcome::RetryableFailure,
+            AttemptOutcome::RetryableFailure,
+        ],
+        Next::Retry(first_retry),
+    )
+    .await;
+    let c = attempt_and_record(
+        &*store,
+        &m,
+        first_retry + ms(1),
+        &[AttemptOutcome::RetryableFailure],
+        Next::Retry(first_retry + secs(60)),
+    )
+    .await;
+    assert_eq!(c.ladder_attempts, 2);
+
+    let new_time = now + hours(1);
+    let at = first_retry + secs(1);
+    let moved = done(store.reschedule(ACME, &m.id, new_time, at).await.unwrap());
+    assert_eq!(moved.state, State::Scheduled);
+    assert_eq!(
+        moved.delivery_time, new_time,
+        "the requested time is the new delivery time"
+    );
+    assert_eq!(moved.next_attempt_at, Some(new_time));
+    assert_eq!(moved.updated_at, at);
+
+    let read = get(&*store, &m).await;
+    assert_eq!(read.state, State::Scheduled);
+    assert_eq!(read.delivery_time, new_time);
+    assert_eq!(read.next_attempt_at, Some(new_time));
+    assert_eq!(
+        read.attempt_count, 3,
+        "attempts made before the reschedule still count"
+    );
+    assert_eq!(store.next_due().await.unwrap(), Some(new_time));
+    assert!(store
+        .claim_due(first_retry + secs(60), 10, LEASE)
+        .await
+        .unwrap()
+        .is_empty());
+
+    let c = claim_only(&*store, &m, new_time + ms(1), LEASE).await;
+    assert_eq!(c.ladder_attempts, 0, "the ladder starts over");
+    assert_eq!(c.attempt_count, 3, "attempt numbers continue");
+    assert_eq!(c.delivery_time, new_time);
+
+    // A reschedule into the past makes it due at once.
+    let r = recorded(
+        &c,
+        attempts_after(&c, &[AttemptOutcome::RetryableFailure], new_time),
+        Next::Retry(new_time + secs(60)),
+    );
+    assert_eq!(store.record(&[r], new_time).await.unwrap(), 1);
+    done(
+        store
+            .reschedule(ACME, &m.id, now - hours(1), new_time + secs(1))
+            .await
+            .unwrap(),
+    );
+    let c = claim_only(&*store, &m, new_time + secs(1), LEASE).await;
+    assert_eq!(c.ladder_attempts, 0);
+    assert_eq!(c.attempt_count, 4);
+    assert_eq!(c.delivery_time, now - hours(1));
+}
+
+async fn rescheduling_a_dead_letter_makes_it_scheduled_again(store: Arc<dyn Store>) {
+    let t = add_target(&*store, ACME).await;
+    let now = time::now();
+    let m = schedule(&*store, &t, now - secs(1)).await;
+    dead_letter(&*store, &m, now).await;
+    let new_time = now + secs(10);
+    let moved = done(
+        store
+            .reschedule(ACME, &m.id, new_time, now + secs(1))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(moved.state, State::Scheduled);
+    assert_eq!(moved.dead_lettered_at, None);
+    assert_eq!(moved.next_attempt_at, Some(new_time));
+    assert_eq!(moved.delivery_time, new_time);
+
+    let read = get(&*store, &m).await;
+    assert_eq!(read.state, State::Scheduled);
+    assert_eq!(read.dead_lettered_at, None);
+    assert_eq!(read.next_attempt_at, Some(new_time));
+    assert_eq!(store.next_due().await.unwrap(), Some(new_time));
+
+    let c = claim_only(&*store, &m, new_time + ms(1), LEASE).await;
+    assert_eq!(c.ladder_attempts, 0);
+    assert_eq!(c.attempt_count, 1);
+    let r = recorded(
+        &c,
+        attempts_after(&c, &[AttemptOutcome::Success], new_time + secs(1)),
+        Next::Delivered,
+    );
+    assert_eq!(store.record(&[r], new_time + secs(1)).await.unwrap(), 1);
+    let read = get(&*store, &m).await;
+    assert_eq!(read.state, State::Delivered);
+    assert_eq!(read.attempt_count, 2);
+    let attempts = attempts_of(&*store, &m).await;
+    assert_eq!(attempt_numbers(&attempts), vec![1, 2]);
+    assert_eq!(attempts[0].outcome, AttemptOutcome::NonRetryableFailure);
+    assert_eq!(attempts[1].outcome, AttemptOutcome::Success);
+}
+
+// ---------------------------------------------------------------------------
+// Retention
+// ---------------------------------------------------------------------------
+
+async fn purging_deletes_expired_finished_messages_with_their_attempts_and_keeps_the_rest(
+    store: Arc<dyn Store>,
+) {
+    let t = add_target(&*store, ACME).await;
+    let now = time::now();
+    // Each finished message is driven to its state while it is the only one due.
+    let at = |ago: TimeDelta| now - ago;
+    let old_delivered = schedule_at(&*store, &t, at(days(3)), at(days(3))).await;
+    attempt_and_record(
+        &*store,
+        &old_delivered,
+        at(days(2)),
+        &[AttemptOutcome::RetryableFailure, AttemptOutcome::Success],
+        Next::Delivered,
+    )
+    .await;
+    let new_delivered = schedule_at(&*store, &t, at(hours(2)), at(hours(2))).await;
+    deliver(&*store, &new_delivered, at(hours(1))).await;
+    let old_cancelled = schedule_at(&*store, &t, now + hours(1), at(days(3))).await;
+    done(
+        store
+            .cancel(ACME, &old_cancelled.id, at(days(2)))
+            .await
+            .unwrap(),
+    );
+    let new_cancelled = schedule_at(&*store, &t, now + hours(1), at(hours(3))).await;
+    done(
+        store
+            .cancel(ACME, &new_cancelled.id, at(hours(1)))
+            .await
+            .unwrap(),
+    );
+    let old_dead = schedule_at(&*store, &t, at(days(10)), at(days(10))).await;
+    dead_letter(&*store, &old_dead, at(days(8))).await;
+    // Dead for two days: past the delivered cutoff, not the dead-letter one.
+    let new_dead = schedule_at(&*store, &t, at(days(3)), at(days(3))).await;
+    dead_letter(&*store, &new_dead, at(days(2))).await;
+    // Scheduled long ago and never attempted: Scheduled messages never expire.
+    let old_scheduled = schedule_at(&*store, &t, at(days(30)), at(days(30))).await;
+
+    let cutoffs = Cutoffs {
+        delivered_before: at(hours(24)),
+        cancelled_before: at(hours(24)),
+        dead_letters_before: at(days(7)),
+        failed_attempts_before: at(days(7)),
+        idempotency_before: at(hours(24)),
+    };
+    let purged = store.purge_expired(&cutoffs, 100).await.unwrap();
+    assert_eq!(purged.messages, 3, "{purged:?}");
+    assert_eq!(purged.idempotency_keys, 0);
+
+    for gone in [&old_delivered, &old_cancelled, &old_dead] {
+        assert!(
+            store.get_message(ACME, &gone.id).await.unwrap().is_none(),
+            "{} is purged",
+            gone.id
+        );
+        assert!(store
+            .list_attempts(ACME, &gone.id, None, 10)
+            .await
+            .unwrap()
+            .is_none());
+    }
+    assert_eq!(get(&*store, &new_delivered).await.state, State::Delivered);
+    assert_eq!(attempts_of(&*store, &new_delivered).await.len(), 1);
+    assert_eq!(get(&*store, &new_cancelled).await.state, State::Cancelled);
+    assert_eq!(get(&*store, &new_dead).await.state, State::DeadLetter);
+    assert_eq!(attempts_of(&*store, &new_dead).await.len(), 1);
+    assert_eq!(get(&*store, &old_scheduled).await.state, State::Scheduled);
+
+    // The purged message's attempts went with it: a message stored again
+    // under the same id starts with none.
+    let mut reborn = message_value(&t, now + hours(1), now);
+    reborn.id = old_delivered.id;
+    insert(&*store, &reborn).await;
+    assert!(
+        attempts_of(&*store, &reborn).await.is_empty(),
+        "no attempt rows outlive their message"
+    );
+
+    // Nothing more is expired.
+    let again = store.purge_expired(&cutoffs, 100).await.unwrap();
+    assert_eq!(again, Purged::default());
+}
+
+async fn purging_deletes_old_failed_attempts_but_keeps_their_message_and_successes(
+    store: Arc<dyn Store>,
+) {
+    let t = add_target(&*store, ACME).await;
+    let now = time::now();
+    // Still Scheduled: two failures nine days ago, one yesterday.
+    let retrying = schedule_at(&*store, &t, now - days(10), now - days(10)).await;
+    attempt_and_record(
+        &*store,
+        &retrying,
+        now - days(9),
+        &[
+            AttemptOutcome::RetryableFailure,
+            AttemptOutcome::RetryableFailure,
+        ],
+        Next::Retry(now - days(1)),
+    )
+    .await;
+    attempt_and_record(
+        &*store,
+        &retrying,
+        now - days(1) + ms(1),
+        &[AttemptOutcome::RetryableFailure],
+        Next::Retry(now + hours(1)),
+    )
+    .await;
+    // Delivered nine days ago after a failure, kept by a long delivered retention.
+    let delivered = schedule_at(&*store, &t, now - days(10), now - days(10)).await;
+    attempt_and_record(
+        &*store,
+        &delivered,
+        now - days(9),
+        &[AttemptOutcome::RetryableFailure, AttemptOutcome::Success],
+        Next::Delivered,
+    )
+    .await;
+
+    let cutoffs = Cutoffs {
+        failed_attempts_before: now - days(7),
+        ..cutoffs_keeping_everything(now)
+    };
+    let purged = store.purge_expired(&cutoffs, 100).await.unwrap();
+    assert_eq!(
+        purged,
+        Purged {
+            messages: 0,
+            attempts: 3,
+            idempotency_keys: 0
+        }
+    );
+
+    let read = get(&*store, &retrying).await;
+    assert_eq!(read.state, State::Scheduled);
+    assert_eq!(read.attempt_count, 3, "the count is not the rows kept");
+    assert_eq!(read.next_attempt_at, Some(now + hours(1)));
+    assert_eq!(
+        attempt_numbers(&attempts_of(&*store, &retrying).await),
+        vec![3]
+    );
+
+    let read = get(&*store, &delivered).await;
+    assert_eq!(read.state, State::Delivered);
+    let kept = attempts_of(&*store, &delivered).await;
+    assert_eq!(
+        attempt_numbers(&kept),
+        vec![2],
+        "a success is not a failed attempt"
+    );
+    assert_eq!(kept[0].outcome, AttemptOutcome::Success);
+
+    // The next attempt of the retrying message is numbered on.
+    let c = claim_only(&*store, &retrying, now + hours(1) + ms(1), LEASE).await;
+    assert_eq!(c.attempt_count, 3);
+}
+
+async fn purging_deletes_idempotency_keys_older_than_the_cutoff(store: Arc<dyn Store>) {
+    let t = add_target(&*store, ACME).await;
+    let now = time::now();
+    let old = message_value(&t, now + hours(1), now - days(2));
+    created(
+        store
+            .insert_message(&old, Some(&idem("old-key", b"a", DAY, json!({"n": 1}))))
+            .await
+            .unwrap(),
+    );
+    let recent = message_value(&t, now + hours(1), now - hours(1));
+    created(
+        store
+            .insert_message(&recent, Some(&idem("new-key", b"a", DAY, json!({"n": 2}))))
+            .await
+            .unwrap(),
+    );
+
+    let cutoffs = Cutoffs {
+        idempotency_before: now - hours(24),
+        ..cutoffs_keeping_everything(now)
+    };
+    let purged = store.purge_expired(&cutoffs, 100).await.unwrap();
+    assert_eq!(
+        purged,
+        Purged {
+            messages: 0,
+            attempts: 0,
+            idempotency_keys: 1
+        }
+    );
+    // Both messages stay; only the key is forgotten.
+    assert!(store.get_message(ACME, &old.id).await.unwrap().is_some());
+
+    // Even with a year-long ttl, the purged key is unknown now…
+    let year = Duration::from_secs(365 * 24 * 3600);
+    let m = message_value(&t, now + hours(1), now);
+    created(
+        store
+            .insert_message(&m, Some(&idem("old-key", b"b", year, json!({}))))
+            .await
+            .unwrap(),
+    );
+    // …while the recent one is still remembered.
+    let m = message_value(&t, now + hours(1), now);
+    assert!(matches!(
+        store
+            .insert_message(&m, Some(&idem("new-key", b"b", year, json!({}))))
+            .await
+            .unwrap(),
+        InsertOutcome::KeyConflict
+    ));
+}
+
+async fn purging_honours_the_batch_size_and_repeated_calls_delete_everything_expired(
+    store: Arc<dyn Store>,
+) {
+    let t = add_target(&*store, ACME).await;
+    let now = time::now();
+    // Five delivered two days ago, each sent with an idempotency key three days ago.
+    let mut expired = Vec::new();
+    for i in 0..5 {
+        let m = message_value(&t, now - days(3), now - days(3));
+        let key = idem(&format!("key-{i}"), b"h", DAY, json!({"i": i}));
+        created(store.insert_message(&m, Some(&key)).await.unwrap());
+        deliver(&*store, &m, now - days(2)).await;
+        expired.push(m);
+    }
+    // And one Scheduled message with five failed attempts eight days ago.
+    let retrying = schedule_at(&*store, &t, now - days(9), now - days(9)).await;
+    attempt_and_record(
+        &*store,
+        &retrying,
+        now - days(8),
+        &[AttemptOutcome::RetryableFailure; 5],
+        Next::Retry(now + hours(1)),
+    )
+    .await;
+
+    let cutoffs = Cutoffs {
+        delivered_before: now - hours(24),
+        cancelled_before: now - hours(24),
+        dead_letters_before: now - days(7),
+        failed_attempts_before: now - days(7),
+        idempotency_before: now - hours(24),
+    };
+    let mut total = Purged::default();
+    let mut calls = 0;
+    loop {
+        let p = store.purge_expired(&cutoffs, 2).await.unwrap();
+        if p == Purged::default() {
+            break;
+        }
+        calls += 1;
+        assert!(
+            p.messages <= 2 && p.attempts <= 2 && p.idempotency_keys <= 2,
+            "one call deletes at most a batch of each: {p:?}"
+        );
+        total.messages += p.messages;
+        total.attempts += p.attempts;
+        total.idempotency_keys += p.idempotency_keys;
+        assert!(calls <= 20, "purging terminates");
+    }
+    assert!(
+        calls >= 3,
+        "five rows in batches of two take three calls, took {calls}"
+    );
+    assert_eq!(
+        total,
+        Purged {
+            messages: 5,
+            attempts: 5,
+            idempotency_keys: 5
+        }
+    );
+    for m in &expired {
+        assert!(store.get_message(ACME, &m.id).await.unwrap().is_none());
+    }
+    assert!(attempts_of(&*store, &retrying).await.is_empty());
+    assert_eq!(get(&*store, &retrying).await.attempt_count, 5);
+}
+
+// ---------------------------------------------------------------------------
+// Concurrency
+// ---------------------------------------------------------------------------
+
+async fn two_concurrent_claimers_hand_out_all_200_messages_exactly_once(store: Arc<dyn Store>) {
+    let t = add_target(&*store, ACME).await;
+    let now = time::now();
+    let messages: Vec<Message> = (0..200)
+        .map(|i| message_value(&t, now - ms(1_000 - i), now))
+        .collect();
+    let inserted = store.insert_messages(ACME, &messages).await.unwrap();
+    assert_eq!(inserted.len(), 200);
+
+    let barrier = Arc::new(tokio::sync::Barrier::new(2));
+    let claimer = |store: Arc<dyn Store>, barrier: Arc<tokio::sync::Barrier>| async move {
+        barrier.wait().await;
+        let mut got = Vec::new();
+        loop {
+            let claimed = store.claim_due(now, 7, LEASE).await.unwrap();
+            if claimed.is_empty() {
+                return got;
+            }
+            got.extend(claimed_ids(&claimed));
+            tokio::task::yield_now().await;
+        }
+    };
+    let a = tokio::spawn(claimer(store.clone(), barrier.clone()));
+    let b = tokio::spawn(claimer(store.clone(), barrier));
+    let (a, b) = (a.await.unwrap(), b.await.unwrap());
+
+    let mut seen = HashSet::new();
+    for id in a.iter().chain(&b) {
+        assert!(seen.insert(*id), "message {id} was handed out twice");
+    }
+    assert_eq!(
+        seen,
+        set(messages.iter().map(|m| m.id)),
+        "every due message was handed out (a: {}, b: {})",
+        a.len(),
+        b.len()
+    );
+    assert!(store.claim_due(now, 1000, LEASE).await.unwrap().is_empty());
+}
