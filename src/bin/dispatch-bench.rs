@@ -1,12 +1,14 @@
-//! The load benchmark: starts PostgreSQL-backed Dispatch as its own process,
+//! The load benchmark: starts Dispatch (PostgreSQL or the embedded store) as its own process,
 //! a keep-alive webhook receiver that records arrival times, then runs the
 //! scenarios and prints a table and JSON. Run it in release:
 //!
 //!     cargo run --release --bin dispatch-bench -- --runs 3
 //!
 //! Scenarios: `burst` (N messages due at one instant), `steady` (messages due
-//! at a fixed rate). Lateness is arrival at the receiver minus the scheduled
-//! time. Every scenario checks that every message arrived and counts duplicates.
+//! at a fixed rate), `sqs` (N messages due at one instant for one SQS queue on
+//! moto). Lateness is arrival at the receiver (for SQS: the acknowledged send)
+//! minus the scheduled time. Every scenario checks that every message arrived
+//! and counts duplicates.
 
 use std::{
     collections::HashMap,
@@ -28,6 +30,7 @@ use dispatch::{
     },
     store::{postgres::PgStore, Store},
 };
+use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use sqlx::{Connection, PgConnection};
@@ -42,9 +45,25 @@ struct Args {
         default_value = "postgres://postgres@127.0.0.1:5432/postgres"
     )]
     pg: String,
-    /// Scenarios to run: burst, steady (comma-separated).
+    /// Scenarios to run: burst, steady, sqs (comma-separated).
     #[arg(long, default_value = "burst,steady")]
     scenarios: String,
+    /// The store Dispatch runs on: postgres or sqlite (the embedded store).
+    #[arg(long, default_value = "postgres")]
+    store: String,
+    /// How messages are scheduled: `store` (directly, so only delivery is
+    /// measured; PostgreSQL only) or `api` (POST /messages, 32 at a time).
+    #[arg(long, default_value = "store")]
+    via: String,
+    /// Messages due at one instant for one SQS queue in the sqs scenario.
+    #[arg(long, default_value_t = 5_000)]
+    sqs: usize,
+    /// Send SQS messages with SendMessageBatch (the default) or one by one.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    sqs_batch: bool,
+    /// A moto server (or LocalStack) for the sqs scenario.
+    #[arg(long, env = "DISPATCH_BENCH_MOTO_URL")]
+    moto: Option<String>,
     /// Messages due at one instant in the burst scenario.
     #[arg(long, default_value_t = 20_000)]
     burst: usize,
@@ -111,7 +130,9 @@ struct Service {
     base: String,
     token: String,
     db_url: String,
-    db_name: String,
+    /// The PostgreSQL database to drop afterwards, if any.
+    db_name: Option<String>,
+    _dir: Option<tempfile::TempDir>,
 }
 
 fn free_port() -> u16 {
@@ -131,17 +152,27 @@ fn dispatch_binary(args: &Args) -> PathBuf {
 }
 
 async fn start_service(args: &Args) -> anyhow::Result<Service> {
-    let db_name = format!("dispatch_bench_{}", uuid::Uuid::new_v4().simple());
-    let mut admin = PgConnection::connect(&args.pg)
-        .await
-        .with_context(|| format!("connecting to {}", args.pg))?;
-    sqlx::query(&format!("CREATE DATABASE {db_name}"))
-        .execute(&mut admin)
-        .await?;
-    let db_url = format!(
-        "{}/{db_name}",
-        args.pg.rsplit_once('/').map(|(b, _)| b).unwrap_or(&args.pg)
-    );
+    let (db_url, db_name, dir) = if args.store == "sqlite" {
+        let dir = tempfile::tempdir()?;
+        (
+            format!("sqlite://{}", dir.path().join("dispatch.db").display()),
+            None,
+            Some(dir),
+        )
+    } else {
+        let db_name = format!("dispatch_bench_{}", uuid::Uuid::new_v4().simple());
+        let mut admin = PgConnection::connect(&args.pg)
+            .await
+            .with_context(|| format!("connecting to {}", args.pg))?;
+        sqlx::query(&format!("CREATE DATABASE {db_name}"))
+            .execute(&mut admin)
+            .await?;
+        let url = format!(
+            "{}/{db_name}",
+            args.pg.rsplit_once('/').map(|(b, _)| b).unwrap_or(&args.pg)
+        );
+        (url, Some(db_name), None)
+    };
     let bin = dispatch_binary(args);
     let port = free_port();
     let envs = [
@@ -149,6 +180,7 @@ async fn start_service(args: &Args) -> anyhow::Result<Service> {
         ("DISPATCH_SERVER__LISTEN", format!("127.0.0.1:{port}")),
         ("DISPATCH_WEBHOOK__ALLOW_PRIVATE_NETWORKS", "true".into()),
         ("RUST_LOG", "warn".into()),
+        ("DISPATCH_AWS__SQS_BATCH", args.sqs_batch.to_string()),
     ];
     let out = tokio::process::Command::new(&bin)
         .args(["clients", "create", "--account", "bench", "--name", "bench"])
@@ -204,6 +236,7 @@ async fn start_service(args: &Args) -> anyhow::Result<Service> {
             .to_string(),
         db_url,
         db_name,
+        _dir: dir,
     })
 }
 
@@ -233,13 +266,12 @@ impl Service {
         }
         let _ = tokio::time::timeout(Duration::from_secs(15), self.child.wait()).await;
         let _ = self.child.start_kill();
-        if let Ok(mut admin) = PgConnection::connect(admin).await {
-            let _ = sqlx::query(&format!(
-                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
-                self.db_name
-            ))
-            .execute(&mut admin)
-            .await;
+        if let Some(name) = &self.db_name {
+            if let Ok(mut admin) = PgConnection::connect(admin).await {
+                let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                    .execute(&mut admin)
+                    .await;
+            }
         }
     }
 }
@@ -252,6 +284,142 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[idx]
 }
 
+/// Creates the scenario's target: the receiver's webhook, or an SQS queue on moto.
+async fn create_target(
+    args: &Args,
+    service: &Service,
+    scenario: &str,
+    hook: &str,
+) -> anyhow::Result<TargetId> {
+    let config = if scenario == "sqs" {
+        let moto = args
+            .moto
+            .as_deref()
+            .context("the sqs scenario needs --moto URL (a moto server)")?;
+        let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())
+            .region(aws_config::Region::new("us-east-1"))
+            .endpoint_url(moto)
+            .credentials_provider(aws_sdk_sqs::config::Credentials::new(
+                "bench", "bench", None, None, "bench",
+            ))
+            .load()
+            .await;
+        let queue = aws_sdk_sqs::Client::new(&sdk)
+            .create_queue()
+            .queue_name(format!("bench-{}", uuid::Uuid::new_v4().simple()))
+            .send()
+            .await?
+            .queue_url()
+            .context("a queue URL")?
+            .to_string();
+        json!({"type": "sqs", "config": {"queueUrl": queue, "region": "us-east-1", "endpointUrl": moto,
+               "credentials": {"accessKeyId": "bench", "secretAccessKey": "bench"}}})
+    } else {
+        json!({"type": "webhook", "config": {"url": hook}})
+    };
+    let mut body = config;
+    body["name"] = json!("bench");
+    let target: Value = reqwest::Client::new()
+        .post(format!("{}/targets", service.base))
+        .bearer_auth(&service.token)
+        .json(&body)
+        .send()
+        .await?
+        .json()
+        .await?;
+    Ok(target["targetId"]
+        .as_str()
+        .with_context(|| format!("target created: {target}"))?
+        .parse()?)
+}
+
+/// Schedules a message at each of `times`, directly in the store or over the API.
+async fn schedule(
+    args: &Args,
+    service: &Service,
+    target_id: &TargetId,
+    times: &[DateTime<Utc>],
+) -> anyhow::Result<()> {
+    if args.via == "store" && args.store == "postgres" {
+        let store = PgStore::connect(&service.db_url, 4, Duration::from_secs(5)).await?;
+        let now = Utc::now();
+        for chunk in times.chunks(5_000) {
+            let messages: Vec<Message> = chunk
+                .iter()
+                .map(|&at| Message {
+                    id: MessageId::new(),
+                    account: "bench".into(),
+                    target_id: target_id.clone(),
+                    state: MsgState::Scheduled,
+                    delivery_time: dispatch::domain::time::truncate_ms(at),
+                    next_attempt_at: Some(at),
+                    attempt_count: 0,
+                    delivered_at: None,
+                    cancelled_at: None,
+                    dead_lettered_at: None,
+                    last_error: None,
+                    created_at: now,
+                    updated_at: now,
+                    payload: Payload::parse("benchmark payload".into()).unwrap(),
+                })
+                .collect();
+            store.insert_messages("bench", &messages).await?;
+        }
+        return Ok(());
+    }
+    let http = reqwest::Client::new();
+    let url = format!("{}/messages", service.base);
+    let results: Vec<anyhow::Result<()>> = futures::stream::iter(times.iter().copied())
+        .map(|at| {
+            let (http, url, token) = (http.clone(), url.clone(), service.token.clone());
+            let body = json!({"targetId": target_id, "deliveryTime": dispatch::domain::time::format(&at),
+                              "payload": "benchmark payload"});
+            async move {
+                let r = http.post(url).bearer_auth(token).json(&body).send().await?;
+                anyhow::ensure!(r.status() == 201, "scheduling answered {}", r.status());
+                Ok(())
+            }
+        })
+        .buffer_unordered(32)
+        .collect()
+        .await;
+    results.into_iter().collect()
+}
+
+/// When a message arrived (or was acknowledged) and when it was due.
+type Timing = (DateTime<Utc>, DateTime<Utc>);
+
+/// (deliveredAt, deliveryTime) of every Delivered message, read through the API.
+async fn delivered_times(service: &Service) -> anyhow::Result<Vec<Timing>> {
+    let http = reqwest::Client::new();
+    let mut out = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let mut url = format!("{}/messages?state=Delivered&limit=1000", service.base);
+        if let Some(c) = &cursor {
+            url.push_str(&format!("&cursor={c}"));
+        }
+        let page: Value = http
+            .get(url)
+            .bearer_auth(&service.token)
+            .send()
+            .await?
+            .json()
+            .await?;
+        for m in page["items"].as_array().context("a list")? {
+            let parse = |k: &str| {
+                DateTime::parse_from_rfc3339(m[k].as_str().unwrap_or_default())
+                    .map(|t| t.with_timezone(&Utc))
+            };
+            out.push((parse("deliveredAt")?, parse("deliveryTime")?));
+        }
+        match page["nextCursor"].as_str() {
+            Some(c) => cursor = Some(c.to_string()),
+            None => return Ok(out),
+        }
+    }
+}
+
 async fn run_scenario(args: &Args, scenario: &str, run: usize) -> anyhow::Result<Result> {
     let arrivals = Arc::new(Arrivals::default());
     let app = Router::new()
@@ -262,72 +430,55 @@ async fn run_scenario(args: &Args, scenario: &str, run: usize) -> anyhow::Result
     let server = tokio::spawn(async move { axum::serve(listener, app).await });
 
     let service = start_service(args).await?;
-    let http = reqwest::Client::new();
-    let target: Value = http
-        .post(format!("{}/targets", service.base))
-        .bearer_auth(&service.token)
-        .json(&json!({"name": "bench", "type": "webhook", "config": {"url": hook}}))
-        .send()
-        .await?
-        .json()
-        .await?;
-    let target_id: TargetId = target["targetId"]
-        .as_str()
-        .context("target created")?
-        .parse()?;
-    let store = PgStore::connect(&service.db_url, 4, Duration::from_secs(5)).await?;
-
-    // Schedule everything up front, directly in the store, so that only
-    // delivery is measured; the first message falls due after scheduling ends.
-    let now = Utc::now();
-    let start = now + TimeDelta::seconds(3);
+    let target_id = create_target(args, &service, scenario, &hook).await?;
+    let n_planned = match scenario {
+        "burst" => args.burst,
+        "steady" => args.steady_rate * args.steady_seconds,
+        "sqs" => args.sqs,
+        other => bail!("unknown scenario {other}"),
+    };
+    // Everything is scheduled before the first message falls due; over the
+    // API that takes longer, so the lead time grows with the count.
+    let lead_ms = if args.via == "store" && args.store == "postgres" {
+        3_000
+    } else {
+        3_000 + n_planned as i64 / 2
+    };
+    let start = Utc::now() + TimeDelta::milliseconds(lead_ms);
     let times: Vec<DateTime<Utc>> = match scenario {
-        "burst" => vec![start; args.burst],
-        "steady" => (0..args.steady_rate * args.steady_seconds)
+        "steady" => (0..n_planned)
             .map(|i| {
                 start + TimeDelta::microseconds((i as i64 * 1_000_000) / args.steady_rate as i64)
             })
             .collect(),
-        other => bail!("unknown scenario {other}"),
+        _ => vec![start; n_planned],
     };
     let n = times.len();
-    for chunk in times.chunks(5_000) {
-        let messages: Vec<Message> = chunk
-            .iter()
-            .map(|&at| Message {
-                id: MessageId::new(),
-                account: "bench".into(),
-                target_id: target_id.clone(),
-                state: MsgState::Scheduled,
-                delivery_time: dispatch::domain::time::truncate_ms(at),
-                next_attempt_at: Some(at),
-                attempt_count: 0,
-                delivered_at: None,
-                cancelled_at: None,
-                dead_lettered_at: None,
-                last_error: None,
-                created_at: now,
-                updated_at: now,
-                payload: Payload::parse("benchmark payload".into()).unwrap(),
-            })
-            .collect();
-        store.insert_messages("bench", &messages).await?;
-    }
+    let scheduling = Instant::now();
+    schedule(args, &service, &target_id, &times).await?;
+    let scheduled_in = scheduling.elapsed();
     if Utc::now() > start {
-        bail!("scheduling took longer than the lead time; lower the message count");
+        bail!(
+            "scheduling took {scheduled_in:?}, longer than the lead time; lower the message count"
+        );
     }
 
     let deadline =
-        Instant::now() + Duration::from_secs(30 + (n / 500) as u64 + args.steady_seconds as u64);
+        Instant::now() + Duration::from_secs(30 + (n / 200) as u64 + args.steady_seconds as u64);
+    let mut sqs_times = Vec::new();
     loop {
-        let unique = {
+        let done = if scenario == "sqs" {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            sqs_times = delivered_times(&service).await?;
+            sqs_times.len()
+        } else {
             let seen = arrivals.seen.lock().unwrap();
             seen.iter()
                 .map(|(id, ..)| id.as_str())
                 .collect::<std::collections::HashSet<_>>()
                 .len()
         };
-        if unique >= n || Instant::now() > deadline {
+        if done >= n || Instant::now() > deadline {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -337,22 +488,27 @@ async fn run_scenario(args: &Args, scenario: &str, run: usize) -> anyhow::Result
     service.stop(&args.pg).await;
     server.abort();
 
-    let seen = arrivals.seen.lock().unwrap().clone();
-    let mut counts: HashMap<&str, usize> = HashMap::new();
-    for (id, ..) in &seen {
-        *counts.entry(id.as_str()).or_default() += 1;
-    }
-    let duplicates = counts.values().map(|c| c - 1).sum();
-    let mut first: HashMap<&str, (DateTime<Utc>, DateTime<Utc>)> = HashMap::new();
-    for (id, at, scheduled) in &seen {
-        first.entry(id.as_str()).or_insert((*at, *scheduled));
-    }
+    // For webhooks: arrival at the receiver. For SQS: when the send was
+    // acknowledged (the message's deliveredAt).
+    let (first, duplicates): (Vec<Timing>, usize) = if scenario == "sqs" {
+        (sqs_times, 0)
+    } else {
+        let seen = arrivals.seen.lock().unwrap().clone();
+        let mut firsts: HashMap<String, Timing> = HashMap::new();
+        let mut dups = 0;
+        for (id, at, scheduled) in seen {
+            if firsts.insert(id, (at, scheduled)).is_some() {
+                dups += 1;
+            }
+        }
+        (firsts.into_values().collect(), dups)
+    };
     let mut lateness: Vec<f64> = first
-        .values()
+        .iter()
         .map(|(at, sched)| (*at - *sched).num_microseconds().unwrap_or(0) as f64 / 1000.0)
         .collect();
     lateness.sort_by(|a, b| a.total_cmp(b));
-    let mut arrival_times: Vec<DateTime<Utc>> = first.values().map(|(at, _)| *at).collect();
+    let mut arrival_times: Vec<DateTime<Utc>> = first.iter().map(|(at, _)| *at).collect();
     arrival_times.sort();
     let rate_per_s = if arrival_times.len() > 20 {
         let lo = arrival_times[arrival_times.len() * 5 / 100];
