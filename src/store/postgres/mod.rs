@@ -116,8 +116,11 @@ impl PgStore {
 /// Maps driver errors once: lost connections mean "not ready", the rest is internal.
 pub(crate) fn map_err(e: sqlx::Error) -> StoreError {
     match &e {
+        // A connection lost mid-conversation shows as I/O or as a protocol
+        // error (the stream ended where a message was expected).
         sqlx::Error::Io(_)
         | sqlx::Error::Tls(_)
+        | sqlx::Error::Protocol(_)
         | sqlx::Error::PoolTimedOut
         | sqlx::Error::PoolClosed
         | sqlx::Error::WorkerCrashed => StoreError::Unavailable(e),
