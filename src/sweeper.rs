@@ -71,6 +71,8 @@ impl Sweeper {
                 .available_permits()
                 .min(self.config.batch_size as usize) as u32;
             let now = time::now();
+            // The lease runs from before the claim statement: attempts must end before it does.
+            let claimed_at = Instant::now();
             let claimed = match self.store.claim_due(now, limit, self.config.lease).await {
                 Ok(claimed) => claimed,
                 Err(e) => {
@@ -95,7 +97,7 @@ impl Sweeper {
                 let this = self.clone();
                 let tx = results_tx.clone();
                 in_flight.spawn(async move {
-                    for recorded in this.attempt_group(group).await {
+                    for recorded in this.attempt_group(group, claimed_at).await {
                         let _ = tx.send(recorded);
                     }
                     drop(permit);
@@ -141,6 +143,7 @@ impl Sweeper {
     pub async fn deliver_due_now(&self) -> usize {
         let mut total = 0;
         loop {
+            let claimed_at = Instant::now();
             let claimed = match self
                 .store
                 .claim_due(time::now(), self.config.batch_size, self.config.lease)
@@ -156,12 +159,15 @@ impl Sweeper {
                 return total;
             }
             total += claimed.len();
-            let results = futures::future::join_all(claimed.into_iter().map(|c| async move {
-                let claimed_at = Instant::now();
-                let first = self.attempt(&c).await;
-                self.retry_immediately(&c, first, claimed_at).await
-            }))
-            .await;
+            let results = futures::future::join_all(
+                claimed
+                    .into_iter()
+                    .map(|c| self.attempt_group(vec![c], claimed_at)),
+            )
+            .await
+            .into_iter()
+            .flatten()
+            .collect::<Vec<_>>();
             if let Err(e) = self.store.record(&results, time::now()).await {
                 warn!(error = %e, "record failed");
             }
@@ -188,32 +194,42 @@ impl Sweeper {
         groups
     }
 
-    async fn attempt_group(&self, group: Vec<Claimed>) -> Vec<Recorded> {
-        let claimed_at = Instant::now();
+    async fn attempt_group(&self, group: Vec<Claimed>, claimed_at: Instant) -> Vec<Recorded> {
+        let deadline = self.lease_deadline(claimed_at);
         if group.len() == 1 {
             let c = group.into_iter().next().expect("one");
-            let first = self.attempt(&c).await;
-            return vec![self.retry_immediately(&c, first, claimed_at).await];
+            let first = self.attempt(&c, deadline).await;
+            return vec![self.retry_immediately(&c, first, deadline).await];
         }
         let started_at = time::now();
         let clock = Instant::now();
         for c in &group {
             self.observe_lateness(c, started_at);
         }
-        let results = self.deliverer.deliver_batch(&group).await;
+        let results =
+            match tokio::time::timeout_at(deadline, self.deliverer.deliver_batch(&group)).await {
+                Ok(results) => results,
+                Err(_) => vec![cut_off(); group.len()],
+            };
         let elapsed = clock.elapsed();
         let mut recorded = Vec::with_capacity(group.len());
         for (c, d) in group.iter().zip(results) {
             let first = self.conclude(c, Vec::new(), c.ladder_attempts, d, started_at, elapsed);
-            recorded.push(self.retry_immediately(c, first, claimed_at).await);
+            recorded.push(self.retry_immediately(c, first, deadline).await);
         }
         recorded
     }
 
-    async fn attempt(&self, c: &Claimed) -> Recorded {
+    /// When the claim's lease ends, less a margin for recording.
+    fn lease_deadline(&self, claimed_at: Instant) -> Instant {
+        claimed_at + self.config.lease.saturating_sub(LEASE_MARGIN)
+    }
+
+    async fn attempt(&self, c: &Claimed, deadline: Instant) -> Recorded {
         let started_at = time::now();
         self.observe_lateness(c, started_at);
-        self.attempt_again(c, Vec::new(), c.ladder_attempts).await
+        self.attempt_again(c, Vec::new(), c.ladder_attempts, deadline)
+            .await
     }
 
     /// One more attempt after `earlier` ones made under this claim.
@@ -222,12 +238,23 @@ impl Sweeper {
         c: &Claimed,
         earlier: Vec<Attempt>,
         ladder_before: u32,
+        deadline: Instant,
     ) -> Recorded {
         let number = c.attempt_count + earlier.len() as u32 + 1;
         let span = tracing::info_span!("delivery", message_id = %c.id, target_id = %c.target_id, attempt = number);
         let started_at = time::now();
         let clock = Instant::now();
-        let delivered = self.deliverer.deliver(c).instrument(span.clone()).await;
+        // No attempt outlives its lease: past it, another instance may take
+        // the message, or a cancel may succeed.
+        let delivered = match tokio::time::timeout_at(
+            deadline,
+            self.deliverer.deliver(c).instrument(span.clone()),
+        )
+        .await
+        {
+            Ok(d) => d,
+            Err(_) => cut_off(),
+        };
         span.in_scope(|| match delivered.outcome {
             AttemptOutcome::Success => debug!("delivered"),
             _ => debug!(
@@ -252,21 +279,20 @@ impl Sweeper {
         &self,
         c: &Claimed,
         mut recorded: Recorded,
-        claimed_at: Instant,
+        deadline: Instant,
     ) -> Recorded {
         loop {
             let Next::Retry(at) = recorded.next else {
                 return recorded;
             };
             let immediate = at <= recorded.last().finished_at;
-            let room = claimed_at.elapsed() + 2 * self.deliverer.attempt_timeout(c) + LEASE_MARGIN
-                < self.config.lease;
+            let room = Instant::now() + self.deliverer.attempt_timeout(c) < deadline;
             if !immediate || !room {
                 return recorded;
             }
             let ladder = recorded.ladder_attempts;
             recorded = self
-                .attempt_again(c, std::mem::take(&mut recorded.attempts), ladder)
+                .attempt_again(c, std::mem::take(&mut recorded.attempts), ladder, deadline)
                 .await;
         }
     }
@@ -312,6 +338,13 @@ impl Sweeper {
             next,
         }
     }
+}
+
+fn cut_off() -> Delivered {
+    Delivered::failure(
+        AttemptOutcome::RetryableFailure,
+        "attempt cut off at the end of its lease",
+    )
 }
 
 /// Records results in batches: whatever has arrived while the previous batch

@@ -101,56 +101,68 @@ async fn clients_create_without_scopes_grants_all_four_and_refuses_unknown_ones(
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown scope admin"));
 }
 
-/// Runs `dispatch serve` with no configuration at all in `dir`, and reads
-/// the development client it prints on first start.
-async fn serve_embedded(
-    dir: &std::path::Path,
-    port: u16,
-) -> (tokio::process::Child, String, String) {
+/// Runs `dispatch serve` with no configuration but the port (0: its own
+/// choice) in `dir`; reads stderr until `until` matches a line, and returns
+/// the lines read.
+async fn serve_in(dir: &std::path::Path, until: &str) -> (tokio::process::Child, Vec<String>) {
     let mut child = dispatch()
         .arg("serve")
         .current_dir(dir)
-        .env("DISPATCH_SERVER__LISTEN", format!("127.0.0.1:{port}"))
+        .env("DISPATCH_SERVER__LISTEN", "127.0.0.1:0")
         .env("DISPATCH_WEBHOOK__ALLOW_PRIVATE_NETWORKS", "true")
-        .env("RUST_LOG", "warn")
+        .env("RUST_LOG", "info")
+        .env("DISPATCH_LOG__FORMAT", "json")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let mut stderr = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
-    let (mut id, mut secret) = (String::new(), String::new());
+    let mut lines = Vec::new();
     let read = async {
         while let Some(line) = stderr.next_line().await.unwrap() {
-            if let Some(v) = line.trim().strip_prefix("client id:") {
-                id = v.trim().to_string();
-            }
-            if let Some(v) = line.trim().strip_prefix("client secret:") {
-                secret = v.trim().to_string();
+            let done = line.contains(until);
+            lines.push(line);
+            if done {
                 break;
             }
         }
     };
     tokio::time::timeout(Duration::from_secs(20), read)
         .await
-        .expect("the development client is printed");
-    (child, id, secret)
+        .unwrap_or_else(|_| panic!("no `{until}` in {lines:?}"));
+    // Keep draining, so that the process never blocks on a full pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = stderr.next_line().await {} });
+    (child, lines)
+}
+
+fn after<'a>(lines: &'a [String], prefix: &str) -> &'a str {
+    lines
+        .iter()
+        .find_map(|l| l.trim().strip_prefix(prefix))
+        .map(str::trim)
+        .unwrap_or_default()
 }
 
 #[tokio::test]
 async fn serve_with_no_configuration_runs_on_the_embedded_store_and_delivers() {
     let dir = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
+    let (mut child, lines) = serve_in(dir.path(), "Get a token").await;
+    let (id, secret) = (
+        after(&lines, "client id:").to_string(),
+        after(&lines, "client secret:").to_string(),
+    );
+    assert!(id.starts_with("dc_") && !secret.is_empty(), "{lines:?}");
+    let base = after(&lines, "Get a token:")
+        .rsplit(' ')
+        .next()
         .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let (mut child, id, secret) = serve_embedded(dir.path(), port).await;
-    assert!(id.starts_with("dc_") && !secret.is_empty());
+        .trim_end_matches("/oauth/token")
+        .to_string();
+    assert!(base.starts_with("http://127.0.0.1:"), "{base}");
     assert!(
         dir.path().join("data/dispatch.db").exists(),
         "the store lives under ./data"
     );
-    let base = format!("http://127.0.0.1:{port}");
     let http = reqwest::Client::new();
     assert_eq!(
         http.get(format!("{base}/health/ready"))
@@ -208,36 +220,15 @@ async fn serve_with_no_configuration_runs_on_the_embedded_store_and_delivers() {
     // The development client is made once: a restart prints none.
     child.start_kill().unwrap();
     child.wait().await.unwrap();
-    let again = dispatch()
-        .arg("serve")
-        .current_dir(dir.path())
-        .env("DISPATCH_SERVER__LISTEN", format!("127.0.0.1:{port}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while http
-        .get(format!("{base}/health/ready"))
-        .send()
-        .await
-        .map(|r| r.status() != 200)
-        .unwrap_or(true)
-    {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the restarted service did not become ready"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let (again, lines) = serve_in(dir.path(), "dispatch is serving").await;
+    assert!(
+        !lines.iter().any(|l| l.contains("client secret")),
+        "a second client was created: {lines:?}"
+    );
     let _ = std::process::Command::new("kill")
         .args(["-TERM", &again.id().unwrap().to_string()])
         .status();
-    let out = again.wait_with_output().await.unwrap();
-    assert!(
-        !String::from_utf8_lossy(&out.stderr).contains("client secret"),
-        "a second client was created"
-    );
+    again.wait_with_output().await.unwrap();
     // The data survived the restart.
     let store = common::open_any_store(&format!(
         "sqlite://{}",

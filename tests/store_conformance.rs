@@ -32,7 +32,7 @@ use dispatch::{
     },
     store::{
         postgres::PgStore, Claimed, ClientRecord, Cutoffs, DeleteTarget, IdempotencyInput,
-        InsertOutcome, MessageFilter, Purged, Recorded, Store, Transition,
+        InsertOutcome, MessageFilter, Purged, Recorded, Store, TargetCursor, Transition,
     },
 };
 use serde_json::json;
@@ -52,6 +52,7 @@ macro_rules! conformance {
             an_inserted_target_reads_back_unchanged_and_a_duplicate_id_is_refused,
             a_target_is_invisible_to_another_account,
             targets_are_listed_newest_first_and_paged_with_the_after_cursor,
+            target_paging_goes_on_when_the_cursors_target_was_deleted,
             updating_a_target_changes_its_name_and_config_in_its_own_account_only,
             disabling_and_enabling_a_target_flips_enabled_in_its_own_account_only,
             deleting_a_target_answers_deleted_then_not_found,
@@ -571,6 +572,27 @@ async fn a_target_is_invisible_to_another_account(store: Arc<dyn Store>) {
     );
 }
 
+async fn target_paging_goes_on_when_the_cursors_target_was_deleted(store: Arc<dyn Store>) {
+    let t0 = time::now() - secs(60);
+    let mut targets = Vec::new();
+    for i in 0..3 {
+        let t = target_value(ACME, &format!("t{i}"), t0 + ms(i * 1_000));
+        insert_target(&*store, &t).await;
+        targets.push(t);
+    }
+    let first = store.list_targets(ACME, None, 1).await.unwrap();
+    assert_eq!(first[0].id, targets[2].id);
+    let cursor = TargetCursor::after(&first[0]);
+    assert!(matches!(
+        store.delete_target(ACME, &first[0].id).await.unwrap(),
+        DeleteTarget::Deleted
+    ));
+    let rest = store.list_targets(ACME, Some(&cursor), 10).await.unwrap();
+    let ids: Vec<_> = rest.iter().map(|t| t.id.clone()).collect();
+    assert_eq!(ids, vec![targets[1].id.clone(), targets[0].id.clone()]);
+    assert_eq!(TargetCursor::decode(&cursor.encode()), Some(cursor));
+}
+
 async fn targets_are_listed_newest_first_and_paged_with_the_after_cursor(store: Arc<dyn Store>) {
     let t0 = time::now() - secs(60);
     // Six targets; two share a creation time, so the order must break ties
@@ -601,7 +623,7 @@ async fn targets_are_listed_newest_first_and_paged_with_the_after_cursor(store: 
     // Pages of 2 and of 1 give the same sequence.
     for page_size in [1u32, 2, 4] {
         let mut paged = Vec::new();
-        let mut after: Option<TargetId> = None;
+        let mut after: Option<TargetCursor> = None;
         loop {
             let page = store
                 .list_targets(ACME, after.as_ref(), page_size)
@@ -611,7 +633,7 @@ async fn targets_are_listed_newest_first_and_paged_with_the_after_cursor(store: 
             if page.is_empty() {
                 break;
             }
-            after = Some(page.last().unwrap().id.clone());
+            after = Some(TargetCursor::after(page.last().unwrap()));
             paged.extend(page.into_iter().map(|t| t.id));
             assert!(paged.len() <= 6, "paging terminates");
         }

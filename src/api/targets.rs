@@ -21,7 +21,7 @@ use crate::{
         target::{self, Target, TargetConfig, TargetSpec},
         time,
     },
-    store::DeleteTarget,
+    store::{DeleteTarget, TargetCursor},
 };
 
 fn parse_id(id: &str) -> ApiResult<TargetId> {
@@ -111,8 +111,8 @@ pub async fn list(
     let after = q
         .cursor()?
         .map(|c| {
-            c.parse::<TargetId>()
-                .map_err(|_| ApiError::field("cursor", "is not a cursor this service issued"))
+            TargetCursor::decode(&c)
+                .ok_or_else(|| ApiError::field("cursor", "is not a cursor this service issued"))
         })
         .transpose()?;
     let mut targets = state
@@ -121,7 +121,9 @@ pub async fn list(
         .await?;
     let next_cursor = if targets.len() > limit as usize {
         targets.truncate(limit as usize);
-        targets.last().map(|t| encode_cursor(t.id.as_str()))
+        targets
+            .last()
+            .map(|t| encode_cursor(&TargetCursor::after(t).encode()))
     } else {
         None
     };
@@ -187,7 +189,7 @@ pub async fn patch(
         ));
     }
     if let (Some(new), Some(old)) = (merged.get_mut("config"), stored.get("config")) {
-        target::restore_masked_secrets(current.config.kind(), new, old);
+        target::restore_masked_secrets(current.config.kind(), new, old)?;
     }
     let spec = target::parse_spec(&merged)?;
     check_network(&state, &spec.config).await?;

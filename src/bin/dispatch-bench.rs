@@ -468,7 +468,8 @@ async fn run_scenario(args: &Args, scenario: &str, run: usize) -> anyhow::Result
     }
 
     let slowest = if scenario == "sqs" { 20 } else { 200 }; // the slowest rate waited for, per second
-    let deadline = Instant::now() + Duration::from_secs(30 + (n / slowest) as u64 + args.steady_seconds as u64);
+    let deadline = Instant::now()
+        + Duration::from_secs(30 + (n / slowest) as u64 + args.steady_seconds as u64);
     let mut sqs_times = Vec::new();
     loop {
         let done = if scenario == "sqs" {

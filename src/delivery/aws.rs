@@ -211,6 +211,15 @@ impl AwsClients {
                 }
                 results
             }
+            // A refusal of the whole request (too long, say) says nothing of
+            // each message: send them one by one, each judged on its own.
+            Err(SdkError::ServiceError(_)) | Err(SdkError::ConstructionFailure(_)) => {
+                let mut results = Vec::with_capacity(entries.len());
+                for entry in entries {
+                    results.push(self.send_sqs(c, entry).await);
+                }
+                results
+            }
             Err(e) => vec![classify("SQS", &e); entries.len()],
         }
     }

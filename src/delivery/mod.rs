@@ -94,9 +94,11 @@ impl Deliverer {
             .then(|| claimed.target_id.clone())
     }
 
-    /// The longest one attempt at this target may take.
+    /// The longest one attempt at this target may take: with OAuth, up to
+    /// two token requests and two sends.
     pub fn attempt_timeout(&self, claimed: &Claimed) -> Duration {
         match &claimed.target {
+            TargetConfig::Webhook(c) if c.auth.is_some() => 4 * self.webhook.timeout_for(c),
             TargetConfig::Webhook(c) => self.webhook.timeout_for(c),
             TargetConfig::Sqs(_) | TargetConfig::Sns(_) => self.aws.timeout(),
         }

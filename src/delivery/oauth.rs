@@ -76,6 +76,7 @@ impl ReceiverTokens {
         &self,
         auth: &OAuthClientCredentials,
         stale: Option<&str>,
+        timeout: Duration,
     ) -> Result<String, TokenFailure> {
         let slot = self.slot(auth);
         let mut cached = slot.lock().await;
@@ -85,7 +86,7 @@ impl ReceiverTokens {
                 return Ok(c.token.clone());
             }
         }
-        let (token, lifetime) = self.fetch(auth).await?;
+        let (token, lifetime) = self.fetch(auth, timeout).await?;
         // Refresh a little before expiry: a tenth of the lifetime, at most 30 s.
         let margin = (lifetime / 10).min(Duration::from_secs(30));
         *cached = Some(Cached {
@@ -98,6 +99,7 @@ impl ReceiverTokens {
     async fn fetch(
         &self,
         auth: &OAuthClientCredentials,
+        timeout: Duration,
     ) -> Result<(String, Duration), TokenFailure> {
         let token_url = TokenUrl::new(auth.token_url.clone()).map_err(|e| TokenFailure {
             outcome: AttemptOutcome::NonRetryableFailure,
@@ -112,7 +114,9 @@ impl ReceiverTokens {
             move |request: oauth2::HttpRequest| {
                 let (client, status) = (client.clone(), status.clone());
                 async move {
-                    let response = client.execute(reqwest::Request::try_from(request)?).await?;
+                    let mut request = reqwest::Request::try_from(request)?;
+                    *request.timeout_mut() = Some(timeout);
+                    let response = client.execute(request).await?;
                     status.store(response.status().as_u16(), Ordering::Relaxed);
                     let mut builder = axum::http::Response::builder().status(response.status());
                     for (name, value) in response.headers() {

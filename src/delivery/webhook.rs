@@ -28,6 +28,8 @@ impl WebhookClient {
     pub fn new(default_timeout: Duration, max_timeout: Duration, allow_private: bool) -> Self {
         let mut builder = Client::builder()
             .redirect(redirect::Policy::none())
+            // A proxy would resolve names for us, past the private-network guard.
+            .no_proxy()
             .user_agent(USER_AGENT)
             .tcp_nodelay(true)
             .pool_idle_timeout(Duration::from_secs(60))
@@ -105,7 +107,7 @@ impl WebhookClient {
         {
             return refused;
         }
-        let token = match self.tokens.token(auth, None).await {
+        let token = match self.tokens.token(auth, None, timeout).await {
             Ok(t) => t,
             Err(f) => return Delivered::failure(f.outcome, f.error),
         };
@@ -115,7 +117,7 @@ impl WebhookClient {
         if first.status_code != Some(401) {
             return first;
         }
-        match self.tokens.token(auth, Some(&token)).await {
+        match self.tokens.token(auth, Some(&token), timeout).await {
             Ok(fresh) => {
                 self.send(&url, config, &key, id, body, timeout, Some(&fresh))
                     .await

@@ -192,13 +192,25 @@ fn mask_path(v: &mut Value, path: &[&str]) {
 }
 
 /// Where a merged PATCH document still holds `***` for a secret, the client
-/// echoed a masked response back: keep the secret it stands for.
-pub fn restore_masked_secrets(kind: &str, merged: &mut Value, stored: &Value) {
+/// echoed a masked response back: keep the secret it stands for. Secrets
+/// that travel to an address (header values to `url`, the OAuth client
+/// secret to `tokenUrl`) are kept only while that address is unchanged, so
+/// that a patch cannot send them somewhere new; a `***` left over then is
+/// an error naming the field to send again.
+pub fn restore_masked_secrets(
+    kind: &str,
+    merged: &mut Value,
+    stored: &Value,
+) -> Result<(), Vec<FieldError>> {
+    let same = |path: &[&str], merged: &Value| pointer(merged, path) == pointer(stored, path);
+    let url_unchanged = same(&["url"], merged);
+    let token_url_unchanged = same(&["auth", "tokenUrl"], merged);
     for path in secret_paths(kind) {
+        let travels = *path == ["auth", "clientSecret"] && !token_url_unchanged;
         let (Some(new), Some(old)) = (pointer_mut(merged, path), pointer(stored, path)) else {
             continue;
         };
-        if new.as_str() == Some(MASK) {
+        if new.as_str() == Some(MASK) && !travels {
             *new = old.clone();
         }
     }
@@ -206,12 +218,36 @@ pub fn restore_masked_secrets(kind: &str, merged: &mut Value, stored: &Value) {
         (merged.get_mut("headers"), stored.get("headers"))
     {
         for (name, value) in new.iter_mut() {
-            if value.as_str() == Some(MASK) {
+            if value.as_str() == Some(MASK) && url_unchanged {
                 if let Some(old_value) = old.get(name) {
                     *value = old_value.clone();
                 }
             }
         }
+    }
+    let mut errors = Vec::new();
+    for path in secret_paths(kind) {
+        if pointer(merged, path).and_then(Value::as_str) == Some(MASK) {
+            errors.push(FieldError::new(
+                format!("config.{}", path.join(".")),
+                "must be sent in full: it is not kept when the address it goes to changes",
+            ));
+        }
+    }
+    if let Some(Value::Object(headers)) = merged.get("headers") {
+        for (name, value) in headers {
+            if value.as_str() == Some(MASK) {
+                errors.push(FieldError::new(
+                    format!("config.headers.{name}"),
+                    "must be sent in full: header values are not kept when the url changes",
+                ));
+            }
+        }
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors)
     }
 }
 
@@ -736,12 +772,28 @@ mod tests {
     #[test]
     fn echoed_masks_keep_the_stored_secrets() {
         let stored = json!({"signingSecret": "whsec_old", "headers": {"A": "1", "B": "2"}});
-        let mut merged =
-            json!({"signingSecret": "***", "headers": {"A": "***", "B": "3", "C": "***"}});
-        restore_masked_secrets("webhook", &mut merged, &stored);
+        let mut merged = json!({"signingSecret": "***", "headers": {"A": "***", "B": "3"}});
+        restore_masked_secrets("webhook", &mut merged, &stored).unwrap();
         assert_eq!(
             merged,
-            json!({"signingSecret": "whsec_old", "headers": {"A": "1", "B": "3", "C": "***"}})
+            json!({"signingSecret": "whsec_old", "headers": {"A": "1", "B": "3"}})
         );
+        // A new header sent as *** has nothing to stand for.
+        let mut merged = json!({"signingSecret": "***", "headers": {"C": "***"}});
+        let errors = restore_masked_secrets("webhook", &mut merged, &stored).unwrap_err();
+        assert_eq!(errors[0].field, "config.headers.C");
+    }
+
+    #[test]
+    fn secrets_are_not_kept_when_their_destination_changes() {
+        let stored = json!({"url": "https://a.example/hook", "signingSecret": "whsec_old", "headers": {"K": "key"},
+                            "auth": {"tokenUrl": "https://id.example/token", "clientSecret": "s"}});
+        let mut merged = json!({"url": "https://evil.example/hook", "signingSecret": "***", "headers": {"K": "***"},
+                                "auth": {"tokenUrl": "https://evil.example/token", "clientSecret": "***"}});
+        let errors = restore_masked_secrets("webhook", &mut merged, &stored).unwrap_err();
+        let fields: Vec<_> = errors.iter().map(|e| e.field.as_str()).collect();
+        assert_eq!(fields, vec!["config.auth.clientSecret", "config.headers.K"]);
+        // The signing secret never leaves Dispatch: it is kept.
+        assert_eq!(merged["signingSecret"], "whsec_old");
     }
 }

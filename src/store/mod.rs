@@ -111,6 +111,37 @@ pub enum DeleteTarget {
     HasPending,
 }
 
+/// Where a page of targets (newest first) continues: after this creation
+/// time and id. It needs no lookup, so a deleted target does not end the list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TargetCursor {
+    pub created_at: DateTime<Utc>,
+    pub id: TargetId,
+}
+
+impl TargetCursor {
+    pub fn after(t: &Target) -> Self {
+        Self {
+            created_at: t.created_at,
+            id: t.id.clone(),
+        }
+    }
+
+    /// `<created-at ms>.<target id>` on the wire (then base64url).
+    pub fn encode(&self) -> String {
+        format!("{}.{}", self.created_at.timestamp_millis(), self.id)
+    }
+
+    pub fn decode(s: &str) -> Option<Self> {
+        let (ms, id) = s.split_once('.')?;
+        let created_at = DateTime::<Utc>::from_timestamp_millis(ms.parse().ok()?)?;
+        Some(Self {
+            created_at,
+            id: id.parse().ok()?,
+        })
+    }
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct MessageFilter {
     pub target_id: Option<TargetId>,
@@ -182,7 +213,7 @@ pub trait Store: Send + Sync + 'static {
     async fn list_targets(
         &self,
         account: &str,
-        after: Option<&TargetId>,
+        after: Option<&TargetCursor>,
         limit: u32,
     ) -> StoreResult<Vec<Target>>;
     async fn update_target(&self, target: &Target) -> StoreResult<Option<Target>>;

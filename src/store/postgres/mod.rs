@@ -272,17 +272,18 @@ impl Store for PgStore {
     async fn list_targets(
         &self,
         account: &str,
-        after: Option<&TargetId>,
+        after: Option<&TargetCursor>,
         limit: u32,
     ) -> StoreResult<Vec<Target>> {
         // Newest first; the cursor is the last target of the previous page.
         let rows: Vec<TargetRow> = sqlx::query_as(&format!(
             "SELECT {TARGET_COLUMNS} FROM targets WHERE account = $1 \
-             AND ($2::text IS NULL OR (created_at, id) < (SELECT created_at, id FROM targets WHERE id = $2)) \
-             ORDER BY created_at DESC, id DESC LIMIT $3"
+             AND ($2::timestamptz IS NULL OR (created_at, id) < ($2, $3)) \
+             ORDER BY created_at DESC, id DESC LIMIT $4"
         ))
         .bind(account)
-        .bind(after.map(|t| t.as_str()))
+        .bind(after.map(|c| c.created_at))
+        .bind(after.map(|c| c.id.as_str()).unwrap_or(""))
         .bind(i64::from(limit))
         .fetch_all(&self.pool)
         .await
@@ -603,6 +604,17 @@ impl Store for PgStore {
         now: DateTime<Utc>,
     ) -> StoreResult<Transition> {
         let mut tx = self.begin().await?;
+        // As in insert_message: KEY SHARE on the target orders this against a
+        // concurrent enable/disable, so `paused` below is read right.
+        sqlx::query(
+            "SELECT 1 FROM targets t JOIN messages m ON m.target_id = t.id \
+             WHERE m.id = $1 AND m.account = $2 FOR KEY SHARE OF t",
+        )
+        .bind(id.0)
+        .bind(account)
+        .execute(&mut *tx)
+        .await
+        .map_err(map_err)?;
         let row: Option<MessageRow> = sqlx::query_as(&format!(
             "UPDATE messages m SET state = 'Scheduled', delivery_time = $3, next_attempt_at = $3, claim_at = $3, \
                lease_token = NULL, ladder_attempts = 0, dead_lettered_at = NULL, updated_at = $4, \
@@ -694,6 +706,9 @@ impl Store for PgStore {
         let mut last_errors: Vec<Option<String>> = Vec::with_capacity(n);
         // …and one row per attempt for the insert.
         let mut a_ids = Vec::with_capacity(n);
+        // Attempts belong to the claim that made them: a stale claim's rows
+        // never land beside a fresh one's.
+        let mut a_tokens = Vec::with_capacity(n);
         let mut a_numbers = Vec::with_capacity(n);
         let mut a_started = Vec::with_capacity(n);
         let mut a_finished = Vec::with_capacity(n);
@@ -724,6 +739,7 @@ impl Store for PgStore {
             );
             for a in &r.attempts {
                 a_ids.push(r.id.0);
+                a_tokens.push(r.lease_token);
                 a_numbers.push(a.attempt as i32);
                 a_started.push(a.started_at);
                 a_finished.push(a.finished_at);
@@ -749,14 +765,16 @@ impl Store for PgStore {
                  last_error = COALESCE(i.last_error, m.last_error), \
                  updated_at = $18 \
                FROM input i WHERE m.id = i.id AND m.lease_token = i.token AND m.state = 'Scheduled' \
-               RETURNING m.id) \
+               RETURNING m.id, i.token) \
              INSERT INTO attempts (message_id, attempt, started_at, finished_at, duration_ms, outcome, \
                status_code, error, response_body) \
-             SELECT a.* FROM unnest($9::uuid[], $10::int[], $11::timestamptz[], $12::timestamptz[], \
-               $13::bigint[], $14::text[], $15::int[], $16::text[], $17::text[]) \
+             SELECT a.message_id, a.attempt, a.started_at, a.finished_at, a.duration_ms, a.outcome, \
+               a.status_code, a.error, a.response_body \
+             FROM unnest($9::uuid[], $10::int[], $11::timestamptz[], $12::timestamptz[], \
+               $13::bigint[], $14::text[], $15::int[], $16::text[], $17::text[], $19::uuid[]) \
                AS a(message_id, attempt, started_at, finished_at, duration_ms, outcome, status_code, error, \
-                 response_body) \
-             WHERE a.message_id IN (SELECT id FROM upd) \
+                 response_body, token) \
+             WHERE (a.message_id, a.token) IN (SELECT id, token FROM upd) \
              ON CONFLICT (message_id, attempt) DO NOTHING",
         )
         .bind(&ids)
@@ -777,6 +795,7 @@ impl Store for PgStore {
         .bind(&a_errors)
         .bind(&a_bodies)
         .bind(now)
+        .bind(&a_tokens)
         .execute(&self.pool)
         .await
         .map_err(map_err)?

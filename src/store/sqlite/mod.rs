@@ -27,6 +27,14 @@ use crate::domain::retry::Next;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
 
+/// Inserts one message if its target exists in the account; paused when the
+/// target is disabled. Binds: id, account, target id, payload, due, now.
+const INSERT_MESSAGE: &str =
+    "INSERT INTO messages (id, account, target_id, state, payload, delivery_time, \
+     next_attempt_at, claim_at, paused, created_at, updated_at) \
+     SELECT ?1, ?2, t.id, 'Scheduled', ?4, ?5, ?5, ?5, NOT t.enabled, ?6, ?6 \
+     FROM targets t WHERE t.id = ?3 AND t.account = ?2";
+
 pub struct SqliteStore {
     writer: SqlitePool,
     reader: SqlitePool,
@@ -289,16 +297,17 @@ impl Store for SqliteStore {
     async fn list_targets(
         &self,
         account: &str,
-        after: Option<&TargetId>,
+        after: Option<&TargetCursor>,
         limit: u32,
     ) -> StoreResult<Vec<Target>> {
         let rows: Vec<TargetRow> = sqlx::query_as(&format!(
             "SELECT {TARGET_COLUMNS} FROM targets WHERE account = ?1 \
-             AND (?2 IS NULL OR (created_at, id) < (SELECT created_at, id FROM targets WHERE id = ?2)) \
-             ORDER BY created_at DESC, id DESC LIMIT ?3"
+             AND (?2 IS NULL OR (created_at, id) < (?2, ?3)) \
+             ORDER BY created_at DESC, id DESC LIMIT ?4"
         ))
         .bind(account)
-        .bind(after.map(|t| t.as_str()))
+        .bind(after.map(|c| ms(c.created_at)))
+        .bind(after.map(|c| c.id.as_str()).unwrap_or(""))
         .bind(i64::from(limit))
         .fetch_all(&self.reader)
         .await
@@ -439,22 +448,17 @@ impl Store for SqliteStore {
             .await
             .map_err(map_err)?;
         }
-        let inserted = sqlx::query(
-            "INSERT INTO messages (id, account, target_id, state, payload, delivery_time, next_attempt_at, \
-               claim_at, paused, created_at, updated_at) \
-             SELECT ?1, ?2, t.id, 'Scheduled', ?4, ?5, ?5, ?5, NOT t.enabled, ?6, ?6 \
-             FROM targets t WHERE t.id = ?3 AND t.account = ?2",
-        )
-        .bind(id_text(&m.id))
-        .bind(&m.account)
-        .bind(m.target_id.as_str())
-        .bind(m.payload.as_str())
-        .bind(ms(m.delivery_time))
-        .bind(ms(m.created_at))
-        .execute(&mut *tx)
-        .await
-        .map_err(map_err)?
-        .rows_affected();
+        let inserted = sqlx::query(INSERT_MESSAGE)
+            .bind(id_text(&m.id))
+            .bind(&m.account)
+            .bind(m.target_id.as_str())
+            .bind(m.payload.as_str())
+            .bind(ms(m.delivery_time))
+            .bind(ms(m.created_at))
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?
+            .rows_affected();
         if inserted == 0 {
             return Ok(InsertOutcome::UnknownTarget);
         }
@@ -470,22 +474,17 @@ impl Store for SqliteStore {
         let mut tx = self.begin().await?;
         let mut inserted = Vec::with_capacity(messages.len());
         for m in messages {
-            let n = sqlx::query(
-                "INSERT INTO messages (id, account, target_id, state, payload, delivery_time, next_attempt_at, \
-                   claim_at, paused, created_at, updated_at) \
-                 SELECT ?1, ?2, t.id, 'Scheduled', ?4, ?5, ?5, ?5, NOT t.enabled, ?6, ?6 \
-                 FROM targets t WHERE t.id = ?3 AND t.account = ?2",
-            )
-            .bind(id_text(&m.id))
-            .bind(account)
-            .bind(m.target_id.as_str())
-            .bind(m.payload.as_str())
-            .bind(ms(m.delivery_time))
-            .bind(ms(m.created_at))
-            .execute(&mut *tx)
-            .await
-            .map_err(map_err)?
-            .rows_affected();
+            let n = sqlx::query(INSERT_MESSAGE)
+                .bind(id_text(&m.id))
+                .bind(account)
+                .bind(m.target_id.as_str())
+                .bind(m.payload.as_str())
+                .bind(ms(m.delivery_time))
+                .bind(ms(m.created_at))
+                .execute(&mut *tx)
+                .await
+                .map_err(map_err)?
+                .rows_affected();
             if n == 1 {
                 inserted.push(m.id);
             }
