@@ -326,3 +326,44 @@ async fn retention_purges_what_expired_and_keeps_the_rest() {
     assert!(api.attempts(&retrying).await.is_empty());
     app.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_message_whose_stored_target_is_unreadable_is_dead_lettered_and_the_rest_delivered() {
+    let app = TestApp::spawn_postgres_with(|c| c.sweeper.enabled = false).await;
+    let rx = Receiver::start().await;
+    let api = app.api("acme").await;
+    let good = api.webhook(&rx.url("/good")).await["targetId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let broken = api.webhook(&rx.url("/broken")).await["targetId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let ok = api.schedule(&good, &in_ms(-1), "fine").await["messageId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let bad = api.schedule(&broken, &in_ms(-1), "lost?").await["messageId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // As after a manual edit or an incompatible upgrade: the config no longer parses.
+    let store = common::open_store(&app.db.url).await;
+    sqlx::query("UPDATE targets SET config = '{}'::jsonb WHERE id = $1")
+        .bind(&broken)
+        .execute(store.pool())
+        .await
+        .unwrap();
+    app.running().sweeper.deliver_due_now().await;
+    assert_eq!(
+        api.message(&ok).await["state"],
+        "Delivered",
+        "the readable message is not held up"
+    );
+    let m = api.message(&bad).await;
+    assert_eq!(m["state"], "DeadLetter", "{m}");
+    assert!(m["lastError"].as_str().unwrap().contains("corrupt"), "{m}");
+    assert_eq!(rx.count(), 1);
+    app.shutdown().await;
+}

@@ -664,8 +664,11 @@ impl Store for PgStore {
         .fetch_all(&self.pool)
         .await
         .map_err(map_err)?;
-        rows.into_iter()
-            .map(|r| {
+        let mut claimed = Vec::with_capacity(rows.len());
+        let (mut bad_ids, mut bad_reasons) = (Vec::new(), Vec::new());
+        for r in rows {
+            let id = r.id;
+            let read = || -> StoreResult<Claimed> {
                 Ok(Claimed {
                     id: MessageId(r.id),
                     target: config_from_row(&r.kind, r.config)?,
@@ -676,8 +679,36 @@ impl Store for PgStore {
                     ladder_attempts: r.ladder_attempts.max(0) as u32,
                     lease_token: token,
                 })
-            })
-            .collect()
+            };
+            match read() {
+                Ok(c) => claimed.push(c),
+                Err(e) => {
+                    bad_ids.push(id);
+                    bad_reasons.push(e.to_string());
+                }
+            }
+        }
+        if !bad_ids.is_empty() {
+            // A row that cannot be read cannot be delivered: dead-letter it,
+            // saying why, rather than let it hold the batch's lease forever.
+            tracing::error!(
+                count = bad_ids.len(),
+                "dead-lettering messages whose stored data is unreadable"
+            );
+            sqlx::query(
+                "UPDATE messages m SET state = 'DeadLetter', dead_lettered_at = $3, next_attempt_at = NULL, \
+                   claim_at = NULL, lease_token = NULL, last_error = u.reason, updated_at = $3 \
+                 FROM unnest($1::uuid[], $2::text[]) AS u(id, reason) WHERE m.id = u.id AND m.lease_token = $4",
+            )
+            .bind(&bad_ids)
+            .bind(&bad_reasons)
+            .bind(now)
+            .bind(token)
+            .execute(&self.pool)
+            .await
+            .map_err(map_err)?;
+        }
+        Ok(claimed)
     }
 
     async fn next_due(&self) -> StoreResult<Option<DateTime<Utc>>> {

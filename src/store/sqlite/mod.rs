@@ -637,7 +637,7 @@ impl Store for SqliteStore {
         .fetch_all(&mut *tx)
         .await
         .map_err(map_err)?;
-        let mut targets: HashMap<String, TargetConfig> = HashMap::new();
+        let mut targets: HashMap<String, StoreResult<TargetConfig>> = HashMap::new();
         if !rows.is_empty() {
             let mut ids: Vec<&str> = rows.iter().map(|r| r.target_id.as_str()).collect();
             ids.sort_unstable();
@@ -655,29 +655,51 @@ impl Store for SqliteStore {
                 .await
                 .map_err(map_err)?;
             for (id, kind, config) in found {
-                targets.insert(id, config_from_row(&kind, &config)?);
+                targets.insert(id, config_from_row(&kind, &config));
+            }
+        }
+        let mut claimed: Vec<(i64, Claimed)> = Vec::with_capacity(rows.len());
+        for r in rows {
+            let read = match targets.get(&r.target_id) {
+                Some(Ok(target)) => parse_id(&r.id).map(|id| (id, target.clone())),
+                Some(Err(e)) => Err(StoreError::Corrupt(e.to_string())),
+                None => Err(StoreError::Corrupt(format!(
+                    "message without target {}",
+                    r.target_id
+                ))),
+            };
+            match read {
+                Ok((id, target)) => claimed.push((
+                    r.delivery_time,
+                    Claimed {
+                        id,
+                        target_id: TargetId::from_trusted(r.target_id),
+                        target,
+                        payload: r.payload,
+                        delivery_time: from_ms(r.delivery_time),
+                        attempt_count: r.attempt_count.max(0) as u32,
+                        ladder_attempts: r.ladder_attempts.max(0) as u32,
+                        lease_token: token,
+                    },
+                )),
+                Err(e) => {
+                    // A row that cannot be read cannot be delivered: dead-letter
+                    // it, saying why, rather than fail every claim after it.
+                    tracing::error!(message_id = %r.id, error = %e, "dead-lettering an unreadable message");
+                    sqlx::query(
+                        "UPDATE messages SET state = 'DeadLetter', dead_lettered_at = ?2, next_attempt_at = NULL, \
+                           claim_at = NULL, lease_token = NULL, last_error = ?3, updated_at = ?2 WHERE id = ?1",
+                    )
+                    .bind(&r.id)
+                    .bind(ms(now))
+                    .bind(e.to_string())
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(map_err)?;
+                }
             }
         }
         tx.commit().await.map_err(map_err)?;
-        let mut claimed: Vec<(i64, Claimed)> = Vec::with_capacity(rows.len());
-        for r in rows {
-            let target = targets.get(&r.target_id).cloned().ok_or_else(|| {
-                StoreError::Corrupt(format!("message without target {}", r.target_id))
-            })?;
-            claimed.push((
-                r.delivery_time,
-                Claimed {
-                    id: parse_id(&r.id)?,
-                    target_id: TargetId::from_trusted(r.target_id),
-                    target,
-                    payload: r.payload,
-                    delivery_time: from_ms(r.delivery_time),
-                    attempt_count: r.attempt_count.max(0) as u32,
-                    ladder_attempts: r.ladder_attempts.max(0) as u32,
-                    lease_token: token,
-                },
-            ));
-        }
         // RETURNING has no order; hand out the oldest due first.
         claimed.sort_by_key(|(due, _)| *due);
         Ok(claimed.into_iter().map(|(_, c)| c).collect())
