@@ -35,7 +35,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use sqlx::{Connection, PgConnection};
 
-#[derive(Debug, Parser)]
+#[derive(Debug, Clone, Parser)]
 #[command(about = "Dispatch load benchmark")]
 struct Args {
     /// A PostgreSQL server where the benchmark may create and drop databases.
@@ -45,7 +45,7 @@ struct Args {
         default_value = "postgres://postgres@127.0.0.1:5432/postgres"
     )]
     pg: String,
-    /// Scenarios to run: burst, steady, sqs (comma-separated).
+    /// Scenarios to run: burst, steady, backlog, ingest, sqs (comma-separated).
     #[arg(long, default_value = "burst,steady")]
     scenarios: String,
     /// The store Dispatch runs on: postgres or sqlite (the embedded store).
@@ -55,6 +55,13 @@ struct Args {
     /// measured; PostgreSQL only) or `api` (POST /messages, 32 at a time).
     #[arg(long, default_value = "store")]
     via: String,
+    /// Far-future messages scheduled (directly in PostgreSQL) before the
+    /// steady run of the backlog scenario.
+    #[arg(long, default_value_t = 1_000_000)]
+    backlog: usize,
+    /// Schedule requests sent in the ingest scenario (32 at a time).
+    #[arg(long, default_value_t = 20_000)]
+    ingest: usize,
     /// Messages due at one instant for one SQS queue in the sqs scenario.
     #[arg(long, default_value_t = 5_000)]
     sqs: usize,
@@ -435,9 +442,22 @@ async fn run_scenario(args: &Args, scenario: &str, run: usize) -> anyhow::Result
 
     let service = start_service(args).await?;
     let target_id = create_target(args, &service, scenario, &hook).await?;
+    if scenario == "ingest" {
+        return ingest(args, service, server, &target_id).await;
+    }
+    if scenario == "backlog" {
+        // Far-future messages that must not slow the due ones down.
+        let far = Utc::now() + TimeDelta::days(30);
+        let backlog = vec![far; args.backlog];
+        let args_store = Args {
+            via: "store".into(),
+            ..args.clone()
+        };
+        schedule(&args_store, &service, &target_id, &backlog).await?;
+    }
     let n_planned = match scenario {
         "burst" => args.burst,
-        "steady" => args.steady_rate * args.steady_seconds,
+        "steady" | "backlog" => args.steady_rate * args.steady_seconds,
         "sqs" => args.sqs,
         other => bail!("unknown scenario {other}"),
     };
@@ -450,7 +470,7 @@ async fn run_scenario(args: &Args, scenario: &str, run: usize) -> anyhow::Result
     };
     let start = Utc::now() + TimeDelta::milliseconds(lead_ms);
     let times: Vec<DateTime<Utc>> = match scenario {
-        "steady" => (0..n_planned)
+        "steady" | "backlog" => (0..n_planned)
             .map(|i| {
                 start + TimeDelta::microseconds((i as i64 * 1_000_000) / args.steady_rate as i64)
             })
@@ -533,6 +553,40 @@ async fn run_scenario(args: &Args, scenario: &str, run: usize) -> anyhow::Result
         lateness_p50_ms: percentile(&lateness, 0.5),
         lateness_p99_ms: percentile(&lateness, 0.99),
         lateness_max_ms: lateness.last().copied().unwrap_or(f64::NAN),
+        peak_rss_mb,
+    })
+}
+
+/// POST /messages, 32 requests at a time, for messages due in an hour:
+/// schedule requests per second.
+async fn ingest(
+    args: &Args,
+    service: Service,
+    server: tokio::task::JoinHandle<std::io::Result<()>>,
+    target_id: &TargetId,
+) -> anyhow::Result<Result> {
+    let at = Utc::now() + TimeDelta::hours(1);
+    let times = vec![at; args.ingest];
+    let api = Args {
+        via: "api".into(),
+        ..args.clone()
+    };
+    let clock = Instant::now();
+    schedule(&api, &service, target_id, &times).await?;
+    let secs = clock.elapsed().as_secs_f64();
+    let peak_rss_mb = service.peak_rss_mb();
+    service.stop(&args.pg).await;
+    server.abort();
+    Ok(Result {
+        scenario: "ingest".into(),
+        run: 0,
+        messages: times.len(),
+        delivered: times.len(),
+        duplicates: 0,
+        rate_per_s: times.len() as f64 / secs,
+        lateness_p50_ms: f64::NAN,
+        lateness_p99_ms: f64::NAN,
+        lateness_max_ms: f64::NAN,
         peak_rss_mb,
     })
 }
