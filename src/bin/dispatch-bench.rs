@@ -59,6 +59,10 @@ struct Args {
     /// steady run of the backlog scenario.
     #[arg(long, default_value_t = 1_000_000)]
     backlog: usize,
+    /// In the backlog scenario, VACUUM ANALYZE after the bulk insert, as
+    /// autovacuum would have done for a backlog that grew over time.
+    #[arg(long, default_value_t = false)]
+    analyze: bool,
     /// Schedule requests sent in the ingest scenario (32 at a time).
     #[arg(long, default_value_t = 20_000)]
     ingest: usize,
@@ -454,6 +458,13 @@ async fn run_scenario(args: &Args, scenario: &str, run: usize) -> anyhow::Result
             ..args.clone()
         };
         schedule(&args_store, &service, &target_id, &backlog).await?;
+        if args.analyze {
+            // What autovacuum would have done by now in a service that grew its backlog over time.
+            let mut conn = PgConnection::connect(&service.db_url).await?;
+            sqlx::query("VACUUM ANALYZE messages")
+                .execute(&mut conn)
+                .await?;
+        }
     }
     let n_planned = match scenario {
         "burst" => args.burst,
