@@ -2,7 +2,9 @@
 //! leases and `FOR UPDATE SKIP LOCKED`; `NOTIFY dispatch_wake` tells the
 //! other instances' sweepers that something fell due.
 
+mod delivery;
 pub mod listen;
+mod messages;
 mod rows;
 
 use std::time::Duration;
@@ -18,7 +20,6 @@ use uuid::Uuid;
 
 use self::rows::*;
 use super::*;
-use crate::domain::retry::Next;
 
 /// The channel other instances LISTEN on.
 pub const WAKE_CHANNEL: &str = "dispatch_wake";
@@ -388,74 +389,7 @@ impl Store for PgStore {
         m: &Message,
         idem: Option<&IdempotencyInput>,
     ) -> StoreResult<InsertOutcome> {
-        let mut tx = self.begin().await?;
-        if let Some(idem) = idem {
-            let expired_before =
-                m.created_at - chrono::TimeDelta::from_std(idem.ttl).unwrap_or_default();
-            let claimed: Option<(bool,)> = sqlx::query_as(
-                "INSERT INTO idempotency_keys (account, key, request_hash, status, response, created_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6) \
-                 ON CONFLICT (account, key) DO UPDATE SET request_hash = EXCLUDED.request_hash, \
-                   status = EXCLUDED.status, response = EXCLUDED.response, created_at = EXCLUDED.created_at \
-                 WHERE idempotency_keys.created_at < $7 \
-                 RETURNING true",
-            )
-            .bind(&m.account)
-            .bind(&idem.key)
-            .bind(&idem.request_hash)
-            .bind(i32::from(idem.status))
-            .bind(idem.response.to_string())
-            .bind(m.created_at)
-            .bind(expired_before)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(map_err)?;
-            if claimed.is_none() {
-                let (hash, status, response): (Vec<u8>, i32, String) = sqlx::query_as(
-                    "SELECT request_hash, status, response FROM idempotency_keys WHERE account = $1 AND key = $2",
-                )
-                .bind(&m.account)
-                .bind(&idem.key)
-                .fetch_one(&mut *tx)
-                .await
-                .map_err(map_err)?;
-                return Ok(if hash == idem.request_hash {
-                    let response = serde_json::from_str(&response)
-                        .map_err(|e| StoreError::Corrupt(format!("idempotent response: {e}")))?;
-                    InsertOutcome::Replayed {
-                        status: u16::try_from(status).unwrap_or(201),
-                        response,
-                    }
-                } else {
-                    InsertOutcome::KeyConflict
-                });
-            }
-        }
-        // KEY SHARE on the target orders this insert against a concurrent
-        // enable/disable (which takes FOR UPDATE), so `paused` is always right.
-        let inserted = sqlx::query(
-            "INSERT INTO messages (id, account, target_id, state, payload, delivery_time, next_attempt_at, \
-               claim_at, paused, created_at, updated_at) \
-             SELECT $1, $2, t.id, 'Scheduled', $4, $5, $5, $5, NOT t.enabled, $6, $6 \
-             FROM targets t WHERE t.id = $3 AND t.account = $2 FOR KEY SHARE",
-        )
-        .bind(m.id.0)
-        .bind(&m.account)
-        .bind(m.target_id.as_str())
-        .bind(m.payload.as_str().as_bytes())
-        .bind(m.delivery_time)
-        .bind(m.created_at)
-        .execute(&mut *tx)
-        .await
-        .map_err(map_err)?
-        .rows_affected();
-        if inserted == 0 {
-            return Ok(InsertOutcome::UnknownTarget);
-        }
-        self.notify_if_soon(&mut tx, m.delivery_time, m.created_at)
-            .await?;
-        tx.commit().await.map_err(map_err)?;
-        Ok(InsertOutcome::Created(Box::new(m.clone())))
+        self.insert_one(m, idem).await
     }
 
     async fn insert_messages(
@@ -463,44 +397,7 @@ impl Store for PgStore {
         account: &str,
         messages: &[Message],
     ) -> StoreResult<Vec<MessageId>> {
-        if messages.is_empty() {
-            return Ok(Vec::new());
-        }
-        let ids: Vec<Uuid> = messages.iter().map(|m| m.id.0).collect();
-        let targets: Vec<&str> = messages.iter().map(|m| m.target_id.as_str()).collect();
-        let payloads: Vec<&[u8]> = messages
-            .iter()
-            .map(|m| m.payload.as_str().as_bytes())
-            .collect();
-        let times: Vec<DateTime<Utc>> = messages.iter().map(|m| m.delivery_time).collect();
-        let now = messages
-            .iter()
-            .map(|m| m.created_at)
-            .max()
-            .unwrap_or_else(Utc::now);
-        let earliest = times.iter().min().copied().unwrap_or(now);
-        let mut tx = self.begin().await?;
-        let inserted: Vec<(Uuid,)> = sqlx::query_as(
-            "INSERT INTO messages (id, account, target_id, state, payload, delivery_time, next_attempt_at, \
-               claim_at, paused, created_at, updated_at) \
-             SELECT i.id, $1, t.id, 'Scheduled', i.payload, i.at, i.at, i.at, NOT t.enabled, $6, $6 \
-             FROM unnest($2::uuid[], $3::text[], $4::bytea[], $5::timestamptz[]) AS i(id, target_id, payload, at) \
-             JOIN targets t ON t.id = i.target_id AND t.account = $1 \
-             FOR KEY SHARE OF t \
-             RETURNING id",
-        )
-        .bind(account)
-        .bind(&ids)
-        .bind(&targets)
-        .bind(&payloads)
-        .bind(&times)
-        .bind(now)
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(map_err)?;
-        self.notify_if_soon(&mut tx, earliest, now).await?;
-        tx.commit().await.map_err(map_err)?;
-        Ok(inserted.into_iter().map(|(id,)| MessageId(id)).collect())
+        self.insert_many(account, messages).await
     }
 
     async fn get_message(&self, account: &str, id: &MessageId) -> StoreResult<Option<Message>> {
@@ -577,23 +474,7 @@ impl Store for PgStore {
         id: &MessageId,
         now: DateTime<Utc>,
     ) -> StoreResult<Transition> {
-        let row: Option<MessageRow> = sqlx::query_as(&format!(
-            "UPDATE messages SET state = 'Cancelled', cancelled_at = $3, next_attempt_at = NULL, claim_at = NULL, \
-               lease_token = NULL, updated_at = $3 \
-             WHERE id = $1 AND account = $2 AND state IN ('Scheduled', 'DeadLetter') \
-               AND (lease_token IS NULL OR claim_at <= $3) \
-             RETURNING {MESSAGE_COLUMNS}"
-        ))
-        .bind(id.0)
-        .bind(account)
-        .bind(now)
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(map_err)?;
-        match row {
-            Some(row) => Ok(Transition::Done(Box::new(row.try_into()?))),
-            None => self.transition_failure(account, id, now).await,
-        }
+        self.cancel_message(account, id, now).await
     }
 
     async fn reschedule(
@@ -603,40 +484,7 @@ impl Store for PgStore {
         at: DateTime<Utc>,
         now: DateTime<Utc>,
     ) -> StoreResult<Transition> {
-        let mut tx = self.begin().await?;
-        // As in insert_message: KEY SHARE on the target orders this against a
-        // concurrent enable/disable, so `paused` below is read right.
-        sqlx::query(
-            "SELECT 1 FROM targets t JOIN messages m ON m.target_id = t.id \
-             WHERE m.id = $1 AND m.account = $2 FOR KEY SHARE OF t",
-        )
-        .bind(id.0)
-        .bind(account)
-        .execute(&mut *tx)
-        .await
-        .map_err(map_err)?;
-        let row: Option<MessageRow> = sqlx::query_as(&format!(
-            "UPDATE messages m SET state = 'Scheduled', delivery_time = $3, next_attempt_at = $3, claim_at = $3, \
-               lease_token = NULL, ladder_attempts = 0, dead_lettered_at = NULL, updated_at = $4, \
-               paused = NOT (SELECT enabled FROM targets t WHERE t.id = m.target_id) \
-             WHERE id = $1 AND account = $2 AND state IN ('Scheduled', 'DeadLetter') \
-               AND (lease_token IS NULL OR claim_at <= $4) \
-             RETURNING {MESSAGE_COLUMNS}"
-        ))
-        .bind(id.0)
-        .bind(account)
-        .bind(at)
-        .bind(now)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(map_err)?;
-        let Some(row) = row else {
-            drop(tx);
-            return self.transition_failure(account, id, now).await;
-        };
-        self.notify_if_soon(&mut tx, at, now).await?;
-        tx.commit().await.map_err(map_err)?;
-        Ok(Transition::Done(Box::new(row.try_into()?)))
+        self.reschedule_message(account, id, at, now).await
     }
 
     async fn claim_due(
@@ -645,70 +493,7 @@ impl Store for PgStore {
         limit: u32,
         lease: Duration,
     ) -> StoreResult<Vec<Claimed>> {
-        let token = Uuid::new_v4();
-        let rows: Vec<ClaimRow> = sqlx::query_as(
-            "WITH due AS ( \
-               SELECT id FROM messages \
-               WHERE state = 'Scheduled' AND NOT paused AND claim_at <= $1 \
-               ORDER BY claim_at LIMIT $2 FOR UPDATE SKIP LOCKED) \
-             UPDATE messages m SET claim_at = $1 + make_interval(secs => $3::double precision / 1000), \
-               lease_token = $4 \
-             FROM due, targets t WHERE m.id = due.id AND t.id = m.target_id \
-             RETURNING m.id, m.target_id, t.kind, t.config, m.payload, m.delivery_time, m.attempt_count, \
-               m.ladder_attempts",
-        )
-        .bind(now)
-        .bind(i64::from(limit))
-        .bind(millis_i64(lease))
-        .bind(token)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(map_err)?;
-        let mut claimed = Vec::with_capacity(rows.len());
-        let (mut bad_ids, mut bad_reasons) = (Vec::new(), Vec::new());
-        for r in rows {
-            let id = r.id;
-            let read = || -> StoreResult<Claimed> {
-                Ok(Claimed {
-                    id: MessageId(r.id),
-                    target: config_from_row(&r.kind, r.config)?,
-                    target_id: TargetId::from_trusted(r.target_id),
-                    payload: payload_from_bytes(r.payload)?.into_inner(),
-                    delivery_time: r.delivery_time,
-                    attempt_count: r.attempt_count.max(0) as u32,
-                    ladder_attempts: r.ladder_attempts.max(0) as u32,
-                    lease_token: token,
-                })
-            };
-            match read() {
-                Ok(c) => claimed.push(c),
-                Err(e) => {
-                    bad_ids.push(id);
-                    bad_reasons.push(e.to_string());
-                }
-            }
-        }
-        if !bad_ids.is_empty() {
-            // A row that cannot be read cannot be delivered: dead-letter it,
-            // saying why, rather than let it hold the batch's lease forever.
-            tracing::error!(
-                count = bad_ids.len(),
-                "dead-lettering messages whose stored data is unreadable"
-            );
-            sqlx::query(
-                "UPDATE messages m SET state = 'DeadLetter', dead_lettered_at = $3, next_attempt_at = NULL, \
-                   claim_at = NULL, lease_token = NULL, last_error = u.reason, updated_at = $3 \
-                 FROM unnest($1::uuid[], $2::text[]) AS u(id, reason) WHERE m.id = u.id AND m.lease_token = $4",
-            )
-            .bind(&bad_ids)
-            .bind(&bad_reasons)
-            .bind(now)
-            .bind(token)
-            .execute(&self.pool)
-            .await
-            .map_err(map_err)?;
-        }
-        Ok(claimed)
+        self.claim(now, limit, lease).await
     }
 
     async fn next_due(&self) -> StoreResult<Option<DateTime<Utc>>> {
@@ -722,161 +507,10 @@ impl Store for PgStore {
     }
 
     async fn record(&self, results: &[Recorded], now: DateTime<Utc>) -> StoreResult<u64> {
-        if results.is_empty() {
-            return Ok(0);
-        }
-        // One row per message for the update…
-        let n = results.len();
-        let mut ids = Vec::with_capacity(n);
-        let mut tokens = Vec::with_capacity(n);
-        let mut counts = Vec::with_capacity(n);
-        let mut states = Vec::with_capacity(n);
-        let mut next_at: Vec<Option<DateTime<Utc>>> = Vec::with_capacity(n);
-        let mut ladder = Vec::with_capacity(n);
-        let mut finished = Vec::with_capacity(n);
-        let mut last_errors: Vec<Option<String>> = Vec::with_capacity(n);
-        // …and one row per attempt for the insert.
-        let mut a_ids = Vec::with_capacity(n);
-        // Attempts belong to the claim that made them: a stale claim's rows
-        // never land beside a fresh one's.
-        let mut a_tokens = Vec::with_capacity(n);
-        let mut a_numbers = Vec::with_capacity(n);
-        let mut a_started = Vec::with_capacity(n);
-        let mut a_finished = Vec::with_capacity(n);
-        let mut a_durations = Vec::with_capacity(n);
-        let mut a_outcomes = Vec::with_capacity(n);
-        let mut a_codes: Vec<Option<i32>> = Vec::with_capacity(n);
-        let mut a_errors: Vec<Option<std::borrow::Cow<'_, str>>> = Vec::with_capacity(n);
-        let mut a_bodies: Vec<Option<std::borrow::Cow<'_, str>>> = Vec::with_capacity(n);
-        for r in results {
-            let last = r.last();
-            ids.push(r.id.0);
-            tokens.push(r.lease_token);
-            counts.push(last.attempt as i32);
-            let (state, at) = match r.next {
-                Next::Delivered => ("Delivered", None),
-                Next::Retry(at) => ("Scheduled", Some(at)),
-                Next::DeadLetter => ("DeadLetter", None),
-            };
-            states.push(state);
-            next_at.push(at);
-            ladder.push(r.ladder_attempts as i32);
-            finished.push(last.finished_at);
-            last_errors.push(
-                r.attempts
-                    .iter()
-                    .rev()
-                    .find_map(|a| a.error.as_deref().map(|e| storable_text(e).into_owned())),
-            );
-            for a in &r.attempts {
-                a_ids.push(r.id.0);
-                a_tokens.push(r.lease_token);
-                a_numbers.push(a.attempt as i32);
-                a_started.push(a.started_at);
-                a_finished.push(a.finished_at);
-                a_durations.push(a.duration_ms as i64);
-                a_outcomes.push(a.outcome.as_str());
-                a_codes.push(a.status_code.map(i32::from));
-                a_errors.push(a.error.as_deref().map(storable_text));
-                a_bodies.push(a.response_body.as_deref().map(storable_text));
-            }
-        }
-        let recorded = sqlx::query(
-            "WITH input AS ( \
-               SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::int[], $4::text[], $5::timestamptz[], \
-                 $6::int[], $7::timestamptz[], $8::text[]) \
-               AS i(id, token, attempt_count, new_state, next_at, ladder_attempts, finished_at, last_error)), \
-             upd AS ( \
-               UPDATE messages m SET state = i.new_state, next_attempt_at = i.next_at, claim_at = i.next_at, \
-                 lease_token = NULL, attempt_count = GREATEST(m.attempt_count, i.attempt_count), \
-                 ladder_attempts = i.ladder_attempts, \
-                 delivered_at = CASE WHEN i.new_state = 'Delivered' THEN i.finished_at ELSE m.delivered_at END, \
-                 dead_lettered_at = CASE WHEN i.new_state = 'DeadLetter' THEN i.finished_at \
-                   ELSE m.dead_lettered_at END, \
-                 last_error = COALESCE(i.last_error, m.last_error), \
-                 updated_at = $18 \
-               FROM input i WHERE m.id = i.id AND m.lease_token = i.token AND m.state = 'Scheduled' \
-               RETURNING m.id, i.token) \
-             INSERT INTO attempts (message_id, attempt, started_at, finished_at, duration_ms, outcome, \
-               status_code, error, response_body) \
-             SELECT a.message_id, a.attempt, a.started_at, a.finished_at, a.duration_ms, a.outcome, \
-               a.status_code, a.error, a.response_body \
-             FROM unnest($9::uuid[], $10::int[], $11::timestamptz[], $12::timestamptz[], \
-               $13::bigint[], $14::text[], $15::int[], $16::text[], $17::text[], $19::uuid[]) \
-               AS a(message_id, attempt, started_at, finished_at, duration_ms, outcome, status_code, error, \
-                 response_body, token) \
-             WHERE (a.message_id, a.token) IN (SELECT id, token FROM upd) \
-             ON CONFLICT (message_id, attempt) DO NOTHING",
-        )
-        .bind(&ids)
-        .bind(&tokens)
-        .bind(&counts)
-        .bind(&states)
-        .bind(&next_at)
-        .bind(&ladder)
-        .bind(&finished)
-        .bind(&last_errors)
-        .bind(&a_ids)
-        .bind(&a_numbers)
-        .bind(&a_started)
-        .bind(&a_finished)
-        .bind(&a_durations)
-        .bind(&a_outcomes)
-        .bind(&a_codes)
-        .bind(&a_errors)
-        .bind(&a_bodies)
-        .bind(now)
-        .bind(&a_tokens)
-        .execute(&self.pool)
-        .await
-        .map_err(map_err)?
-        .rows_affected();
-        Ok(recorded)
+        self.record_results(results, now).await
     }
 
     async fn purge_expired(&self, c: &Cutoffs, batch: u32) -> StoreResult<Purged> {
-        let batch = i64::from(batch);
-        let mut messages = 0;
-        for (state, column, cutoff) in [
-            ("Delivered", "delivered_at", c.delivered_before),
-            ("Cancelled", "cancelled_at", c.cancelled_before),
-            ("DeadLetter", "dead_lettered_at", c.dead_letters_before),
-        ] {
-            messages += sqlx::query(&format!(
-                "DELETE FROM messages WHERE id IN (SELECT id FROM messages WHERE state = '{state}' \
-                 AND {column} < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)"
-            ))
-            .bind(cutoff)
-            .bind(batch)
-            .execute(&self.pool)
-            .await
-            .map_err(map_err)?
-            .rows_affected();
-        }
-        let attempts = sqlx::query(
-            "DELETE FROM attempts WHERE (message_id, attempt) IN (SELECT message_id, attempt FROM attempts \
-             WHERE outcome <> 'Success' AND finished_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)",
-        )
-        .bind(c.failed_attempts_before)
-        .bind(batch)
-        .execute(&self.pool)
-        .await
-        .map_err(map_err)?
-        .rows_affected();
-        let idempotency_keys = sqlx::query(
-            "DELETE FROM idempotency_keys WHERE (account, key) IN (SELECT account, key FROM idempotency_keys \
-             WHERE created_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)",
-        )
-        .bind(c.idempotency_before)
-        .bind(batch)
-        .execute(&self.pool)
-        .await
-        .map_err(map_err)?
-        .rows_affected();
-        Ok(Purged {
-            messages,
-            attempts,
-            idempotency_keys,
-        })
+        self.purge(c, batch).await
     }
 }

@@ -3,10 +3,11 @@
 //! store relies on its one writer serialising claims and on the in-process
 //! wake-up; a lock file keeps a second process away.
 
+mod delivery;
+mod messages;
 mod rows;
 
 use std::{
-    collections::HashMap,
     fs::File,
     path::{Path, PathBuf},
     time::Duration,
@@ -17,23 +18,14 @@ use chrono::{DateTime, Utc};
 use rand::Rng;
 use sqlx::{
     sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous},
-    QueryBuilder, Sqlite, SqlitePool, Transaction,
+    Sqlite, SqlitePool, Transaction,
 };
 use uuid::Uuid;
 
 use self::rows::*;
 use super::*;
-use crate::domain::retry::Next;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
-
-/// Inserts one message if its target exists in the account; paused when the
-/// target is disabled. Binds: id, account, target id, payload, due, now.
-const INSERT_MESSAGE: &str =
-    "INSERT INTO messages (id, account, target_id, state, payload, delivery_time, \
-     next_attempt_at, claim_at, paused, created_at, updated_at) \
-     SELECT ?1, ?2, t.id, 'Scheduled', ?4, ?5, ?5, ?5, NOT t.enabled, ?6, ?6 \
-     FROM targets t WHERE t.id = ?3 AND t.account = ?2";
 
 pub struct SqliteStore {
     writer: SqlitePool,
@@ -407,63 +399,7 @@ impl Store for SqliteStore {
         m: &Message,
         idem: Option<&IdempotencyInput>,
     ) -> StoreResult<InsertOutcome> {
-        let mut tx = self.begin().await?;
-        if let Some(idem) = idem {
-            let expired_before =
-                m.created_at - chrono::TimeDelta::from_std(idem.ttl).unwrap_or_default();
-            let existing: Option<(Vec<u8>, i64, String, i64)> = sqlx::query_as(
-                "SELECT request_hash, status, response, created_at FROM idempotency_keys WHERE account = ? AND key = ?",
-            )
-            .bind(&m.account)
-            .bind(&idem.key)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(map_err)?;
-            if let Some((hash, status, response, created_at)) = existing {
-                if created_at >= ms(expired_before) {
-                    if hash != idem.request_hash {
-                        return Ok(InsertOutcome::KeyConflict);
-                    }
-                    let response = serde_json::from_str(&response)
-                        .map_err(|e| StoreError::Corrupt(format!("idempotent response: {e}")))?;
-                    return Ok(InsertOutcome::Replayed {
-                        status: u16::try_from(status).unwrap_or(201),
-                        response,
-                    });
-                }
-            }
-            sqlx::query(
-                "INSERT INTO idempotency_keys (account, key, request_hash, status, response, created_at) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (account, key) DO UPDATE SET \
-                 request_hash = excluded.request_hash, status = excluded.status, response = excluded.response, \
-                 created_at = excluded.created_at",
-            )
-            .bind(&m.account)
-            .bind(&idem.key)
-            .bind(&idem.request_hash)
-            .bind(i64::from(idem.status))
-            .bind(idem.response.to_string())
-            .bind(ms(m.created_at))
-            .execute(&mut *tx)
-            .await
-            .map_err(map_err)?;
-        }
-        let inserted = sqlx::query(INSERT_MESSAGE)
-            .bind(id_text(&m.id))
-            .bind(&m.account)
-            .bind(m.target_id.as_str())
-            .bind(m.payload.as_str())
-            .bind(ms(m.delivery_time))
-            .bind(ms(m.created_at))
-            .execute(&mut *tx)
-            .await
-            .map_err(map_err)?
-            .rows_affected();
-        if inserted == 0 {
-            return Ok(InsertOutcome::UnknownTarget);
-        }
-        tx.commit().await.map_err(map_err)?;
-        Ok(InsertOutcome::Created(Box::new(m.clone())))
+        self.insert_one(m, idem).await
     }
 
     async fn insert_messages(
@@ -471,26 +407,7 @@ impl Store for SqliteStore {
         account: &str,
         messages: &[Message],
     ) -> StoreResult<Vec<MessageId>> {
-        let mut tx = self.begin().await?;
-        let mut inserted = Vec::with_capacity(messages.len());
-        for m in messages {
-            let n = sqlx::query(INSERT_MESSAGE)
-                .bind(id_text(&m.id))
-                .bind(account)
-                .bind(m.target_id.as_str())
-                .bind(m.payload.as_str())
-                .bind(ms(m.delivery_time))
-                .bind(ms(m.created_at))
-                .execute(&mut *tx)
-                .await
-                .map_err(map_err)?
-                .rows_affected();
-            if n == 1 {
-                inserted.push(m.id);
-            }
-        }
-        tx.commit().await.map_err(map_err)?;
-        Ok(inserted)
+        self.insert_many(account, messages).await
     }
 
     async fn get_message(&self, account: &str, id: &MessageId) -> StoreResult<Option<Message>> {
@@ -566,23 +483,7 @@ impl Store for SqliteStore {
         id: &MessageId,
         now: DateTime<Utc>,
     ) -> StoreResult<Transition> {
-        let row: Option<MessageRow> = sqlx::query_as(&format!(
-            "UPDATE messages SET state = 'Cancelled', cancelled_at = ?3, next_attempt_at = NULL, claim_at = NULL, \
-               lease_token = NULL, updated_at = ?3 \
-             WHERE id = ?1 AND account = ?2 AND state IN ('Scheduled', 'DeadLetter') \
-               AND (lease_token IS NULL OR claim_at <= ?3) \
-             RETURNING {MESSAGE_COLUMNS}"
-        ))
-        .bind(id_text(id))
-        .bind(account)
-        .bind(ms(now))
-        .fetch_optional(&self.writer)
-        .await
-        .map_err(map_err)?;
-        match row {
-            Some(row) => Ok(Transition::Done(Box::new(row.try_into()?))),
-            None => self.transition_failure(account, id, now).await,
-        }
+        self.cancel_message(account, id, now).await
     }
 
     async fn reschedule(
@@ -592,25 +493,7 @@ impl Store for SqliteStore {
         at: DateTime<Utc>,
         now: DateTime<Utc>,
     ) -> StoreResult<Transition> {
-        let row: Option<MessageRow> = sqlx::query_as(&format!(
-            "UPDATE messages SET state = 'Scheduled', delivery_time = ?3, next_attempt_at = ?3, claim_at = ?3, \
-               lease_token = NULL, ladder_attempts = 0, dead_lettered_at = NULL, updated_at = ?4, \
-               paused = NOT (SELECT enabled FROM targets t WHERE t.id = messages.target_id) \
-             WHERE id = ?1 AND account = ?2 AND state IN ('Scheduled', 'DeadLetter') \
-               AND (lease_token IS NULL OR claim_at <= ?4) \
-             RETURNING {MESSAGE_COLUMNS}"
-        ))
-        .bind(id_text(id))
-        .bind(account)
-        .bind(ms(at))
-        .bind(ms(now))
-        .fetch_optional(&self.writer)
-        .await
-        .map_err(map_err)?;
-        match row {
-            Some(row) => Ok(Transition::Done(Box::new(row.try_into()?))),
-            None => self.transition_failure(account, id, now).await,
-        }
+        self.reschedule_message(account, id, at, now).await
     }
 
     async fn claim_due(
@@ -619,90 +502,7 @@ impl Store for SqliteStore {
         limit: u32,
         lease: Duration,
     ) -> StoreResult<Vec<Claimed>> {
-        let token = Uuid::new_v4();
-        let lease_end = ms(now) + i64::try_from(lease.as_millis()).unwrap_or(i64::MAX / 2);
-        let mut tx = self.begin().await?;
-        // The one writer serialises claims: no two callers get the same row.
-        let rows: Vec<ClaimRow> = sqlx::query_as(
-            "UPDATE messages SET claim_at = ?2, lease_token = ?3 \
-             WHERE id IN (SELECT id FROM messages WHERE state = 'Scheduled' AND paused = 0 AND claim_at <= ?1 \
-                          ORDER BY claim_at LIMIT ?4) \
-             RETURNING id, target_id, payload, delivery_time, attempt_count, \
-               ladder_attempts",
-        )
-        .bind(ms(now))
-        .bind(lease_end)
-        .bind(token.to_string())
-        .bind(i64::from(limit))
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(map_err)?;
-        let mut targets: HashMap<String, StoreResult<TargetConfig>> = HashMap::new();
-        if !rows.is_empty() {
-            let mut ids: Vec<&str> = rows.iter().map(|r| r.target_id.as_str()).collect();
-            ids.sort_unstable();
-            ids.dedup();
-            let mut q =
-                QueryBuilder::<Sqlite>::new("SELECT id, kind, config FROM targets WHERE id IN (");
-            let mut list = q.separated(", ");
-            for id in &ids {
-                list.push_bind(*id);
-            }
-            q.push(")");
-            let found: Vec<(String, String, String)> = q
-                .build_query_as()
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(map_err)?;
-            for (id, kind, config) in found {
-                targets.insert(id, config_from_row(&kind, &config));
-            }
-        }
-        let mut claimed: Vec<(i64, Claimed)> = Vec::with_capacity(rows.len());
-        for r in rows {
-            let read = match targets.get(&r.target_id) {
-                Some(Ok(target)) => parse_id(&r.id).map(|id| (id, target.clone())),
-                Some(Err(e)) => Err(StoreError::Corrupt(e.to_string())),
-                None => Err(StoreError::Corrupt(format!(
-                    "message without target {}",
-                    r.target_id
-                ))),
-            };
-            match read {
-                Ok((id, target)) => claimed.push((
-                    r.delivery_time,
-                    Claimed {
-                        id,
-                        target_id: TargetId::from_trusted(r.target_id),
-                        target,
-                        payload: r.payload,
-                        delivery_time: from_ms(r.delivery_time),
-                        attempt_count: r.attempt_count.max(0) as u32,
-                        ladder_attempts: r.ladder_attempts.max(0) as u32,
-                        lease_token: token,
-                    },
-                )),
-                Err(e) => {
-                    // A row that cannot be read cannot be delivered: dead-letter
-                    // it, saying why, rather than fail every claim after it.
-                    tracing::error!(message_id = %r.id, error = %e, "dead-lettering an unreadable message");
-                    sqlx::query(
-                        "UPDATE messages SET state = 'DeadLetter', dead_lettered_at = ?2, next_attempt_at = NULL, \
-                           claim_at = NULL, lease_token = NULL, last_error = ?3, updated_at = ?2 WHERE id = ?1",
-                    )
-                    .bind(&r.id)
-                    .bind(ms(now))
-                    .bind(e.to_string())
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(map_err)?;
-                }
-            }
-        }
-        tx.commit().await.map_err(map_err)?;
-        // RETURNING has no order; hand out the oldest due first.
-        claimed.sort_by_key(|(due, _)| *due);
-        Ok(claimed.into_iter().map(|(_, c)| c).collect())
+        self.claim(now, limit, lease).await
     }
 
     async fn next_due(&self) -> StoreResult<Option<DateTime<Utc>>> {
@@ -716,117 +516,10 @@ impl Store for SqliteStore {
     }
 
     async fn record(&self, results: &[Recorded], now: DateTime<Utc>) -> StoreResult<u64> {
-        if results.is_empty() {
-            return Ok(0);
-        }
-        let mut tx = self.begin().await?;
-        let mut written = 0;
-        for r in results {
-            let last = r.last();
-            let (state, at) = match r.next {
-                Next::Delivered => ("Delivered", None),
-                Next::Retry(at) => ("Scheduled", Some(ms(at))),
-                Next::DeadLetter => ("DeadLetter", None),
-            };
-            let last_error = r
-                .attempts
-                .iter()
-                .rev()
-                .find_map(|a| a.error.as_deref().map(|e| storable_text(e).into_owned()));
-            let updated = sqlx::query(
-                "UPDATE messages SET state = ?3, next_attempt_at = ?4, claim_at = ?4, lease_token = NULL, \
-                   attempt_count = max(attempt_count, ?5), ladder_attempts = ?6, \
-                   delivered_at = CASE WHEN ?3 = 'Delivered' THEN ?7 ELSE delivered_at END, \
-                   dead_lettered_at = CASE WHEN ?3 = 'DeadLetter' THEN ?7 ELSE dead_lettered_at END, \
-                   last_error = COALESCE(?8, last_error), updated_at = ?9 \
-                 WHERE id = ?1 AND lease_token = ?2 AND state = 'Scheduled'",
-            )
-            .bind(id_text(&r.id))
-            .bind(r.lease_token.to_string())
-            .bind(state)
-            .bind(at)
-            .bind(i64::from(last.attempt))
-            .bind(i64::from(r.ladder_attempts))
-            .bind(ms(last.finished_at))
-            .bind(last_error)
-            .bind(ms(now))
-            .execute(&mut *tx)
-            .await
-            .map_err(map_err)?
-            .rows_affected();
-            if updated == 0 {
-                continue; // the lease was lost: drop the stale result whole
-            }
-            for a in &r.attempts {
-                written += sqlx::query(
-                    "INSERT INTO attempts (message_id, attempt, started_at, finished_at, duration_ms, outcome, \
-                       status_code, error, response_body) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) \
-                     ON CONFLICT (message_id, attempt) DO NOTHING",
-                )
-                .bind(id_text(&r.id))
-                .bind(i64::from(a.attempt))
-                .bind(ms(a.started_at))
-                .bind(ms(a.finished_at))
-                .bind(a.duration_ms as i64)
-                .bind(a.outcome.as_str())
-                .bind(a.status_code.map(i64::from))
-                .bind(a.error.as_deref().map(storable_text))
-                .bind(a.response_body.as_deref().map(storable_text))
-                .execute(&mut *tx)
-                .await
-                .map_err(map_err)?
-                .rows_affected();
-            }
-        }
-        tx.commit().await.map_err(map_err)?;
-        Ok(written)
+        self.record_results(results, now).await
     }
 
     async fn purge_expired(&self, c: &Cutoffs, batch: u32) -> StoreResult<Purged> {
-        let batch = i64::from(batch);
-        let mut tx = self.begin().await?;
-        let mut messages = 0;
-        for (state, column, cutoff) in [
-            ("Delivered", "delivered_at", c.delivered_before),
-            ("Cancelled", "cancelled_at", c.cancelled_before),
-            ("DeadLetter", "dead_lettered_at", c.dead_letters_before),
-        ] {
-            messages += sqlx::query(&format!(
-                "DELETE FROM messages WHERE id IN (SELECT id FROM messages WHERE state = '{state}' \
-                 AND {column} < ? LIMIT ?)"
-            ))
-            .bind(ms(cutoff))
-            .bind(batch)
-            .execute(&mut *tx)
-            .await
-            .map_err(map_err)?
-            .rows_affected();
-        }
-        let attempts = sqlx::query(
-            "DELETE FROM attempts WHERE (message_id, attempt) IN (SELECT message_id, attempt FROM attempts \
-             WHERE outcome <> 'Success' AND finished_at < ? LIMIT ?)",
-        )
-        .bind(ms(c.failed_attempts_before))
-        .bind(batch)
-        .execute(&mut *tx)
-        .await
-        .map_err(map_err)?
-        .rows_affected();
-        let idempotency_keys = sqlx::query(
-            "DELETE FROM idempotency_keys WHERE (account, key) IN (SELECT account, key FROM idempotency_keys \
-             WHERE created_at < ? LIMIT ?)",
-        )
-        .bind(ms(c.idempotency_before))
-        .bind(batch)
-        .execute(&mut *tx)
-        .await
-        .map_err(map_err)?
-        .rows_affected();
-        tx.commit().await.map_err(map_err)?;
-        Ok(Purged {
-            messages,
-            attempts,
-            idempotency_keys,
-        })
+        self.purge(c, batch).await
     }
 }

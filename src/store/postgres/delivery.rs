@@ -1,0 +1,253 @@
+//! The sweeper's and retention's side of the PostgreSQL store: claims with
+//! leases, batched recording, batched purges.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use super::{map_err, millis_i64, rows::*, PgStore};
+use crate::{
+    domain::{
+        ids::{MessageId, TargetId},
+        retry::Next,
+    },
+    store::*,
+};
+
+impl PgStore {
+    pub(super) async fn claim(
+        &self,
+        now: DateTime<Utc>,
+        limit: u32,
+        lease: Duration,
+    ) -> StoreResult<Vec<Claimed>> {
+        let token = Uuid::new_v4();
+        let rows: Vec<ClaimRow> = sqlx::query_as(
+            "WITH due AS ( \
+               SELECT id FROM messages \
+               WHERE state = 'Scheduled' AND NOT paused AND claim_at <= $1 \
+               ORDER BY claim_at LIMIT $2 FOR UPDATE SKIP LOCKED) \
+             UPDATE messages m SET claim_at = $1 + make_interval(secs => $3::double precision / 1000), \
+               lease_token = $4 \
+             FROM due, targets t WHERE m.id = due.id AND t.id = m.target_id \
+             RETURNING m.id, m.target_id, t.kind, t.config, m.payload, m.delivery_time, m.attempt_count, \
+               m.ladder_attempts",
+        )
+        .bind(now)
+        .bind(i64::from(limit))
+        .bind(millis_i64(lease))
+        .bind(token)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(map_err)?;
+        let mut claimed = Vec::with_capacity(rows.len());
+        let (mut bad_ids, mut bad_reasons) = (Vec::new(), Vec::new());
+        for r in rows {
+            let id = r.id;
+            let read = || -> StoreResult<Claimed> {
+                Ok(Claimed {
+                    id: MessageId(r.id),
+                    target: config_from_row(&r.kind, r.config)?,
+                    target_id: TargetId::from_trusted(r.target_id),
+                    payload: payload_from_bytes(r.payload)?.into_inner(),
+                    delivery_time: r.delivery_time,
+                    attempt_count: r.attempt_count.max(0) as u32,
+                    ladder_attempts: r.ladder_attempts.max(0) as u32,
+                    lease_token: token,
+                })
+            };
+            match read() {
+                Ok(c) => claimed.push(c),
+                Err(e) => {
+                    bad_ids.push(id);
+                    bad_reasons.push(e.to_string());
+                }
+            }
+        }
+        if !bad_ids.is_empty() {
+            // A row that cannot be read cannot be delivered: dead-letter it,
+            // saying why, rather than let it hold the batch's lease forever.
+            tracing::error!(
+                count = bad_ids.len(),
+                "dead-lettering messages whose stored data is unreadable"
+            );
+            sqlx::query(
+                "UPDATE messages m SET state = 'DeadLetter', dead_lettered_at = $3, next_attempt_at = NULL, \
+                   claim_at = NULL, lease_token = NULL, last_error = u.reason, updated_at = $3 \
+                 FROM unnest($1::uuid[], $2::text[]) AS u(id, reason) WHERE m.id = u.id AND m.lease_token = $4",
+            )
+            .bind(&bad_ids)
+            .bind(&bad_reasons)
+            .bind(now)
+            .bind(token)
+            .execute(&self.pool)
+            .await
+            .map_err(map_err)?;
+        }
+        Ok(claimed)
+    }
+
+    pub(super) async fn record_results(
+        &self,
+        results: &[Recorded],
+        now: DateTime<Utc>,
+    ) -> StoreResult<u64> {
+        if results.is_empty() {
+            return Ok(0);
+        }
+        // One row per message for the update…
+        let n = results.len();
+        let mut ids = Vec::with_capacity(n);
+        let mut tokens = Vec::with_capacity(n);
+        let mut counts = Vec::with_capacity(n);
+        let mut states = Vec::with_capacity(n);
+        let mut next_at: Vec<Option<DateTime<Utc>>> = Vec::with_capacity(n);
+        let mut ladder = Vec::with_capacity(n);
+        let mut finished = Vec::with_capacity(n);
+        let mut last_errors: Vec<Option<String>> = Vec::with_capacity(n);
+        // …and one row per attempt for the insert.
+        let mut a_ids = Vec::with_capacity(n);
+        // Attempts belong to the claim that made them: a stale claim's rows
+        // never land beside a fresh one's.
+        let mut a_tokens = Vec::with_capacity(n);
+        let mut a_numbers = Vec::with_capacity(n);
+        let mut a_started = Vec::with_capacity(n);
+        let mut a_finished = Vec::with_capacity(n);
+        let mut a_durations = Vec::with_capacity(n);
+        let mut a_outcomes = Vec::with_capacity(n);
+        let mut a_codes: Vec<Option<i32>> = Vec::with_capacity(n);
+        let mut a_errors: Vec<Option<std::borrow::Cow<'_, str>>> = Vec::with_capacity(n);
+        let mut a_bodies: Vec<Option<std::borrow::Cow<'_, str>>> = Vec::with_capacity(n);
+        for r in results {
+            let last = r.last();
+            ids.push(r.id.0);
+            tokens.push(r.lease_token);
+            counts.push(last.attempt as i32);
+            let (state, at) = match r.next {
+                Next::Delivered => ("Delivered", None),
+                Next::Retry(at) => ("Scheduled", Some(at)),
+                Next::DeadLetter => ("DeadLetter", None),
+            };
+            states.push(state);
+            next_at.push(at);
+            ladder.push(r.ladder_attempts as i32);
+            finished.push(last.finished_at);
+            last_errors.push(
+                r.attempts
+                    .iter()
+                    .rev()
+                    .find_map(|a| a.error.as_deref().map(|e| storable_text(e).into_owned())),
+            );
+            for a in &r.attempts {
+                a_ids.push(r.id.0);
+                a_tokens.push(r.lease_token);
+                a_numbers.push(a.attempt as i32);
+                a_started.push(a.started_at);
+                a_finished.push(a.finished_at);
+                a_durations.push(a.duration_ms as i64);
+                a_outcomes.push(a.outcome.as_str());
+                a_codes.push(a.status_code.map(i32::from));
+                a_errors.push(a.error.as_deref().map(storable_text));
+                a_bodies.push(a.response_body.as_deref().map(storable_text));
+            }
+        }
+        let recorded = sqlx::query(
+            "WITH input AS ( \
+               SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::int[], $4::text[], $5::timestamptz[], \
+                 $6::int[], $7::timestamptz[], $8::text[]) \
+               AS i(id, token, attempt_count, new_state, next_at, ladder_attempts, finished_at, last_error)), \
+             upd AS ( \
+               UPDATE messages m SET state = i.new_state, next_attempt_at = i.next_at, claim_at = i.next_at, \
+                 lease_token = NULL, attempt_count = GREATEST(m.attempt_count, i.attempt_count), \
+                 ladder_attempts = i.ladder_attempts, \
+                 delivered_at = CASE WHEN i.new_state = 'Delivered' THEN i.finished_at ELSE m.delivered_at END, \
+                 dead_lettered_at = CASE WHEN i.new_state = 'DeadLetter' THEN i.finished_at \
+                   ELSE m.dead_lettered_at END, \
+                 last_error = COALESCE(i.last_error, m.last_error), \
+                 updated_at = $18 \
+               FROM input i WHERE m.id = i.id AND m.lease_token = i.token AND m.state = 'Scheduled' \
+               RETURNING m.id, i.token) \
+             INSERT INTO attempts (message_id, attempt, started_at, finished_at, duration_ms, outcome, \
+               status_code, error, response_body) \
+             SELECT a.message_id, a.attempt, a.started_at, a.finished_at, a.duration_ms, a.outcome, \
+               a.status_code, a.error, a.response_body \
+             FROM unnest($9::uuid[], $10::int[], $11::timestamptz[], $12::timestamptz[], \
+               $13::bigint[], $14::text[], $15::int[], $16::text[], $17::text[], $19::uuid[]) \
+               AS a(message_id, attempt, started_at, finished_at, duration_ms, outcome, status_code, error, \
+                 response_body, token) \
+             WHERE (a.message_id, a.token) IN (SELECT id, token FROM upd) \
+             ON CONFLICT (message_id, attempt) DO NOTHING",
+        )
+        .bind(&ids)
+        .bind(&tokens)
+        .bind(&counts)
+        .bind(&states)
+        .bind(&next_at)
+        .bind(&ladder)
+        .bind(&finished)
+        .bind(&last_errors)
+        .bind(&a_ids)
+        .bind(&a_numbers)
+        .bind(&a_started)
+        .bind(&a_finished)
+        .bind(&a_durations)
+        .bind(&a_outcomes)
+        .bind(&a_codes)
+        .bind(&a_errors)
+        .bind(&a_bodies)
+        .bind(now)
+        .bind(&a_tokens)
+        .execute(&self.pool)
+        .await
+        .map_err(map_err)?
+        .rows_affected();
+        Ok(recorded)
+    }
+
+    pub(super) async fn purge(&self, c: &Cutoffs, batch: u32) -> StoreResult<Purged> {
+        let batch = i64::from(batch);
+        let mut messages = 0;
+        for (state, column, cutoff) in [
+            ("Delivered", "delivered_at", c.delivered_before),
+            ("Cancelled", "cancelled_at", c.cancelled_before),
+            ("DeadLetter", "dead_lettered_at", c.dead_letters_before),
+        ] {
+            messages += sqlx::query(&format!(
+                "DELETE FROM messages WHERE id IN (SELECT id FROM messages WHERE state = '{state}' \
+                 AND {column} < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)"
+            ))
+            .bind(cutoff)
+            .bind(batch)
+            .execute(&self.pool)
+            .await
+            .map_err(map_err)?
+            .rows_affected();
+        }
+        let attempts = sqlx::query(
+            "DELETE FROM attempts WHERE (message_id, attempt) IN (SELECT message_id, attempt FROM attempts \
+             WHERE outcome <> 'Success' AND finished_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)",
+        )
+        .bind(c.failed_attempts_before)
+        .bind(batch)
+        .execute(&self.pool)
+        .await
+        .map_err(map_err)?
+        .rows_affected();
+        let idempotency_keys = sqlx::query(
+            "DELETE FROM idempotency_keys WHERE (account, key) IN (SELECT account, key FROM idempotency_keys \
+             WHERE created_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)",
+        )
+        .bind(c.idempotency_before)
+        .bind(batch)
+        .execute(&self.pool)
+        .await
+        .map_err(map_err)?
+        .rows_affected();
+        Ok(Purged {
+            messages,
+            attempts,
+            idempotency_keys,
+        })
+    }
+}

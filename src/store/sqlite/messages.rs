@@ -1,0 +1,161 @@
+//! Messages in the sqlite store: scheduling (with idempotency keys),
+//! cancel and reschedule.
+
+use chrono::{DateTime, Utc};
+
+use super::{map_err, rows::*, SqliteStore};
+use crate::{domain::message::Message, store::*};
+
+/// Inserts one message if its target exists in the account; paused when the
+/// target is disabled. Binds: id, account, target id, payload, due, now.
+const INSERT_MESSAGE: &str =
+    "INSERT INTO messages (id, account, target_id, state, payload, delivery_time, \
+     next_attempt_at, claim_at, paused, created_at, updated_at) \
+     SELECT ?1, ?2, t.id, 'Scheduled', ?4, ?5, ?5, ?5, NOT t.enabled, ?6, ?6 \
+     FROM targets t WHERE t.id = ?3 AND t.account = ?2";
+
+impl SqliteStore {
+    pub(super) async fn insert_one(
+        &self,
+        m: &Message,
+        idem: Option<&IdempotencyInput>,
+    ) -> StoreResult<InsertOutcome> {
+        let mut tx = self.begin().await?;
+        if let Some(idem) = idem {
+            let expired_before =
+                m.created_at - chrono::TimeDelta::from_std(idem.ttl).unwrap_or_default();
+            let existing: Option<(Vec<u8>, i64, String, i64)> = sqlx::query_as(
+                "SELECT request_hash, status, response, created_at FROM idempotency_keys WHERE account = ? AND key = ?",
+            )
+            .bind(&m.account)
+            .bind(&idem.key)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(map_err)?;
+            if let Some((hash, status, response, created_at)) = existing {
+                if created_at >= ms(expired_before) {
+                    if hash != idem.request_hash {
+                        return Ok(InsertOutcome::KeyConflict);
+                    }
+                    let response = serde_json::from_str(&response)
+                        .map_err(|e| StoreError::Corrupt(format!("idempotent response: {e}")))?;
+                    return Ok(InsertOutcome::Replayed {
+                        status: u16::try_from(status).unwrap_or(201),
+                        response,
+                    });
+                }
+            }
+            sqlx::query(
+                "INSERT INTO idempotency_keys (account, key, request_hash, status, response, created_at) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (account, key) DO UPDATE SET \
+                 request_hash = excluded.request_hash, status = excluded.status, response = excluded.response, \
+                 created_at = excluded.created_at",
+            )
+            .bind(&m.account)
+            .bind(&idem.key)
+            .bind(&idem.request_hash)
+            .bind(i64::from(idem.status))
+            .bind(idem.response.to_string())
+            .bind(ms(m.created_at))
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?;
+        }
+        let inserted = sqlx::query(INSERT_MESSAGE)
+            .bind(id_text(&m.id))
+            .bind(&m.account)
+            .bind(m.target_id.as_str())
+            .bind(m.payload.as_str())
+            .bind(ms(m.delivery_time))
+            .bind(ms(m.created_at))
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?
+            .rows_affected();
+        if inserted == 0 {
+            return Ok(InsertOutcome::UnknownTarget);
+        }
+        tx.commit().await.map_err(map_err)?;
+        Ok(InsertOutcome::Created(Box::new(m.clone())))
+    }
+
+    pub(super) async fn insert_many(
+        &self,
+        account: &str,
+        messages: &[Message],
+    ) -> StoreResult<Vec<MessageId>> {
+        let mut tx = self.begin().await?;
+        let mut inserted = Vec::with_capacity(messages.len());
+        for m in messages {
+            let n = sqlx::query(INSERT_MESSAGE)
+                .bind(id_text(&m.id))
+                .bind(account)
+                .bind(m.target_id.as_str())
+                .bind(m.payload.as_str())
+                .bind(ms(m.delivery_time))
+                .bind(ms(m.created_at))
+                .execute(&mut *tx)
+                .await
+                .map_err(map_err)?
+                .rows_affected();
+            if n == 1 {
+                inserted.push(m.id);
+            }
+        }
+        tx.commit().await.map_err(map_err)?;
+        Ok(inserted)
+    }
+
+    pub(super) async fn cancel_message(
+        &self,
+        account: &str,
+        id: &MessageId,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Transition> {
+        let row: Option<MessageRow> = sqlx::query_as(&format!(
+            "UPDATE messages SET state = 'Cancelled', cancelled_at = ?3, next_attempt_at = NULL, claim_at = NULL, \
+               lease_token = NULL, updated_at = ?3 \
+             WHERE id = ?1 AND account = ?2 AND state IN ('Scheduled', 'DeadLetter') \
+               AND (lease_token IS NULL OR claim_at <= ?3) \
+             RETURNING {MESSAGE_COLUMNS}"
+        ))
+        .bind(id_text(id))
+        .bind(account)
+        .bind(ms(now))
+        .fetch_optional(&self.writer)
+        .await
+        .map_err(map_err)?;
+        match row {
+            Some(row) => Ok(Transition::Done(Box::new(row.try_into()?))),
+            None => self.transition_failure(account, id, now).await,
+        }
+    }
+
+    pub(super) async fn reschedule_message(
+        &self,
+        account: &str,
+        id: &MessageId,
+        at: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Transition> {
+        let row: Option<MessageRow> = sqlx::query_as(&format!(
+            "UPDATE messages SET state = 'Scheduled', delivery_time = ?3, next_attempt_at = ?3, claim_at = ?3, \
+               lease_token = NULL, ladder_attempts = 0, dead_lettered_at = NULL, updated_at = ?4, \
+               paused = NOT (SELECT enabled FROM targets t WHERE t.id = messages.target_id) \
+             WHERE id = ?1 AND account = ?2 AND state IN ('Scheduled', 'DeadLetter') \
+               AND (lease_token IS NULL OR claim_at <= ?4) \
+             RETURNING {MESSAGE_COLUMNS}"
+        ))
+        .bind(id_text(id))
+        .bind(account)
+        .bind(ms(at))
+        .bind(ms(now))
+        .fetch_optional(&self.writer)
+        .await
+        .map_err(map_err)?;
+        match row {
+            Some(row) => Ok(Transition::Done(Box::new(row.try_into()?))),
+            None => self.transition_failure(account, id, now).await,
+        }
+    }
+}
