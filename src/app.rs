@@ -132,6 +132,7 @@ pub async fn start_with(
         config: config.clone(),
         wake: wake.clone(),
         metrics: metrics::handle(),
+        portal: Arc::new(crate::portal::Runtime::new(&config.portal)),
     };
     let max_timeout = config
         .sweeper
@@ -160,9 +161,12 @@ pub async fn start_with(
     let app = api::router(state.clone());
     let stop = shutdown.clone();
     tasks.spawn(async move {
-        if let Err(e) = axum::serve(listener, app)
-            .with_graceful_shutdown(stop.cancelled_owned())
-            .await
+        if let Err(e) = axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .with_graceful_shutdown(stop.cancelled_owned())
+        .await
         {
             tracing::error!(error = %e, "HTTP server failed");
         }

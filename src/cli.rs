@@ -39,6 +39,31 @@ pub enum Command {
     /// Manage targets from the command line (provisioning scripts, compose).
     #[command(subcommand)]
     Targets(TargetsCommand),
+    /// Manage the people who sign in to the web portal.
+    #[command(subcommand)]
+    Users(UsersCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum UsersCommand {
+    /// Create a portal user. The password is prompted for on a terminal, read
+    /// from standard input with --password-stdin, or else generated and printed once.
+    Create(CreateUser),
+}
+
+#[derive(Debug, Args)]
+pub struct CreateUser {
+    /// The account whose data the user sees (created on first use).
+    #[arg(long)]
+    pub account: String,
+    #[arg(long)]
+    pub email: String,
+    /// Read the password from the first line of standard input.
+    #[arg(long, conflicts_with = "generate_password")]
+    pub password_stdin: bool,
+    /// Generate a password and print it once, even on a terminal.
+    #[arg(long)]
+    pub generate_password: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -91,6 +116,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Clients(ClientsCommand::Create(args)) => create_client(config, args).await,
         Command::Targets(TargetsCommand::Create(args)) => create_target(config, args).await,
+        Command::Users(UsersCommand::Create(args)) => create_user(config, args).await,
     }
 }
 
@@ -205,5 +231,79 @@ async fn create_target(config: Config, args: CreateTarget) -> anyhow::Result<()>
     }
     let out = crate::api::wire::TargetOut::with_generated_secret(&target, spec.generated_secret);
     println!("{}", serde_json::to_string(&out)?);
+    Ok(())
+}
+
+const MIN_PASSWORD: usize = 12;
+
+/// The password for a new user and whether it was generated (and must be shown).
+fn choose_password(args: &CreateUser) -> anyhow::Result<(String, bool)> {
+    use std::io::IsTerminal;
+    let generate = || {
+        let bytes: [u8; 18] = rand::Rng::random(&mut rand::rng());
+        use base64::Engine;
+        (
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes),
+            true,
+        )
+    };
+    let chosen = if args.password_stdin {
+        let mut line = String::new();
+        std::io::stdin()
+            .read_line(&mut line)
+            .context("reading the password from standard input")?;
+        line.trim_end_matches(['\r', '\n']).to_string()
+    } else if args.generate_password || !std::io::stdin().is_terminal() {
+        return Ok(generate());
+    } else {
+        let first = rpassword::prompt_password("Password (empty: generate one): ")?;
+        if first.is_empty() {
+            return Ok(generate());
+        }
+        let again = rpassword::prompt_password("Again: ")?;
+        if first != again {
+            anyhow::bail!("the two passwords differ");
+        }
+        first
+    };
+    if chosen.chars().count() < MIN_PASSWORD {
+        anyhow::bail!("the password must be at least {MIN_PASSWORD} characters");
+    }
+    Ok((chosen, false))
+}
+
+async fn create_user(config: Config, args: CreateUser) -> anyhow::Result<()> {
+    let account = args.account.trim();
+    if account.is_empty() || account.len() > 200 {
+        anyhow::bail!("--account must be 1 to 200 characters");
+    }
+    let email = args.email.trim().to_lowercase();
+    let plausible = email.len() <= 254
+        && !email.chars().any(char::is_whitespace)
+        && email
+            .split_once('@')
+            .is_some_and(|(l, d)| !l.is_empty() && !d.is_empty());
+    if !plausible {
+        anyhow::bail!("--email must be an email address, such as ops@example.com");
+    }
+    let (password, generated) = choose_password(&args)?;
+    let (store, _) = app::open_store(&config).await?.into_parts();
+    let user = crate::portal::new_user(account, &email, &password);
+    if !store.create_user(&user).await.context("saving the user")? {
+        anyhow::bail!("a portal user with the email {email} exists already");
+    }
+    let mut out = json!({"account": account, "email": email});
+    if generated {
+        out["password"] = json!(password);
+    }
+    println!("{out}");
+    eprintln!(
+        "{email} can sign in at /portal/login{}",
+        if generated {
+            " with the password above, shown this once"
+        } else {
+            ""
+        }
+    );
     Ok(())
 }

@@ -23,6 +23,7 @@ pub struct Config {
     pub webhook: WebhookConfig,
     pub aws: AwsConfig,
     pub log: LogConfig,
+    pub portal: PortalConfig,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -123,6 +124,19 @@ pub struct AwsConfig {
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct PortalConfig {
+    /// How long a sign-in lasts.
+    #[serde(with = "duration")]
+    pub session_ttl: Duration,
+    /// Mark cookies Secure even without `X-Forwarded-Proto: https` from a proxy.
+    pub secure_cookies: bool,
+    /// Sign-in attempts allowed per email address in `login_window` (five times as many per client address).
+    pub login_attempts: u32,
+    #[serde(with = "duration")]
+    pub login_window: Duration,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
 pub struct LogConfig {
     pub format: String,
     pub filter: String,
@@ -172,6 +186,9 @@ impl Config {
         // aws.timeout is cut to fit the lease, like a target's timeoutMs.
         if self.sweeper.lease <= self.webhook.timeout {
             return invalid("sweeper.lease must be longer than webhook.timeout");
+        }
+        if self.portal.login_attempts == 0 || self.portal.login_window.is_zero() {
+            return invalid("portal.login_attempts and portal.login_window must be above zero");
         }
         if self.retention.batch_size == 0 {
             return invalid("retention.batch_size must be at least 1");

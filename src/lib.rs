@@ -8,6 +8,7 @@ pub mod config;
 pub mod delivery;
 pub mod domain;
 pub mod metrics;
+pub mod portal;
 pub mod retention;
 pub mod store;
 pub mod sweeper;

@@ -1274,6 +1274,7 @@ async fn listing_messages_filters_by_state_and_by_target(store: Arc<dyn Store>) 
         let filter = MessageFilter {
             target_id: target.map(|t| t.id.clone()),
             state,
+            ..MessageFilter::default()
         };
         async move {
             let page = store.list_messages(ACME, &filter, None, 100).await.unwrap();
@@ -1315,6 +1316,7 @@ async fn listing_messages_filters_by_state_and_by_target(store: Arc<dyn Store>) 
     let cancelled = MessageFilter {
         target_id: None,
         state: Some(State::Cancelled),
+        ..MessageFilter::default()
     };
     let first = store
         .list_messages(ACME, &cancelled, None, 1)
@@ -1356,6 +1358,7 @@ async fn another_accounts_messages_are_invisible(store: Arc<dyn Store>) {
     let by_target = MessageFilter {
         target_id: Some(t.id.clone()),
         state: None,
+        ..MessageFilter::default()
     };
     assert!(store
         .list_messages(GLOBEX, &by_target, None, 100)

@@ -261,6 +261,7 @@ pub async fn list(
     let filter = MessageFilter {
         target_id,
         state: state_filter,
+        ..MessageFilter::default()
     };
     let mut messages = state
         .store

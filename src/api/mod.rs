@@ -38,6 +38,7 @@ pub struct AppState {
     /// Wakes this instance's sweeper when something may have fallen due.
     pub wake: Arc<Notify>,
     pub metrics: PrometheusHandle,
+    pub portal: Arc<crate::portal::Runtime>,
 }
 
 pub fn router(state: AppState) -> Router {
@@ -58,6 +59,7 @@ pub fn router(state: AppState) -> Router {
         .route("/health/ready", get(ops::ready))
         .route("/metrics", get(ops::metrics))
         .route("/openapi.json", get(ops::openapi))
+        .merge(crate::portal::router())
         .fallback(ops::not_found)
         .method_not_allowed_fallback(ops::method_not_allowed)
         .layer(DefaultBodyLimit::max(max_body))

@@ -29,7 +29,7 @@ fn parse_id(id: &str) -> ApiResult<TargetId> {
 }
 
 /// The private-network guard at creation and change time.
-async fn check_network(state: &AppState, config: &TargetConfig) -> ApiResult<()> {
+pub(crate) async fn check_network(state: &AppState, config: &TargetConfig) -> ApiResult<()> {
     if state.config.webhook.allow_private_networks {
         return Ok(());
     }

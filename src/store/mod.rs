@@ -11,6 +11,7 @@
 //! - `cancel`/`reschedule` refuse (Conflict) while an attempt holds a live lease.
 //! - Another account's rows are invisible: they answer `None`/NotFound.
 
+pub mod portal;
 pub mod postgres;
 pub mod sqlite;
 
@@ -146,6 +147,10 @@ impl TargetCursor {
 pub struct MessageFilter {
     pub target_id: Option<TargetId>,
     pub state: Option<State>,
+    /// Delivery time at or after.
+    pub delivery_from: Option<DateTime<Utc>>,
+    /// Delivery time before.
+    pub delivery_to: Option<DateTime<Utc>>,
 }
 
 /// A message handed to the sweeper with its target's configuration.
@@ -280,6 +285,44 @@ pub trait Store: Send + Sync + 'static {
     async fn record(&self, results: &[Recorded], now: DateTime<Utc>) -> StoreResult<u64>;
 
     async fn purge_expired(&self, cutoffs: &Cutoffs, batch: u32) -> StoreResult<Purged>;
+
+    // The portal.
+    /// False when the email is taken.
+    async fn create_user(&self, user: &portal::UserRecord) -> StoreResult<bool>;
+    async fn find_user(&self, email: &str) -> StoreResult<Option<portal::UserRecord>>;
+    /// Also forgets sessions that have expired.
+    async fn create_session(&self, session: &portal::SessionRecord) -> StoreResult<()>;
+    /// A session that has not expired.
+    async fn find_session(
+        &self,
+        token_hash: &[u8],
+        now: DateTime<Utc>,
+    ) -> StoreResult<Option<portal::SessionRecord>>;
+    async fn delete_session(&self, token_hash: &[u8]) -> StoreResult<()>;
+    /// Counts by target and state; what was delivered, failed and dead-lettered since `since`.
+    async fn overview(
+        &self,
+        account: &str,
+        since: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> StoreResult<portal::Overview>;
+    async fn count_messages(&self, account: &str, filter: &MessageFilter) -> StoreResult<u64>;
+    /// The manual actions on a message, oldest first (empty for an unknown message).
+    async fn list_events(
+        &self,
+        account: &str,
+        id: &MessageId,
+    ) -> StoreResult<Vec<portal::MessageEvent>>;
+    /// Reschedules, in one transaction, the dead letters that match the filter
+    /// (and are among `ids`, when given); returns how many.
+    async fn redrive(
+        &self,
+        account: &str,
+        filter: &MessageFilter,
+        ids: Option<&[MessageId]>,
+        at: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> StoreResult<u64>;
 }
 
 /// Attempt texts (errors, response excerpts) are kept with U+0000 replaced

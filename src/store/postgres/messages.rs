@@ -3,8 +3,27 @@
 
 use chrono::{DateTime, Utc};
 
-use super::{map_err, rows::*, PgStore};
-use crate::{domain::message::Message, store::*};
+use super::{map_err, portal::insert_event, rows::*, PgStore};
+use crate::{
+    domain::message::{Message, State},
+    store::{portal::EventKind, *},
+};
+
+/// The state a message is in, locked until the transaction ends.
+async fn state_for_update(
+    tx: &mut sqlx::Transaction<'static, sqlx::Postgres>,
+    account: &str,
+    id: &MessageId,
+) -> StoreResult<Option<State>> {
+    let row: Option<(String,)> =
+        sqlx::query_as("SELECT state FROM messages WHERE id = $1 AND account = $2 FOR UPDATE")
+            .bind(id.0)
+            .bind(account)
+            .fetch_optional(&mut **tx)
+            .await
+            .map_err(map_err)?;
+    row.map(|(s,)| state_from_str(&s)).transpose()
+}
 
 impl PgStore {
     pub(super) async fn insert_one(
@@ -133,6 +152,8 @@ impl PgStore {
         id: &MessageId,
         now: DateTime<Utc>,
     ) -> StoreResult<Transition> {
+        let mut tx = self.begin().await?;
+        let from = state_for_update(&mut tx, account, id).await?;
         let row: Option<MessageRow> = sqlx::query_as(&format!(
             "UPDATE messages SET state = 'Cancelled', cancelled_at = $3, next_attempt_at = NULL, claim_at = NULL, \
                lease_token = NULL, updated_at = $3 \
@@ -143,12 +164,19 @@ impl PgStore {
         .bind(id.0)
         .bind(account)
         .bind(now)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&mut *tx)
         .await
         .map_err(map_err)?;
-        match row {
-            Some(row) => Ok(Transition::Done(Box::new(row.try_into()?))),
-            None => self.transition_failure(account, id, now).await,
+        match (row, from) {
+            (Some(row), Some(from)) => {
+                insert_event(&mut tx, id, EventKind::Cancelled, from, None, now).await?;
+                tx.commit().await.map_err(map_err)?;
+                Ok(Transition::Done(Box::new(row.try_into()?)))
+            }
+            _ => {
+                drop(tx);
+                self.transition_failure(account, id, now).await
+            }
         }
     }
 
@@ -171,6 +199,7 @@ impl PgStore {
         .execute(&mut *tx)
         .await
         .map_err(map_err)?;
+        let from = state_for_update(&mut tx, account, id).await?;
         let row: Option<MessageRow> = sqlx::query_as(&format!(
             "UPDATE messages m SET state = 'Scheduled', delivery_time = $3, next_attempt_at = $3, claim_at = $3, \
                lease_token = NULL, ladder_attempts = 0, dead_lettered_at = NULL, updated_at = $4, \
@@ -186,10 +215,11 @@ impl PgStore {
         .fetch_optional(&mut *tx)
         .await
         .map_err(map_err)?;
-        let Some(row) = row else {
+        let (Some(row), Some(from)) = (row, from) else {
             drop(tx);
             return self.transition_failure(account, id, now).await;
         };
+        insert_event(&mut tx, id, EventKind::Rescheduled, from, Some(at), now).await?;
         self.notify_if_soon(&mut tx, at, now).await?;
         tx.commit().await.map_err(map_err)?;
         Ok(Transition::Done(Box::new(row.try_into()?)))

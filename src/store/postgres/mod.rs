@@ -5,6 +5,7 @@
 mod delivery;
 pub mod listen;
 mod messages;
+mod portal;
 mod rows;
 
 use std::time::Duration;
@@ -423,13 +424,17 @@ impl Store for PgStore {
         let rows: Vec<MessageRow> = sqlx::query_as(&format!(
             "SELECT {MESSAGE_COLUMNS} FROM messages WHERE account = $1 \
              AND ($2::text IS NULL OR target_id = $2) AND ($3::text IS NULL OR state = $3) \
-             AND ($4::uuid IS NULL OR id < $4) ORDER BY id DESC LIMIT $5"
+             AND ($4::uuid IS NULL OR id < $4) \
+             AND ($6::timestamptz IS NULL OR delivery_time >= $6) \
+             AND ($7::timestamptz IS NULL OR delivery_time < $7) ORDER BY id DESC LIMIT $5"
         ))
         .bind(account)
         .bind(filter.target_id.as_ref().map(|t| t.as_str()))
         .bind(filter.state.map(|s| s.as_str()))
         .bind(before.map(|m| m.0))
         .bind(i64::from(limit))
+        .bind(filter.delivery_from)
+        .bind(filter.delivery_to)
         .fetch_all(&self.pool)
         .await
         .map_err(map_err)?;
@@ -512,5 +517,68 @@ impl Store for PgStore {
 
     async fn purge_expired(&self, c: &Cutoffs, batch: u32) -> StoreResult<Purged> {
         self.purge(c, batch).await
+    }
+
+    async fn create_user(&self, user: &crate::store::portal::UserRecord) -> StoreResult<bool> {
+        self.insert_user(user).await
+    }
+
+    async fn find_user(
+        &self,
+        email: &str,
+    ) -> StoreResult<Option<crate::store::portal::UserRecord>> {
+        self.select_user(email).await
+    }
+
+    async fn create_session(
+        &self,
+        session: &crate::store::portal::SessionRecord,
+    ) -> StoreResult<()> {
+        self.insert_session(session).await
+    }
+
+    async fn find_session(
+        &self,
+        token_hash: &[u8],
+        now: DateTime<Utc>,
+    ) -> StoreResult<Option<crate::store::portal::SessionRecord>> {
+        self.select_session(token_hash, now).await
+    }
+
+    async fn delete_session(&self, token_hash: &[u8]) -> StoreResult<()> {
+        self.remove_session(token_hash).await
+    }
+
+    async fn overview(
+        &self,
+        account: &str,
+        since: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> StoreResult<crate::store::portal::Overview> {
+        self.select_overview(account, since, now).await
+    }
+
+    async fn count_messages(&self, account: &str, filter: &MessageFilter) -> StoreResult<u64> {
+        self.count_filtered(account, filter).await
+    }
+
+    async fn list_events(
+        &self,
+        account: &str,
+        id: &MessageId,
+    ) -> StoreResult<Vec<crate::store::portal::MessageEvent>> {
+        self.select_events(account, id).await
+    }
+
+    async fn redrive(
+        &self,
+        account: &str,
+        filter: &MessageFilter,
+        ids: Option<&[MessageId]>,
+        at: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> StoreResult<u64> {
+        self.redrive_dead_letters(account, filter, ids, at, now)
+            .await
     }
 }

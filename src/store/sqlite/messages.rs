@@ -3,8 +3,27 @@
 
 use chrono::{DateTime, Utc};
 
-use super::{map_err, rows::*, SqliteStore};
-use crate::{domain::message::Message, store::*};
+use super::{map_err, portal::insert_event, rows::*, SqliteStore};
+use crate::{
+    domain::message::{Message, State},
+    store::{portal::EventKind, *},
+};
+
+/// The state a message is in (the single writer connection keeps it so).
+async fn state_of(
+    tx: &mut sqlx::Transaction<'static, sqlx::Sqlite>,
+    account: &str,
+    id: &MessageId,
+) -> StoreResult<Option<State>> {
+    let row: Option<(String,)> =
+        sqlx::query_as("SELECT state FROM messages WHERE id = ? AND account = ?")
+            .bind(id_text(id))
+            .bind(account)
+            .fetch_optional(&mut **tx)
+            .await
+            .map_err(map_err)?;
+    row.map(|(s,)| state_from_str(&s)).transpose()
+}
 
 /// Inserts one message if its target exists in the account; paused when the
 /// target is disabled. Binds: id, account, target id, payload, due, now.
@@ -112,6 +131,8 @@ impl SqliteStore {
         id: &MessageId,
         now: DateTime<Utc>,
     ) -> StoreResult<Transition> {
+        let mut tx = self.begin().await?;
+        let from = state_of(&mut tx, account, id).await?;
         let row: Option<MessageRow> = sqlx::query_as(&format!(
             "UPDATE messages SET state = 'Cancelled', cancelled_at = ?3, next_attempt_at = NULL, claim_at = NULL, \
                lease_token = NULL, updated_at = ?3 \
@@ -122,12 +143,19 @@ impl SqliteStore {
         .bind(id_text(id))
         .bind(account)
         .bind(ms(now))
-        .fetch_optional(&self.writer)
+        .fetch_optional(&mut *tx)
         .await
         .map_err(map_err)?;
-        match row {
-            Some(row) => Ok(Transition::Done(Box::new(row.try_into()?))),
-            None => self.transition_failure(account, id, now).await,
+        match (row, from) {
+            (Some(row), Some(from)) => {
+                insert_event(&mut tx, id, EventKind::Cancelled, from, None, now).await?;
+                tx.commit().await.map_err(map_err)?;
+                Ok(Transition::Done(Box::new(row.try_into()?)))
+            }
+            _ => {
+                drop(tx);
+                self.transition_failure(account, id, now).await
+            }
         }
     }
 
@@ -138,6 +166,8 @@ impl SqliteStore {
         at: DateTime<Utc>,
         now: DateTime<Utc>,
     ) -> StoreResult<Transition> {
+        let mut tx = self.begin().await?;
+        let from = state_of(&mut tx, account, id).await?;
         let row: Option<MessageRow> = sqlx::query_as(&format!(
             "UPDATE messages SET state = 'Scheduled', delivery_time = ?3, next_attempt_at = ?3, claim_at = ?3, \
                lease_token = NULL, ladder_attempts = 0, dead_lettered_at = NULL, updated_at = ?4, \
@@ -150,12 +180,19 @@ impl SqliteStore {
         .bind(account)
         .bind(ms(at))
         .bind(ms(now))
-        .fetch_optional(&self.writer)
+        .fetch_optional(&mut *tx)
         .await
         .map_err(map_err)?;
-        match row {
-            Some(row) => Ok(Transition::Done(Box::new(row.try_into()?))),
-            None => self.transition_failure(account, id, now).await,
+        match (row, from) {
+            (Some(row), Some(from)) => {
+                insert_event(&mut tx, id, EventKind::Rescheduled, from, Some(at), now).await?;
+                tx.commit().await.map_err(map_err)?;
+                Ok(Transition::Done(Box::new(row.try_into()?)))
+            }
+            _ => {
+                drop(tx);
+                self.transition_failure(account, id, now).await
+            }
         }
     }
 }

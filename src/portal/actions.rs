@@ -1,0 +1,313 @@
+//! What the portal changes on messages: cancel, reschedule, and the bulk
+//! actions (cancel a selection; reschedule a selection or every matching dead
+//! letter), each confirmed with a count first.
+
+use axum::{
+    extract::{Path, Query, State},
+    response::{Html, IntoResponse, Redirect, Response},
+};
+use axum_extra::extract::Form;
+use maud::html;
+use serde::Deserialize;
+
+use super::{
+    layout::{self, Section},
+    messages::{load, ListQuery},
+    session::Session,
+    when, PortalError, PortalResult,
+};
+use crate::{
+    api::AppState,
+    domain::{ids::MessageId, message::State as MsgState, time},
+    store::{MessageFilter, Transition},
+};
+
+fn transition(t: Transition, action: &str) -> PortalResult<()> {
+    match t {
+        Transition::Done(_) => Ok(()),
+        Transition::NotFound => Err(PortalError::NotFound),
+        Transition::WrongState(s) => Err(PortalError::Conflict(format!(
+            "The message is {}: only Scheduled messages and dead letters can be {action}.",
+            s.as_str()
+        ))),
+        Transition::InFlight => Err(PortalError::Conflict(
+            "An attempt to deliver the message is under way. Wait a moment and try again.".into(),
+        )),
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct ActionForm {
+    csrf: String,
+    at: String,
+    tz: String,
+}
+
+pub async fn cancel(
+    State(state): State<AppState>,
+    session: Session,
+    Path(id): Path<String>,
+    Form(f): Form<ActionForm>,
+) -> PortalResult<Redirect> {
+    session.check_csrf(&f.csrf)?;
+    let m = load(&state, &session, &id).await?;
+    transition(
+        state
+            .store
+            .cancel(&session.account, &m.id, time::now())
+            .await?,
+        "cancelled",
+    )?;
+    Ok(Redirect::to(&format!(
+        "/portal/messages/{}?notice=cancelled",
+        m.id
+    )))
+}
+
+pub async fn reschedule(
+    State(state): State<AppState>,
+    session: Session,
+    Path(id): Path<String>,
+    Form(f): Form<ActionForm>,
+) -> PortalResult<Redirect> {
+    session.check_csrf(&f.csrf)?;
+    let m = load(&state, &session, &id).await?;
+    let now = time::now();
+    let at = when::resolve(&f.at, &f.tz, now).map_err(PortalError::BadRequest)?;
+    transition(
+        state
+            .store
+            .reschedule(&session.account, &m.id, at, now)
+            .await?,
+        "rescheduled",
+    )?;
+    state.wake.notify_one();
+    Ok(Redirect::to(&format!(
+        "/portal/messages/{}?notice=rescheduled&watch=1",
+        m.id
+    )))
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct BulkForm {
+    csrf: String,
+    action: String,
+    ids: Vec<String>,
+    /// Set on the confirmation page's button.
+    confirmed: Option<String>,
+    at: String,
+    tz: String,
+}
+
+/// Cancel, or reschedule the dead letters among, the selected messages.
+pub async fn bulk(
+    State(state): State<AppState>,
+    session: Session,
+    Form(f): Form<BulkForm>,
+) -> PortalResult<Response> {
+    session.check_csrf(&f.csrf)?;
+    let ids: Vec<MessageId> = f
+        .ids
+        .iter()
+        .filter_map(|s| s.parse().ok())
+        .take(1000)
+        .collect();
+    if ids.is_empty() {
+        return Err(PortalError::BadRequest(
+            "No messages were selected. Go back and tick some first.".into(),
+        ));
+    }
+    let redrive = match f.action.as_str() {
+        "cancel" => false,
+        "redrive" => true,
+        _ => {
+            return Err(PortalError::BadRequest(
+                "Choose cancel or reschedule.".into(),
+            ))
+        }
+    };
+    // What the selection holds now: only these can be acted on.
+    let mut eligible = Vec::new();
+    for id in &ids {
+        if let Some(m) = state.store.get_message(&session.account, id).await? {
+            let fits = if redrive {
+                m.state == MsgState::DeadLetter
+            } else {
+                m.state.can_cancel_or_reschedule()
+            };
+            if fits {
+                eligible.push(m.id);
+            }
+        }
+    }
+    if f.confirmed.is_none() {
+        let (title, verb) = if redrive {
+            ("Reschedule dead letters", "reschedule")
+        } else {
+            ("Cancel messages", "cancel")
+        };
+        let body = html! {
+            h1 { (title) }
+            p #confirm-count { "You selected " (ids.len()) " " (if ids.len() == 1 { "message" } else { "messages" }) "; "
+               strong { (eligible.len()) } " can be " (if redrive { "rescheduled" } else { "cancelled" }) "." }
+            @if eligible.is_empty() {
+                p { "Nothing to do. " a href="/portal/messages" { "Back to the messages" } }
+            } @else {
+                form method="post" action="/portal/messages/bulk" {
+                    (layout::csrf_field(&session))
+                    input type="hidden" name="action" value=(f.action);
+                    input type="hidden" name="confirmed" value="yes";
+                    @for id in &eligible { input type="hidden" name="ids" value=(id); }
+                    @if redrive { (when::picker("bulk-at", "Deliver at", "Empty: now. Each retry ladder starts over.")) }
+                    div.actions {
+                        button.danger[!redrive] type="submit" #confirm { "Yes, " (verb) " " (eligible.len()) }
+                        a href="/portal/messages" { "No, go back" }
+                    }
+                }
+            }
+        };
+        return Ok(Html(
+            layout::page(&session, title, Section::Messages, None, body).into_string(),
+        )
+        .into_response());
+    }
+    let now = time::now();
+    let done = if redrive {
+        let at = when::resolve(&f.at, &f.tz, now).map_err(PortalError::BadRequest)?;
+        let n = state
+            .store
+            .redrive(
+                &session.account,
+                &MessageFilter::default(),
+                Some(&eligible),
+                at,
+                now,
+            )
+            .await?;
+        state.wake.notify_one();
+        n
+    } else {
+        let mut n = 0;
+        for id in &eligible {
+            if matches!(
+                state.store.cancel(&session.account, id, now).await?,
+                Transition::Done(_)
+            ) {
+                n += 1;
+            }
+        }
+        n
+    };
+    let notice = if redrive {
+        "redriven"
+    } else {
+        "bulk-cancelled"
+    };
+    Ok(Redirect::to(&format!("/portal/messages?notice={notice}&n={done}")).into_response())
+}
+
+/// How many dead letters match the filter, and the form to reschedule them all.
+pub async fn redrive_confirm(
+    State(state): State<AppState>,
+    session: Session,
+    Query(q): Query<ListQuery>,
+) -> PortalResult<Html<String>> {
+    let filter = dead_letters(&q)?;
+    let count = state
+        .store
+        .count_messages(&session.account, &filter)
+        .await?;
+    let target = match &filter.target_id {
+        Some(id) => Some(
+            state
+                .store
+                .get_target(&session.account, id)
+                .await?
+                .ok_or(PortalError::NotFound)?,
+        ),
+        None => None,
+    };
+    let body = html! {
+        h1 { "Reschedule dead letters" }
+        p #confirm-count {
+            strong { (count) } " dead " (if count == 1 { "letter" } else { "letters" })
+            @if let Some(t) = &target { " of " a href={ "/portal/targets/" (t.id) } { (t.name) } }
+            @if filter.delivery_from.is_some() || filter.delivery_to.is_some() { " in the chosen time range" }
+            " will be scheduled again, each with a fresh retry ladder."
+        }
+        @if count > 0 {
+            form method="post" action="/portal/messages/redrive" {
+                (layout::csrf_field(&session))
+                @for (name, value) in [("target", &q.target), ("from", &q.from), ("to", &q.to), ("tz", &q.tz)] {
+                    input type="hidden" name=(name) value=(value);
+                }
+                (when::picker("redrive-at", "Deliver at", "Empty: now."))
+                div.actions {
+                    button type="submit" #confirm { "Yes, reschedule " (count) }
+                    a href="/portal/messages?state=DeadLetter" { "No, go back" }
+                }
+            }
+        }
+    };
+    Ok(Html(
+        layout::page(
+            &session,
+            "Reschedule dead letters",
+            Section::Messages,
+            None,
+            body,
+        )
+        .into_string(),
+    ))
+}
+
+fn dead_letters(q: &ListQuery) -> PortalResult<MessageFilter> {
+    let mut filter = q.filter().map_err(PortalError::BadRequest)?;
+    filter.state = Some(MsgState::DeadLetter);
+    Ok(filter)
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct RedriveForm {
+    csrf: String,
+    target: String,
+    from: String,
+    to: String,
+    /// The zone of `from`/`to` and of `at`.
+    tz: String,
+    at: String,
+}
+
+pub async fn redrive(
+    State(state): State<AppState>,
+    session: Session,
+    Form(f): Form<RedriveForm>,
+) -> PortalResult<Redirect> {
+    session.check_csrf(&f.csrf)?;
+    let q = ListQuery {
+        target: f.target.clone(),
+        from: f.from,
+        to: f.to,
+        tz: f.tz.clone(),
+        ..ListQuery::default()
+    };
+    let filter = dead_letters(&q)?;
+    let now = time::now();
+    let at = when::resolve(&f.at, &f.tz, now).map_err(PortalError::BadRequest)?;
+    let n = state
+        .store
+        .redrive(&session.account, &filter, None, at, now)
+        .await?;
+    state.wake.notify_one();
+    let target = if f.target.is_empty() {
+        String::new()
+    } else {
+        format!("&target={}", layout::encode(&f.target))
+    };
+    Ok(Redirect::to(&format!(
+        "/portal/messages?notice=redriven&n={n}{target}"
+    )))
+}

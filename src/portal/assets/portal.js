@@ -1,0 +1,69 @@
+// Progressive enhancement only: every page works without this file.
+(function () {
+  "use strict";
+  var zone = "UTC";
+  try { zone = Intl.DateTimeFormat().resolvedOptions().timeZone || "UTC"; } catch (e) { /* keep UTC */ }
+
+  // Time zone fields start at the browser's zone (a filter that already has one keeps it).
+  document.querySelectorAll("[data-tz]").forEach(function (input) {
+    if (!(input.hasAttribute("data-keep") && input.value && input.value !== "UTC")) input.value = zone;
+  });
+
+  // The UTC instant a local date-time in a zone stands for.
+  function toUtc(local, tz) {
+    var m = /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2})(?::(\d{2}))?/.exec(local);
+    if (!m) return null;
+    var guess = Date.UTC(+m[1], +m[2] - 1, +m[3], +m[4], +m[5], +(m[6] || 0));
+    try {
+      var fmt = new Intl.DateTimeFormat("en-US", { timeZone: tz || "UTC", hourCycle: "h23",
+        year: "numeric", month: "2-digit", day: "2-digit", hour: "2-digit", minute: "2-digit", second: "2-digit" });
+      // Two rounds find the offset of the zone at that instant.
+      var t = guess;
+      for (var i = 0; i < 2; i++) {
+        var p = {};
+        fmt.formatToParts(new Date(t)).forEach(function (x) { p[x.type] = x.value; });
+        var shown = Date.UTC(+p.year, +p.month - 1, +p.day, +p.hour % 24, +p.minute, +p.second);
+        t = guess - (shown - t);
+      }
+      return new Date(t);
+    } catch (e) { return null; }
+  }
+
+  document.querySelectorAll("[data-picker]").forEach(function (picker) {
+    var at = picker.querySelector("[data-at]"), tz = picker.querySelector("[data-tz]"), out = picker.querySelector("[data-utc]");
+    function update() {
+      if (!at.value) { out.textContent = "now"; return; }
+      var d = toUtc(at.value, tz.value);
+      out.textContent = d ? d.toISOString().replace(".000Z", "Z") : "not a valid time in " + tz.value;
+    }
+    at.addEventListener("input", update);
+    tz.addEventListener("input", update);
+    update();
+  });
+
+  // "Select all" for a table of checkboxes.
+  document.querySelectorAll("[data-select-all]").forEach(function (all) {
+    all.addEventListener("change", function () {
+      all.closest("table").querySelectorAll("tbody input[type=checkbox]").forEach(function (box) { box.checked = all.checked; });
+    });
+  });
+
+  // Forms that ask before they act.
+  document.querySelectorAll("form[data-confirm]").forEach(function (form) {
+    form.addEventListener("submit", function (ev) {
+      if (!window.confirm(form.getAttribute("data-confirm"))) ev.preventDefault();
+    });
+  });
+
+  // The target form shows the fields of the chosen type.
+  document.querySelectorAll("input[data-switch=type]").forEach(function (radio) {
+    radio.addEventListener("change", function () {
+      document.querySelectorAll("fieldset[data-type]").forEach(function (fs) {
+        fs.hidden = fs.getAttribute("data-type").split(" ").indexOf(radio.value) < 0;
+      });
+    });
+  });
+
+  // A message being watched (a test message, a reschedule) refreshes until it is settled.
+  if (document.querySelector("[data-watch]")) setTimeout(function () { window.location.reload(); }, 1000);
+})();

@@ -1,0 +1,160 @@
+//! The page shell and the small pieces every page uses.
+
+use chrono::{DateTime, Utc};
+use maud::{html, Markup, DOCTYPE};
+
+use super::session::Session;
+use crate::domain::message::State;
+
+/// A page for a signed-in person: navigation, sign-out, an optional notice.
+pub fn page(
+    session: &Session,
+    title: &str,
+    current: Section,
+    notice: Option<&str>,
+    body: Markup,
+) -> Markup {
+    shell(
+        title,
+        html! {
+            header.top {
+                a.brand href="/portal/overview" { "Dispatch" }
+                nav aria-label="Main" {
+                    ul {
+                        (nav_item("/portal/overview", "Overview", current == Section::Overview))
+                        (nav_item("/portal/targets", "Targets", current == Section::Targets))
+                        (nav_item("/portal/messages", "Messages", current == Section::Messages))
+                    }
+                }
+                div.who {
+                    span.account title="Account" { (session.account) }
+                    span.email { (session.email) }
+                    form method="post" action="/portal/logout" {
+                        (csrf_field(session))
+                        button.link type="submit" { "Sign out" }
+                    }
+                }
+            }
+            main #main tabindex="-1" {
+                @if let Some(notice) = notice {
+                    p.notice role="status" { (notice) }
+                }
+                (body)
+            }
+        },
+    )
+}
+
+/// A page outside a session (sign-in, errors).
+pub fn bare(title: &str, body: Markup) -> Markup {
+    shell(title, html! { main #main tabindex="-1" { (body) } })
+}
+
+fn shell(title: &str, body: Markup) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) " · Dispatch" }
+                link rel="stylesheet" href="/portal/static/portal.css";
+                script src="/portal/static/portal.js" defer {}
+            }
+            body {
+                a.skip href="#main" { "Skip to the content" }
+                (body)
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Section {
+    Overview,
+    Targets,
+    Messages,
+}
+
+fn nav_item(href: &str, label: &str, current: bool) -> Markup {
+    html! {
+        li {
+            @if current {
+                a href=(href) aria-current="page" { (label) }
+            } @else {
+                a href=(href) { (label) }
+            }
+        }
+    }
+}
+
+pub fn csrf_field(session: &Session) -> Markup {
+    html! { input type="hidden" name="csrf" value=(session.csrf); }
+}
+
+/// `2026-11-30 09:12:03.123 UTC`, in a `<time>` element.
+pub fn time(t: &DateTime<Utc>) -> Markup {
+    let machine = crate::domain::time::format(t);
+    html! { time datetime=(machine) { (t.format("%Y-%m-%d %H:%M:%S%.3f UTC")) } }
+}
+
+pub fn opt_time(t: Option<&DateTime<Utc>>) -> Markup {
+    match t {
+        Some(t) => time(t),
+        None => html! { span.none { "—" } },
+    }
+}
+
+pub fn state_badge(state: State) -> Markup {
+    let (class, label) = match state {
+        State::Scheduled => ("badge scheduled", "Scheduled"),
+        State::Delivered => ("badge delivered", "Delivered"),
+        State::Cancelled => ("badge cancelled", "Cancelled"),
+        State::DeadLetter => ("badge dead", "Dead letter"),
+    };
+    html! { span class=(class) data-state=(state.as_str()) { (label) } }
+}
+
+/// A duration in words, for lag and ages: `42 ms`, `3.2 s`, `5 min`, `2 h 10 min`.
+pub fn duration(d: chrono::TimeDelta) -> String {
+    let ms = d.num_milliseconds().max(0);
+    match ms {
+        0..1_000 => format!("{ms} ms"),
+        1_000..60_000 => format!("{:.1} s", ms as f64 / 1000.0),
+        60_000..3_600_000 => format!("{} min", ms / 60_000),
+        _ => format!("{} h {} min", ms / 3_600_000, (ms % 3_600_000) / 60_000),
+    }
+}
+
+/// Percent-encodes a query value.
+pub fn encode(s: &str) -> String {
+    url::form_urlencoded::byte_serialize(s.as_bytes()).collect()
+}
+
+/// A notice named in the query string after an action, so that no text a
+/// link carries is ever shown as if the portal said it.
+pub fn notice(code: Option<&str>, n: Option<u64>) -> Option<String> {
+    let n = n.unwrap_or(0);
+    let plural = |one: &str, many: &str| {
+        if n == 1 {
+            one.to_string()
+        } else {
+            many.to_string()
+        }
+    };
+    Some(match code? {
+        "cancelled" => "The message was cancelled.".into(),
+        "rescheduled" => "The message was rescheduled.".into(),
+        "created" => "The target was created.".into(),
+        "saved" => "The target was saved.".into(),
+        "enabled" => "The target is enabled: its messages are delivered again.".into(),
+        "disabled" => "The target is disabled: its messages wait until it is enabled.".into(),
+        "test" => "A test message was scheduled for now.".into(),
+        "bulk-cancelled" => format!("{n} {} cancelled.", plural("message was", "messages were")),
+        "redriven" => format!(
+            "{n} dead {} rescheduled.",
+            plural("letter was", "letters were")
+        ),
+        _ => return None,
+    })
+}

@@ -1,0 +1,206 @@
+//! The portal: server-rendered pages under `/portal` for people who inspect,
+//! cancel, reschedule and redrive messages and manage targets.
+//!
+//! Sign-in is a form; the session is an HttpOnly, SameSite=Strict cookie
+//! holding a random token whose SHA-256 is stored. Every form carries the
+//! session's CSRF token. Pages are plain HTML (maud) with a little optional
+//! JavaScript; nothing is fetched from elsewhere.
+
+mod actions;
+mod layout;
+mod messages;
+mod overview;
+mod session;
+mod target_form;
+mod targets;
+mod when;
+
+use std::{num::NonZeroU32, time::Duration};
+
+use axum::{
+    extract::Request,
+    http::{header, HeaderValue, StatusCode},
+    middleware::{self, Next},
+    response::{Html, IntoResponse, Redirect, Response},
+    routing::{get, post},
+    Router,
+};
+use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
+use maud::html;
+
+use crate::{api::AppState, config::PortalConfig, store::StoreError};
+
+pub use session::{hash_password, new_user};
+
+/// What the portal keeps in memory: sign-in rate limits.
+pub struct Runtime {
+    by_email: DefaultKeyedRateLimiter<String>,
+    by_address: DefaultKeyedRateLimiter<std::net::IpAddr>,
+}
+
+impl Runtime {
+    pub fn new(config: &PortalConfig) -> Self {
+        let quota = |attempts: u32| {
+            let attempts = NonZeroU32::new(attempts.max(1)).expect("at least one");
+            let period = (config.login_window / attempts.get()).max(Duration::from_millis(1));
+            Quota::with_period(period)
+                .expect("a positive period")
+                .allow_burst(attempts)
+        };
+        Self {
+            by_email: RateLimiter::keyed(quota(config.login_attempts)),
+            // Several people may share an address (an office, a proxy).
+            by_address: RateLimiter::keyed(quota(config.login_attempts.saturating_mul(5))),
+        }
+    }
+}
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route(
+            "/portal",
+            get(|| async { Redirect::to("/portal/overview") }),
+        )
+        .route(
+            "/portal/",
+            get(|| async { Redirect::to("/portal/overview") }),
+        )
+        .route(
+            "/portal/login",
+            get(session::login_page).post(session::login),
+        )
+        .route("/portal/logout", post(session::logout))
+        .route("/portal/overview", get(overview::page))
+        .route("/portal/targets", get(targets::list).post(targets::create))
+        .route("/portal/targets/new", get(targets::new))
+        .route(
+            "/portal/targets/{id}",
+            get(targets::show).post(targets::update),
+        )
+        .route("/portal/targets/{id}/edit", get(targets::edit))
+        .route("/portal/targets/{id}/enable", post(targets::enable))
+        .route("/portal/targets/{id}/disable", post(targets::disable))
+        .route("/portal/targets/{id}/test", post(targets::send_test))
+        .route("/portal/messages", get(messages::list))
+        .route("/portal/messages/bulk", post(messages::bulk))
+        .route(
+            "/portal/messages/redrive",
+            get(messages::redrive_confirm).post(messages::redrive),
+        )
+        .route("/portal/messages/{id}", get(messages::show))
+        .route("/portal/messages/{id}/cancel", post(messages::cancel))
+        .route(
+            "/portal/messages/{id}/reschedule",
+            post(messages::reschedule),
+        )
+        .route("/portal/static/portal.css", get(css))
+        .route("/portal/static/portal.js", get(js))
+        .layer(middleware::from_fn(security_headers))
+}
+
+async fn css() -> Response {
+    static_asset("text/css; charset=utf-8", include_str!("assets/portal.css"))
+}
+
+async fn js() -> Response {
+    static_asset(
+        "text/javascript; charset=utf-8",
+        include_str!("assets/portal.js"),
+    )
+}
+
+fn static_asset(content_type: &'static str, body: &'static str) -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, content_type),
+            (header::CACHE_CONTROL, "public, max-age=3600"),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+/// Pages are never cached, never framed, and run only this origin's script.
+async fn security_headers(req: Request, next: Next) -> Response {
+    let mut res = next.run(req).await;
+    let h = res.headers_mut();
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self'; \
+             form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+        ),
+    );
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("same-origin"),
+    );
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    if !h.contains_key(header::CACHE_CONTROL) {
+        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    }
+    res
+}
+
+/// What can go wrong on a page, shown as a page of its own.
+#[derive(Debug, thiserror::Error)]
+pub enum PortalError {
+    #[error("not found")]
+    NotFound,
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("the form has expired")]
+    Csrf,
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+pub type PortalResult<T> = Result<T, PortalError>;
+
+impl IntoResponse for PortalError {
+    fn into_response(self) -> Response {
+        let (status, title, detail) = match &self {
+            PortalError::NotFound => (
+                StatusCode::NOT_FOUND,
+                "Not found",
+                "There is nothing here, or it belongs to another account.".to_string(),
+            ),
+            PortalError::BadRequest(msg) => (StatusCode::BAD_REQUEST, "Cannot do that", msg.clone()),
+            PortalError::Conflict(msg) => (StatusCode::CONFLICT, "Cannot do that now", msg.clone()),
+            PortalError::Csrf => (
+                StatusCode::FORBIDDEN,
+                "The form has expired",
+                "This form was not sent from a page of your current session. Go back, reload the page and try again."
+                    .to_string(),
+            ),
+            PortalError::Store(StoreError::Unavailable(_)) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "The database is unavailable",
+                "Dispatch cannot reach its database right now. Try again in a moment.".to_string(),
+            ),
+            PortalError::Store(e) => {
+                tracing::error!(error = %e, "portal page failed");
+                (
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "Something went wrong",
+                    "The page could not be shown. The error was logged.".to_string(),
+                )
+            }
+        };
+        let body = layout::bare(
+            title,
+            html! {
+                h1 { (title) }
+                p { (detail) }
+                p { a href="/portal/overview" { "Back to the overview" } }
+            },
+        );
+        (status, Html(body.into_string())).into_response()
+    }
+}

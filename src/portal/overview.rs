@@ -1,0 +1,97 @@
+//! The overview: counts by state per target, the last 24 hours, lag and dead letters.
+
+use axum::{extract::State, response::Html};
+use chrono::TimeDelta;
+use maud::html;
+
+use super::{
+    layout::{self, Section},
+    session::Session,
+    targets::all_targets,
+    PortalResult,
+};
+use crate::{api::AppState, domain::message::State as MsgState, domain::time};
+
+pub async fn page(State(state): State<AppState>, session: Session) -> PortalResult<Html<String>> {
+    let now = time::now();
+    let since = now - TimeDelta::hours(24);
+    let (overview, targets) = tokio::try_join!(
+        state.store.overview(&session.account, since, now),
+        all_targets(&state, &session.account),
+    )?;
+    let dead_waiting = overview.total(MsgState::DeadLetter);
+    let body = html! {
+        h1 { "Overview" }
+        section.tiles aria-label="The last 24 hours" {
+            div.tile {
+                span.label { "Delivered, last 24 h" }
+                span.value #delivered-24h { (overview.delivered) }
+            }
+            div.tile {
+                span.label { "Failed attempts, last 24 h" }
+                span.value #failed-24h { (overview.failed_attempts) }
+            }
+            div.tile {
+                span.label { "Dead-lettered, last 24 h" }
+                span.value #dead-lettered-24h { (overview.dead_lettered) }
+            }
+            div.tile.warn[dead_waiting > 0] {
+                span.label { "Dead letters waiting" }
+                a.value #dead-waiting href="/portal/messages?state=DeadLetter" { (dead_waiting) }
+            }
+            div.tile.warn[overview.oldest_due.as_ref().is_some_and(|(_, at)| now - *at > TimeDelta::seconds(5))] {
+                span.label { "Lag (oldest due message)" }
+                @match &overview.oldest_due {
+                    Some((id, at)) => {
+                        a.value #lag href={ "/portal/messages/" (id) } { (layout::duration(now - *at)) }
+                    }
+                    None => span.value #lag { "none due" }
+                }
+            }
+        }
+        section aria-labelledby="by-target" {
+            h2 #by-target { "Messages by target" }
+            @if targets.is_empty() {
+                p { "No targets yet. " a href="/portal/targets/new" { "Create one" } " to start scheduling messages." }
+            } @else {
+                div.scroll {
+                    table {
+                        thead { tr {
+                            th scope="col" { "Target" }
+                            th scope="col" { "Status" }
+                            @for s in MsgState::ALL { th scope="col" .num { (label(s)) } }
+                        } }
+                        tbody {
+                            @for t in &targets {
+                                tr {
+                                    th scope="row" { a href={ "/portal/targets/" (t.id) } { (t.name) } }
+                                    td { @if t.enabled { "Enabled" } @else { span.off { "Disabled" } } }
+                                    @for s in MsgState::ALL {
+                                        td.num {
+                                            a href={ "/portal/messages?target=" (t.id) "&state=" (s.as_str()) }
+                                              aria-label={ (label(s)) " messages of " (t.name) } {
+                                                (overview.count(&t.id, s))
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    };
+    Ok(Html(
+        layout::page(&session, "Overview", Section::Overview, None, body).into_string(),
+    ))
+}
+
+fn label(s: MsgState) -> &'static str {
+    match s {
+        MsgState::Scheduled => "Scheduled",
+        MsgState::Delivered => "Delivered",
+        MsgState::Cancelled => "Cancelled",
+        MsgState::DeadLetter => "Dead letters",
+    }
+}

@@ -1,0 +1,311 @@
+//! Sign-in, sessions and CSRF.
+
+use std::net::SocketAddr;
+
+use axum::{
+    extract::{ConnectInfo, FromRequestParts, Query, State},
+    http::{request::Parts, HeaderMap, StatusCode},
+    response::{Html, IntoResponse, Redirect, Response},
+};
+use axum_extra::extract::{
+    cookie::{Cookie, CookieJar, SameSite},
+    Form,
+};
+use base64::{engine::general_purpose::URL_SAFE_NO_PAD as B64URL, Engine};
+use chrono::TimeDelta;
+use maud::html;
+use rand::Rng;
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use super::{layout, PortalError, PortalResult};
+use crate::{
+    api::AppState,
+    auth::secrets,
+    domain::time,
+    store::portal::{SessionRecord, UserRecord},
+};
+
+pub const SESSION_COOKIE: &str = "dispatch_session";
+const LOGIN_COOKIE: &str = "dispatch_login";
+
+/// A password hash of the same kind and cost as real ones, verified when the
+/// email is unknown so that the answer takes as long either way.
+static DUMMY_HASH: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| secrets::hash_secret("not a password anyone has"));
+
+pub fn hash_password(password: &str) -> String {
+    secrets::hash_secret(password)
+}
+
+fn random_token() -> String {
+    let bytes: [u8; 32] = rand::rng().random();
+    B64URL.encode(bytes)
+}
+
+fn token_hash(token: &str) -> Vec<u8> {
+    Sha256::digest(token.as_bytes()).to_vec()
+}
+
+fn same(a: &str, b: &str) -> bool {
+    !a.is_empty() && bool::from(a.as_bytes().ct_eq(b.as_bytes()))
+}
+
+/// Cookies are Secure when configured so, or when a proxy in front says the
+/// browser came over HTTPS.
+fn secure(state: &AppState, headers: &HeaderMap) -> bool {
+    state.config.portal.secure_cookies
+        || headers
+            .get("x-forwarded-proto")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.eq_ignore_ascii_case("https"))
+}
+
+fn cookie(name: &'static str, value: String, secure: bool, max_age: TimeDelta) -> Cookie<'static> {
+    Cookie::build((name, value))
+        .path("/portal")
+        .http_only(true)
+        .same_site(SameSite::Strict)
+        .secure(secure)
+        .max_age(::cookie::time::Duration::seconds(max_age.num_seconds()))
+        .build()
+}
+
+/// A signed-in person. Extracting it from a request without a live session
+/// answers with a redirect to the sign-in page.
+#[derive(Debug, Clone)]
+pub struct Session {
+    pub account: String,
+    pub email: String,
+    pub csrf: String,
+}
+
+impl Session {
+    /// Every state-changing form carries the session's token.
+    pub fn check_csrf(&self, sent: &str) -> PortalResult<()> {
+        if same(sent, &self.csrf) {
+            Ok(())
+        } else {
+            Err(PortalError::Csrf)
+        }
+    }
+}
+
+pub enum SessionRejection {
+    SignIn(String),
+    Error(PortalError),
+}
+
+impl IntoResponse for SessionRejection {
+    fn into_response(self) -> Response {
+        match self {
+            SessionRejection::SignIn(next) => {
+                let to = format!("/portal/login?next={}", super::layout::encode(&next));
+                Redirect::to(&to).into_response()
+            }
+            SessionRejection::Error(e) => e.into_response(),
+        }
+    }
+}
+
+impl FromRequestParts<AppState> for Session {
+    type Rejection = SessionRejection;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        let next = if parts.method == axum::http::Method::GET {
+            parts
+                .uri
+                .path_and_query()
+                .map_or("/portal/overview".to_string(), |p| p.to_string())
+        } else {
+            "/portal/overview".to_string()
+        };
+        let jar = CookieJar::from_headers(&parts.headers);
+        let Some(token) = jar.get(SESSION_COOKIE).map(|c| c.value().to_string()) else {
+            return Err(SessionRejection::SignIn(next));
+        };
+        let record = state
+            .store
+            .find_session(&token_hash(&token), time::now())
+            .await
+            .map_err(|e| SessionRejection::Error(e.into()))?;
+        match record {
+            Some(s) => Ok(Session {
+                account: s.account,
+                email: s.email,
+                csrf: s.csrf,
+            }),
+            None => Err(SessionRejection::SignIn(next)),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub struct LoginQuery {
+    next: Option<String>,
+}
+
+/// Only paths inside the portal are followed after sign-in.
+fn safe_next(next: Option<&str>) -> String {
+    match next {
+        Some(n) if n.starts_with("/portal") && !n.starts_with("//") && !n.contains('\\') => {
+            n.to_string()
+        }
+        _ => "/portal/overview".to_string(),
+    }
+}
+
+pub async fn login_page(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    jar: CookieJar,
+    Query(q): Query<LoginQuery>,
+) -> Response {
+    let token = random_token();
+    let jar = jar.add(cookie(
+        LOGIN_COOKIE,
+        token.clone(),
+        secure(&state, &headers),
+        TimeDelta::hours(1),
+    ));
+    let next = safe_next(q.next.as_deref());
+    (jar, Html(login_form(&token, &next, "", None).into_string())).into_response()
+}
+
+fn login_form(csrf: &str, next: &str, email: &str, error: Option<&str>) -> maud::Markup {
+    layout::bare(
+        "Sign in",
+        html! {
+            div.signin {
+                h1 { "Sign in to Dispatch" }
+                @if let Some(error) = error {
+                    p.error role="alert" id="signin-error" { (error) }
+                }
+                form method="post" action="/portal/login" {
+                    input type="hidden" name="csrf" value=(csrf);
+                    input type="hidden" name="next" value=(next);
+                    label for="email" { "Email" }
+                    input id="email" name="email" type="email" autocomplete="username" required value=(email) autofocus;
+                    label for="password" { "Password" }
+                    input id="password" name="password" type="password" autocomplete="current-password" required;
+                    button type="submit" { "Sign in" }
+                }
+            }
+        },
+    )
+}
+
+#[derive(Debug, Deserialize)]
+pub struct LoginForm {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    next: String,
+    #[serde(default)]
+    email: String,
+    #[serde(default)]
+    password: String,
+}
+
+pub async fn login(
+    State(state): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    jar: CookieJar,
+    Form(form): Form<LoginForm>,
+) -> PortalResult<Response> {
+    let expected = jar
+        .get(LOGIN_COOKIE)
+        .map(|c| c.value().to_string())
+        .unwrap_or_default();
+    if !same(&form.csrf, &expected) {
+        return Err(PortalError::Csrf);
+    }
+    let email = form.email.trim().to_lowercase();
+    let next = safe_next(Some(&form.next));
+    let runtime = &state.portal;
+    if runtime.by_address.check_key(&peer.ip()).is_err()
+        || runtime.by_email.check_key(&email).is_err()
+    {
+        tracing::warn!(address = %peer.ip(), "portal sign-in rate limited");
+        let page = login_form(
+            &form.csrf,
+            &next,
+            &email,
+            Some("Too many sign-in attempts. Wait a few minutes, then try again."),
+        );
+        return Ok((StatusCode::TOO_MANY_REQUESTS, Html(page.into_string())).into_response());
+    }
+    let user = state.store.find_user(&email).await?;
+    let password = form.password;
+    let hash = user
+        .as_ref()
+        .map_or_else(|| DUMMY_HASH.clone(), |u| u.password_hash.clone());
+    let ok = tokio::task::spawn_blocking(move || secrets::verify_secret(&password, &hash))
+        .await
+        .unwrap_or(false);
+    let Some(user) = user.filter(|_| ok) else {
+        let page = login_form(
+            &form.csrf,
+            &next,
+            &email,
+            Some("The email or the password is wrong."),
+        );
+        return Ok((StatusCode::UNAUTHORIZED, Html(page.into_string())).into_response());
+    };
+    let token = random_token();
+    let now = time::now();
+    let ttl = TimeDelta::from_std(state.config.portal.session_ttl).unwrap_or(TimeDelta::hours(12));
+    state
+        .store
+        .create_session(&SessionRecord {
+            token_hash: token_hash(&token),
+            user_id: user.id,
+            account: user.account,
+            email: user.email,
+            csrf: random_token(),
+            created_at: now,
+            expires_at: now + ttl,
+        })
+        .await?;
+    let secure = secure(&state, &headers);
+    let jar = jar
+        .remove(Cookie::build(LOGIN_COOKIE).path("/portal"))
+        .add(cookie(SESSION_COOKIE, token, secure, ttl));
+    Ok((jar, Redirect::to(&next)).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+pub struct CsrfForm {
+    #[serde(default)]
+    pub csrf: String,
+}
+
+pub async fn logout(
+    State(state): State<AppState>,
+    session: Session,
+    jar: CookieJar,
+    Form(form): Form<CsrfForm>,
+) -> PortalResult<Response> {
+    session.check_csrf(&form.csrf)?;
+    if let Some(token) = jar.get(SESSION_COOKIE).map(|c| c.value().to_string()) {
+        state.store.delete_session(&token_hash(&token)).await?;
+    }
+    let jar = jar.remove(Cookie::build(SESSION_COOKIE).path("/portal"));
+    Ok((jar, Redirect::to("/portal/login?signed_out=1")).into_response())
+}
+
+/// A new portal user for `dispatch users create`.
+pub fn new_user(account: &str, email: &str, password: &str) -> UserRecord {
+    UserRecord {
+        id: uuid::Uuid::now_v7().to_string(),
+        account: account.to_string(),
+        email: email.trim().to_lowercase(),
+        password_hash: hash_password(password),
+        created_at: time::now(),
+    }
+}

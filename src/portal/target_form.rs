@@ -1,0 +1,411 @@
+//! The target form: one set of fields for webhook, SQS and SNS targets,
+//! turned into the same JSON document the API takes, so that it is parsed
+//! and checked by the same rules.
+
+use maud::{html, Markup};
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+
+use super::{layout, session::Session};
+use crate::domain::target::{FieldError, Target, TargetConfig, MASK};
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct TargetForm {
+    pub csrf: String,
+    pub name: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub enabled: Option<String>,
+    pub url: String,
+    pub timeout_ms: String,
+    /// One `Name: value` per line.
+    pub headers: String,
+    pub signing_secret: String,
+    pub auth_enabled: Option<String>,
+    pub token_url: String,
+    pub client_id: String,
+    pub client_secret: String,
+    /// Space-separated.
+    pub scopes: String,
+    pub queue_url: String,
+    pub topic_arn: String,
+    pub region: String,
+    pub endpoint_url: String,
+    pub access_key_id: String,
+    pub secret_access_key: String,
+    pub message_group_id: String,
+}
+
+fn opt(s: &str) -> Value {
+    match s.trim() {
+        "" => Value::Null,
+        s => Value::String(s.to_string()),
+    }
+}
+
+/// An empty secret field on an edit form keeps the stored secret.
+fn secret(s: &str, editing: bool) -> Value {
+    match s.trim() {
+        "" if editing => Value::String(MASK.into()),
+        "" => Value::Null,
+        s => Value::String(s.to_string()),
+    }
+}
+
+impl TargetForm {
+    /// The form for a new target of a type.
+    pub fn blank(kind: &str) -> Self {
+        Self {
+            kind: kind.to_string(),
+            enabled: Some("on".into()),
+            ..Self::default()
+        }
+    }
+
+    /// The form showing a stored target; secrets are left empty (kept unless typed).
+    pub fn from_target(t: &Target) -> Self {
+        let mut f = Self {
+            name: t.name.clone(),
+            kind: t.config.kind().to_string(),
+            enabled: t.enabled.then(|| "on".into()),
+            ..Self::default()
+        };
+        let aws = |f: &mut Self,
+                   region: &str,
+                   endpoint: &Option<String>,
+                   creds: &Option<_>,
+                   group: &Option<String>| {
+            f.region = region.to_string();
+            f.endpoint_url = endpoint.clone().unwrap_or_default();
+            if let Some(c) = creds {
+                let c: &crate::domain::target::AwsCredentials = c;
+                f.access_key_id = c.access_key_id.clone();
+            }
+            f.message_group_id = group.clone().unwrap_or_default();
+        };
+        match &t.config {
+            TargetConfig::Webhook(w) => {
+                f.url = w.url.clone();
+                f.timeout_ms = w.timeout_ms.map(|t| t.to_string()).unwrap_or_default();
+                f.headers = w
+                    .headers
+                    .keys()
+                    .map(|k| format!("{k}: {MASK}"))
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                if let Some(a) = &w.auth {
+                    f.auth_enabled = Some("on".into());
+                    f.token_url = a.token_url.clone();
+                    f.client_id = a.client_id.clone();
+                    f.scopes = a.scopes.join(" ");
+                }
+            }
+            TargetConfig::Sqs(s) => {
+                f.queue_url = s.queue_url.clone();
+                aws(
+                    &mut f,
+                    &s.region,
+                    &s.endpoint_url,
+                    &s.credentials,
+                    &s.message_group_id,
+                );
+            }
+            TargetConfig::Sns(s) => {
+                f.topic_arn = s.topic_arn.clone();
+                aws(
+                    &mut f,
+                    &s.region,
+                    &s.endpoint_url,
+                    &s.credentials,
+                    &s.message_group_id,
+                );
+            }
+        }
+        f
+    }
+
+    /// The document `POST /targets` would take. `editing`: empty secrets stand for the stored ones.
+    pub fn to_document(&self, editing: bool) -> Result<Value, Vec<FieldError>> {
+        let mut errors = Vec::new();
+        let mut config = Map::new();
+        match self.kind.as_str() {
+            "webhook" => {
+                config.insert("url".into(), Value::String(self.url.trim().to_string()));
+                let timeout = self.timeout_ms.trim();
+                if !timeout.is_empty() {
+                    match timeout.parse::<u64>() {
+                        Ok(ms) => {
+                            config.insert("timeoutMs".into(), json!(ms));
+                        }
+                        Err(_) => errors.push(FieldError::new(
+                            "config.timeoutMs",
+                            "must be a whole number of milliseconds",
+                        )),
+                    }
+                }
+                let mut headers = Map::new();
+                for (n, line) in self.headers.lines().enumerate() {
+                    let line = line.trim();
+                    if line.is_empty() {
+                        continue;
+                    }
+                    match line.split_once(':') {
+                        Some((name, value)) if !name.trim().is_empty() => {
+                            headers.insert(
+                                name.trim().to_string(),
+                                Value::String(value.trim().to_string()),
+                            );
+                        }
+                        _ => errors.push(FieldError::new(
+                            "config.headers",
+                            format!("line {} must read `Name: value`", n + 1),
+                        )),
+                    }
+                }
+                config.insert("headers".into(), Value::Object(headers));
+                let signing = secret(&self.signing_secret, editing);
+                if !signing.is_null() {
+                    config.insert("signingSecret".into(), signing);
+                }
+                if self.auth_enabled.is_some() {
+                    config.insert(
+                        "auth".into(),
+                        json!({
+                            "type": "oauth2ClientCredentials",
+                            "tokenUrl": self.token_url.trim(),
+                            "clientId": self.client_id.trim(),
+                            "clientSecret": secret(&self.client_secret, editing),
+                            "scopes": self.scopes.split_whitespace().collect::<Vec<_>>(),
+                        }),
+                    );
+                } else {
+                    config.insert("auth".into(), Value::Null);
+                }
+            }
+            "sqs" | "sns" => {
+                let (key, value) = if self.kind == "sqs" {
+                    ("queueUrl", &self.queue_url)
+                } else {
+                    ("topicArn", &self.topic_arn)
+                };
+                config.insert(key.into(), Value::String(value.trim().to_string()));
+                config.insert(
+                    "region".into(),
+                    Value::String(self.region.trim().to_string()),
+                );
+                config.insert("endpointUrl".into(), opt(&self.endpoint_url));
+                config.insert("messageGroupId".into(), opt(&self.message_group_id));
+                let key_id = self.access_key_id.trim();
+                if key_id.is_empty() {
+                    config.insert("credentials".into(), Value::Null);
+                } else {
+                    config.insert(
+                        "credentials".into(),
+                        json!({"accessKeyId": key_id, "secretAccessKey": secret(&self.secret_access_key, editing)}),
+                    );
+                }
+            }
+            _ => errors.push(FieldError::new("type", "must be webhook, sqs or sns")),
+        }
+        if !errors.is_empty() {
+            return Err(errors);
+        }
+        Ok(json!({
+            "name": self.name.trim(),
+            "type": self.kind,
+            "enabled": self.enabled.is_some(),
+            "config": Value::Object(config),
+        }))
+    }
+}
+
+/// The label of the input an error's field path belongs to.
+fn input_of(field: &str) -> &str {
+    let path = field.strip_prefix("config.").unwrap_or(field);
+    match path {
+        p if p.starts_with("headers") => "headers",
+        p if p.starts_with("auth.") => &p[5..],
+        "auth" => "tokenUrl",
+        p if p.starts_with("credentials.") => &p[12..],
+        "credentials" => "accessKeyId",
+        p => p,
+    }
+}
+
+struct Field<'a> {
+    name: &'a str,
+    label: &'a str,
+    value: &'a str,
+    hint: Option<&'a str>,
+    kind: &'a str,
+}
+
+fn field(f: Field<'_>, errors: &[FieldError]) -> Markup {
+    let error = errors.iter().find(|e| input_of(&e.field) == f.name);
+    let id = format!("f-{}", f.name);
+    let hint_id = format!("{id}-hint");
+    let err_id = format!("{id}-error");
+    let described = match (f.hint.is_some(), error.is_some()) {
+        (true, true) => format!("{hint_id} {err_id}"),
+        (true, false) => hint_id.clone(),
+        (false, true) => err_id.clone(),
+        (false, false) => String::new(),
+    };
+    html! {
+        div.field {
+            label for=(id) { (f.label) }
+            @if f.kind == "textarea" {
+                textarea id=(id) name=(f.name) rows="3" aria-invalid=[error.map(|_| "true")]
+                    aria-describedby=[(!described.is_empty()).then_some(&described)] { (f.value) }
+            } @else {
+                input id=(id) name=(f.name) type=(f.kind) value=(f.value) autocomplete="off"
+                    aria-invalid=[error.map(|_| "true")]
+                    aria-describedby=[(!described.is_empty()).then_some(&described)];
+            }
+            @if let Some(hint) = f.hint { small id=(hint_id) { (hint) } }
+            @if let Some(e) = error { span.error id=(err_id) { (e.message) } }
+        }
+    }
+}
+
+/// The fields of the form (inside a `<form>` the caller writes).
+pub fn fields(session: &Session, f: &TargetForm, errors: &[FieldError], editing: bool) -> Markup {
+    let keep = if editing {
+        Some("Leave empty to keep the stored secret.")
+    } else {
+        None
+    };
+    let f_ = |name, label, value, hint, kind| {
+        field(
+            Field {
+                name,
+                label,
+                value,
+                hint,
+                kind,
+            },
+            errors,
+        )
+    };
+    html! {
+        (layout::csrf_field(session))
+        @if !errors.is_empty() {
+            div.error-summary role="alert" tabindex="-1" {
+                h2 { "The target was not saved" }
+                ul { @for e in errors { li { code { (e.field) } " " (e.message) } } }
+            }
+        }
+        (f_("name", "Name", &f.name, None, "text"))
+        @if editing {
+            input type="hidden" name="type" value=(f.kind);
+            p { "Type: " strong { (f.kind) } }
+        } @else {
+            fieldset.types {
+                legend { "Type" }
+                @for (value, label) in [("webhook", "Webhook"), ("sqs", "Amazon SQS queue"), ("sns", "Amazon SNS topic")] {
+                    label.radio {
+                        input type="radio" name="type" value=(value) checked[f.kind == value] data-switch="type";
+                        " " (label)
+                    }
+                }
+            }
+        }
+        label.check {
+            input type="checkbox" name="enabled" checked[f.enabled.is_some()];
+            " Enabled (a disabled target keeps its messages until it is enabled)"
+        }
+        fieldset data-type="webhook" hidden[f.kind != "webhook"] {
+            legend { "Webhook" }
+            (f_("url", "URL", &f.url, Some("http:// or https://; requests are POSTed here."), "url"))
+            (f_("timeoutMs", "Timeout (ms)", &f.timeout_ms, Some("Empty: the server's default."), "number"))
+            (f_("headers", "Custom headers", &f.headers, Some("One `Name: value` per line. Values are secrets: *** keeps a stored value."), "textarea"))
+            (f_("signingSecret", "Signing secret", &f.signing_secret,
+                Some(if editing { "Leave empty to keep the stored secret." } else { "Empty: one is generated and shown once." }), "password"))
+            label.check {
+                input type="checkbox" name="authEnabled" checked[f.auth_enabled.is_some()];
+                " Authenticate with OAuth 2 client credentials"
+            }
+            (f_("tokenUrl", "Token URL", &f.token_url, None, "url"))
+            (f_("clientId", "Client id", &f.client_id, None, "text"))
+            (f_("clientSecret", "Client secret", &f.client_secret, keep, "password"))
+            (f_("scopes", "Scopes", &f.scopes, Some("Separated by spaces."), "text"))
+        }
+        fieldset data-type="sqs" hidden[f.kind != "sqs"] {
+            legend { "Amazon SQS" }
+            (f_("queueUrl", "Queue URL", &f.queue_url, None, "url"))
+        }
+        fieldset data-type="sns" hidden[f.kind != "sns"] {
+            legend { "Amazon SNS" }
+            (f_("topicArn", "Topic ARN", &f.topic_arn, None, "text"))
+        }
+        fieldset data-type="sqs sns" hidden[f.kind != "sqs" && f.kind != "sns"] {
+            legend { "AWS" }
+            (f_("region", "Region", &f.region, Some("For example eu-north-1."), "text"))
+            (f_("endpointUrl", "Endpoint URL", &f.endpoint_url, Some("Empty: AWS itself."), "url"))
+            (f_("accessKeyId", "Access key id", &f.access_key_id, Some("Empty: the server's default AWS credentials."), "text"))
+            (f_("secretAccessKey", "Secret access key", &f.secret_access_key, keep, "password"))
+            (f_("messageGroupId", "Message group id (FIFO)", &f.message_group_id, Some("Empty: the target id."), "text"))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::target::parse_spec;
+
+    #[test]
+    fn a_webhook_form_becomes_the_api_document() {
+        let f = TargetForm {
+            name: "orders".into(),
+            kind: "webhook".into(),
+            enabled: Some("on".into()),
+            url: "https://example.com/hook".into(),
+            timeout_ms: "5000".into(),
+            headers: "X-Api-Key: abc\n\nX-Team: core".into(),
+            ..TargetForm::default()
+        };
+        let doc = f.to_document(false).unwrap();
+        assert_eq!(doc["config"]["headers"]["X-Api-Key"], "abc");
+        assert_eq!(doc["config"]["timeoutMs"], 5000);
+        let spec = parse_spec(&doc).unwrap();
+        assert!(spec.generated_secret);
+    }
+
+    #[test]
+    fn bad_header_lines_and_timeouts_are_named() {
+        let f = TargetForm {
+            kind: "webhook".into(),
+            timeout_ms: "soon".into(),
+            headers: "no colon here".into(),
+            ..TargetForm::default()
+        };
+        let fields: Vec<_> = f
+            .to_document(false)
+            .unwrap_err()
+            .into_iter()
+            .map(|e| e.field)
+            .collect();
+        assert_eq!(fields, ["config.timeoutMs", "config.headers"]);
+    }
+
+    #[test]
+    fn empty_secrets_on_an_edit_stand_for_the_stored_ones() {
+        let f = TargetForm {
+            kind: "sqs".into(),
+            queue_url: "https://sqs.eu-north-1.amazonaws.com/1/q".into(),
+            region: "eu-north-1".into(),
+            access_key_id: "AKIA".into(),
+            ..TargetForm::default()
+        };
+        let doc = f.to_document(true).unwrap();
+        assert_eq!(doc["config"]["credentials"]["secretAccessKey"], MASK);
+        assert_eq!(
+            input_of("config.credentials.secretAccessKey"),
+            "secretAccessKey"
+        );
+        assert_eq!(input_of("config.auth.tokenUrl"), "tokenUrl");
+        assert_eq!(input_of("config.headers.X-Api-Key"), "headers");
+    }
+}

@@ -1,0 +1,497 @@
+//! Targets: list, create, show, edit, enable/disable, send a test message.
+
+use axum::{
+    extract::{Path, Query, State},
+    http::StatusCode,
+    response::{Html, IntoResponse, Redirect, Response},
+};
+use axum_extra::extract::Form;
+use maud::{html, Markup};
+use serde::Deserialize;
+
+use super::{
+    layout::{self, Section},
+    session::{CsrfForm, Session},
+    target_form::{self, TargetForm},
+    PortalError, PortalResult,
+};
+use crate::{
+    api::{error::ApiError, AppState},
+    domain::{
+        ids::{MessageId, TargetId},
+        message::{Message, State as MsgState},
+        payload::Payload,
+        target::{self, FieldError, Target, TargetConfig},
+        time,
+    },
+    store::{InsertOutcome, MessageFilter, StoreResult, TargetCursor},
+};
+
+/// Every target of the account, newest first.
+pub async fn all_targets(state: &AppState, account: &str) -> StoreResult<Vec<Target>> {
+    let mut all = Vec::new();
+    let mut after: Option<TargetCursor> = None;
+    loop {
+        let page = state
+            .store
+            .list_targets(account, after.as_ref(), 1000)
+            .await?;
+        let done = page.len() < 1000;
+        after = page.last().map(TargetCursor::after);
+        all.extend(page);
+        if done {
+            return Ok(all);
+        }
+    }
+}
+
+pub async fn load(state: &AppState, session: &Session, id: &str) -> PortalResult<Target> {
+    let id: TargetId = id.parse().map_err(|_| PortalError::NotFound)?;
+    state
+        .store
+        .get_target(&session.account, &id)
+        .await?
+        .ok_or(PortalError::NotFound)
+}
+
+/// Where a target delivers to, in one line.
+pub fn destination(config: &TargetConfig) -> &str {
+    match config {
+        TargetConfig::Webhook(w) => &w.url,
+        TargetConfig::Sqs(s) => &s.queue_url,
+        TargetConfig::Sns(s) => &s.topic_arn,
+    }
+}
+
+fn kind_label(config: &TargetConfig) -> &'static str {
+    match config {
+        TargetConfig::Webhook(_) => "Webhook",
+        TargetConfig::Sqs(_) => "SQS",
+        TargetConfig::Sns(_) => "SNS",
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct NoticeQuery {
+    notice: Option<String>,
+    n: Option<u64>,
+    #[serde(rename = "type")]
+    kind: Option<String>,
+}
+
+fn toggle_form(session: &Session, t: &Target) -> Markup {
+    let (action, label) = if t.enabled {
+        ("disable", "Disable")
+    } else {
+        ("enable", "Enable")
+    };
+    html! {
+        form.inline method="post" action={ "/portal/targets/" (t.id) "/" (action) } {
+            (layout::csrf_field(session))
+            button.secondary type="submit" aria-label={ (label) " " (t.name) } { (label) }
+        }
+    }
+}
+
+pub async fn list(
+    State(state): State<AppState>,
+    session: Session,
+    Query(q): Query<NoticeQuery>,
+) -> PortalResult<Html<String>> {
+    let targets = all_targets(&state, &session.account).await?;
+    let notice = layout::notice(q.notice.as_deref(), q.n);
+    let body = html! {
+        div.heading {
+            h1 { "Targets" }
+            a.button href="/portal/targets/new" { "New target" }
+        }
+        @if targets.is_empty() {
+            p { "No targets yet." }
+        } @else {
+            div.scroll {
+                table #targets {
+                    thead { tr {
+                        th scope="col" { "Name" } th scope="col" { "Type" } th scope="col" { "Destination" }
+                        th scope="col" { "Status" } th scope="col" { span.visually-hidden { "Actions" } }
+                    } }
+                    tbody {
+                        @for t in &targets {
+                            tr data-target=(t.id) {
+                                th scope="row" { a href={ "/portal/targets/" (t.id) } { (t.name) } }
+                                td { (kind_label(&t.config)) }
+                                td.wrap { code { (destination(&t.config)) } }
+                                td { @if t.enabled { "Enabled" } @else { span.off { "Disabled" } } }
+                                td { (toggle_form(&session, t)) }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    };
+    Ok(Html(
+        layout::page(
+            &session,
+            "Targets",
+            Section::Targets,
+            notice.as_deref(),
+            body,
+        )
+        .into_string(),
+    ))
+}
+
+fn form_page(
+    session: &Session,
+    title: &str,
+    action: &str,
+    f: &TargetForm,
+    errors: &[FieldError],
+    editing: bool,
+) -> Markup {
+    layout::page(
+        session,
+        title,
+        Section::Targets,
+        None,
+        html! {
+            h1 { (title) }
+            form.target-form method="post" action=(action) novalidate {
+                (target_form::fields(session, f, errors, editing))
+                div.actions {
+                    button type="submit" { @if editing { "Save" } @else { "Create target" } }
+                    a href="/portal/targets" { "Cancel" }
+                }
+            }
+        },
+    )
+}
+
+pub async fn new(session: Session, Query(q): Query<NoticeQuery>) -> Html<String> {
+    let kind = q
+        .kind
+        .as_deref()
+        .filter(|k| ["webhook", "sqs", "sns"].contains(k))
+        .unwrap_or("webhook");
+    Html(
+        form_page(
+            &session,
+            "New target",
+            "/portal/targets",
+            &TargetForm::blank(kind),
+            &[],
+            false,
+        )
+        .into_string(),
+    )
+}
+
+/// The API's private-network rule, as field errors.
+async fn network_errors(state: &AppState, config: &TargetConfig) -> Vec<FieldError> {
+    match crate::api::targets::check_network(state, config).await {
+        Ok(()) => Vec::new(),
+        Err(ApiError::Validation(errors)) => errors,
+        Err(_) => vec![FieldError::new("config.url", "could not be checked")],
+    }
+}
+
+fn invalid(
+    session: &Session,
+    title: &str,
+    action: &str,
+    f: &TargetForm,
+    errors: &[FieldError],
+    editing: bool,
+) -> Response {
+    let page = form_page(session, title, action, f, errors, editing);
+    (StatusCode::BAD_REQUEST, Html(page.into_string())).into_response()
+}
+
+pub async fn create(
+    State(state): State<AppState>,
+    session: Session,
+    Form(f): Form<TargetForm>,
+) -> PortalResult<Response> {
+    session.check_csrf(&f.csrf)?;
+    let action = "/portal/targets";
+    let spec = match f
+        .to_document(false)
+        .and_then(|doc| target::parse_spec(&doc))
+    {
+        Ok(spec) => spec,
+        Err(errors) => return Ok(invalid(&session, "New target", action, &f, &errors, false)),
+    };
+    let errors = network_errors(&state, &spec.config).await;
+    if !errors.is_empty() {
+        return Ok(invalid(&session, "New target", action, &f, &errors, false));
+    }
+    let now = time::now();
+    for _ in 0..5 {
+        let t = Target {
+            id: TargetId::new(),
+            account: session.account.clone(),
+            name: spec.name.clone(),
+            enabled: spec.enabled,
+            config: spec.config.clone(),
+            created_at: now,
+            updated_at: now,
+        };
+        if state.store.insert_target(&t).await? {
+            if spec.generated_secret {
+                return Ok(Html(created_with_secret(&session, &t).into_string()).into_response());
+            }
+            return Ok(
+                Redirect::to(&format!("/portal/targets/{}?notice=created", t.id)).into_response(),
+            );
+        }
+    }
+    Err(PortalError::BadRequest(
+        "a target id collided; send the form again".into(),
+    ))
+}
+
+/// The one time a generated signing secret is shown.
+fn created_with_secret(session: &Session, t: &Target) -> Markup {
+    let TargetConfig::Webhook(w) = &t.config else {
+        unreachable!("only webhooks have signing secrets")
+    };
+    layout::page(
+        session,
+        "Target created",
+        Section::Targets,
+        Some("The target was created."),
+        html! {
+            h1 { "Target created: " (t.name) }
+            div.secret-once role="region" aria-labelledby="secret-heading" {
+                h2 #secret-heading { "Signing secret" }
+                p { "Your receiver verifies the " code { "webhook-signature" } " header with this secret. "
+                    strong { "It is shown this once" } ": copy it now." }
+                p { code #signing-secret { (w.signing_secret) } }
+            }
+            p { a.button href={ "/portal/targets/" (t.id) } { "Go to the target" } }
+        },
+    )
+}
+
+pub async fn show(
+    State(state): State<AppState>,
+    session: Session,
+    Path(id): Path<String>,
+    Query(q): Query<NoticeQuery>,
+) -> PortalResult<Html<String>> {
+    let t = load(&state, &session, &id).await?;
+    let count = |s: MsgState| {
+        let filter = MessageFilter {
+            target_id: Some(t.id.clone()),
+            state: Some(s),
+            ..MessageFilter::default()
+        };
+        let store = state.store.clone();
+        let account = session.account.clone();
+        async move { store.count_messages(&account, &filter).await }
+    };
+    let (scheduled, dead) =
+        tokio::try_join!(count(MsgState::Scheduled), count(MsgState::DeadLetter))?;
+    let notice = layout::notice(q.notice.as_deref(), q.n);
+    let public = t.config.to_public_json();
+    let body = html! {
+        div.heading {
+            h1 { (t.name) }
+            a.button.secondary href={ "/portal/targets/" (t.id) "/edit" } { "Edit" }
+        }
+        dl.facts {
+            dt { "Target id" } dd { code #target-id { (t.id) } }
+            dt { "Type" } dd { (kind_label(&t.config)) }
+            dt { "Status" } dd #target-status { @if t.enabled { "Enabled" } @else { span.off { "Disabled" } } }
+            dt { "Destination" } dd.wrap { code { (destination(&t.config)) } }
+            dt { "Created" } dd { (layout::time(&t.created_at)) }
+            dt { "Updated" } dd { (layout::time(&t.updated_at)) }
+        }
+        details {
+            summary { "Configuration (secrets hidden)" }
+            pre { (serde_json::to_string_pretty(&public).unwrap_or_default()) }
+        }
+        section.actions-row aria-label="Actions" {
+            (toggle_form(&session, &t))
+            form.inline method="post" action={ "/portal/targets/" (t.id) "/test" } {
+                (layout::csrf_field(&session))
+                button type="submit" #send-test { "Send test message" }
+            }
+        }
+        section aria-labelledby="target-messages" {
+            h2 #target-messages { "Messages" }
+            ul.plain {
+                li { a href={ "/portal/messages?target=" (t.id) "&state=Scheduled" } { (scheduled) " scheduled" } }
+                li {
+                    a href={ "/portal/messages?target=" (t.id) "&state=DeadLetter" } { (dead) " dead letters" }
+                    @if dead > 0 {
+                        " · " a #redrive-target href={ "/portal/messages/redrive?target=" (t.id) } { "Reschedule all dead letters…" }
+                    }
+                }
+                li { a href={ "/portal/messages?target=" (t.id) } { "All messages of this target" } }
+            }
+        }
+    };
+    Ok(Html(
+        layout::page(&session, &t.name, Section::Targets, notice.as_deref(), body).into_string(),
+    ))
+}
+
+pub async fn edit(
+    State(state): State<AppState>,
+    session: Session,
+    Path(id): Path<String>,
+) -> PortalResult<Html<String>> {
+    let t = load(&state, &session, &id).await?;
+    let action = format!("/portal/targets/{}", t.id);
+    Ok(Html(
+        form_page(
+            &session,
+            &format!("Edit {}", t.name),
+            &action,
+            &TargetForm::from_target(&t),
+            &[],
+            true,
+        )
+        .into_string(),
+    ))
+}
+
+pub async fn update(
+    State(state): State<AppState>,
+    session: Session,
+    Path(id): Path<String>,
+    Form(mut f): Form<TargetForm>,
+) -> PortalResult<Response> {
+    session.check_csrf(&f.csrf)?;
+    let current = load(&state, &session, &id).await?;
+    f.kind = current.config.kind().to_string();
+    let title = format!("Edit {}", current.name);
+    let action = format!("/portal/targets/{}", current.id);
+    let stored = current.config.to_stored_json();
+    let parsed = f.to_document(true).and_then(|mut doc| {
+        if let Some(config) = doc.get_mut("config") {
+            target::restore_masked_secrets(current.config.kind(), config, &stored)?;
+        }
+        target::parse_spec(&doc)
+    });
+    let spec = match parsed {
+        Ok(spec) => spec,
+        Err(errors) => return Ok(invalid(&session, &title, &action, &f, &errors, true)),
+    };
+    let errors = network_errors(&state, &spec.config).await;
+    if !errors.is_empty() {
+        return Ok(invalid(&session, &title, &action, &f, &errors, true));
+    }
+    let now = time::now();
+    let changed = Target {
+        name: spec.name,
+        config: spec.config,
+        updated_at: now,
+        ..current.clone()
+    };
+    if changed.name != current.name || changed.config != current.config {
+        state
+            .store
+            .update_target(&changed)
+            .await?
+            .ok_or(PortalError::NotFound)?;
+    }
+    if spec.enabled != current.enabled {
+        state
+            .store
+            .set_target_enabled(&session.account, &current.id, spec.enabled, now)
+            .await?
+            .ok_or(PortalError::NotFound)?;
+        if spec.enabled {
+            state.wake.notify_one();
+        }
+    }
+    if spec.generated_secret {
+        return Ok(Html(created_with_secret(&session, &changed).into_string()).into_response());
+    }
+    Ok(Redirect::to(&format!("/portal/targets/{}?notice=saved", current.id)).into_response())
+}
+
+async fn set_enabled(
+    state: AppState,
+    session: Session,
+    id: String,
+    csrf: &str,
+    enabled: bool,
+) -> PortalResult<Redirect> {
+    session.check_csrf(csrf)?;
+    let id: TargetId = id.parse().map_err(|_| PortalError::NotFound)?;
+    state
+        .store
+        .set_target_enabled(&session.account, &id, enabled, time::now())
+        .await?
+        .ok_or(PortalError::NotFound)?;
+    if enabled {
+        state.wake.notify_one();
+    }
+    let notice = if enabled { "enabled" } else { "disabled" };
+    Ok(Redirect::to(&format!(
+        "/portal/targets/{id}?notice={notice}"
+    )))
+}
+
+pub async fn enable(
+    State(state): State<AppState>,
+    session: Session,
+    Path(id): Path<String>,
+    Form(f): Form<CsrfForm>,
+) -> PortalResult<Redirect> {
+    set_enabled(state, session, id, &f.csrf, true).await
+}
+
+pub async fn disable(
+    State(state): State<AppState>,
+    session: Session,
+    Path(id): Path<String>,
+    Form(f): Form<CsrfForm>,
+) -> PortalResult<Redirect> {
+    set_enabled(state, session, id, &f.csrf, false).await
+}
+
+/// Schedules a small message due now and shows it, so its outcome can be watched.
+pub async fn send_test(
+    State(state): State<AppState>,
+    session: Session,
+    Path(id): Path<String>,
+    Form(f): Form<CsrfForm>,
+) -> PortalResult<Redirect> {
+    session.check_csrf(&f.csrf)?;
+    let t = load(&state, &session, &id).await?;
+    let now = time::now();
+    let payload =
+        serde_json::json!({"test": true, "sentFrom": "the Dispatch portal", "by": session.email})
+            .to_string();
+    let message = Message {
+        id: MessageId::new(),
+        account: session.account.clone(),
+        target_id: t.id.clone(),
+        state: MsgState::Scheduled,
+        delivery_time: now,
+        next_attempt_at: Some(now),
+        attempt_count: 0,
+        delivered_at: None,
+        cancelled_at: None,
+        dead_lettered_at: None,
+        last_error: None,
+        created_at: now,
+        updated_at: now,
+        payload: Payload::parse(payload).map_err(|e| PortalError::BadRequest(e.to_string()))?,
+    };
+    match state.store.insert_message(&message, None).await? {
+        InsertOutcome::Created(m) => {
+            metrics::counter!(crate::metrics::SCHEDULED).increment(1);
+            state.wake.notify_one();
+            Ok(Redirect::to(&format!(
+                "/portal/messages/{}?notice=test&watch=1",
+                m.id
+            )))
+        }
+        _ => Err(PortalError::NotFound),
+    }
+}
