@@ -1,0 +1,1181 @@
+//! The portal over plain HTTP (the browser tests drive the same pages in
+//! Chromium): sign-in, sessions and their cookies, CSRF, rate limiting,
+//! account isolation, and every action a page offers. Runs on both stores.
+
+mod common;
+
+use std::collections::HashMap;
+
+use common::{
+    receiver::{Receiver, Reply},
+    Api, TestApp,
+};
+use reqwest::{header, redirect, StatusCode};
+use serde_json::Value;
+
+const WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+const PASSWORD: &str = "correct horse battery staple";
+
+/// A browser in miniature: keeps cookies, follows no redirects.
+struct Browser {
+    http: reqwest::Client,
+    base: String,
+    cookies: HashMap<String, String>,
+}
+
+struct Page {
+    status: StatusCode,
+    headers: header::HeaderMap,
+    body: String,
+}
+
+impl Page {
+    fn location(&self) -> &str {
+        self.headers
+            .get(header::LOCATION)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+    }
+
+    /// The first hidden `csrf` field on the page.
+    fn csrf(&self) -> String {
+        let at = self
+            .body
+            .find("name=\"csrf\" value=\"")
+            .unwrap_or_else(|| panic!("no csrf field in {}", self.body));
+        let rest = &self.body[at + "name=\"csrf\" value=\"".len()..];
+        rest[..rest.find('"').unwrap()].to_string()
+    }
+
+    fn set_cookies(&self) -> Vec<String> {
+        self.headers
+            .get_all(header::SET_COOKIE)
+            .iter()
+            .map(|v| v.to_str().unwrap().to_string())
+            .collect()
+    }
+}
+
+impl Browser {
+    fn new(app: &TestApp) -> Self {
+        Self {
+            http: reqwest::Client::builder()
+                .redirect(redirect::Policy::none())
+                .build()
+                .unwrap(),
+            base: app.base.clone(),
+            cookies: HashMap::new(),
+        }
+    }
+
+    fn cookie_header(&self) -> String {
+        self.cookies
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+
+    async fn send(&mut self, req: reqwest::RequestBuilder) -> Page {
+        let r = req
+            .header(header::COOKIE, self.cookie_header())
+            .send()
+            .await
+            .unwrap();
+        let page = Page {
+            status: r.status(),
+            headers: r.headers().clone(),
+            body: r.text().await.unwrap(),
+        };
+        for c in page.set_cookies() {
+            let pair = c.split(';').next().unwrap();
+            let (k, v) = pair.split_once('=').unwrap();
+            if v.is_empty() || c.contains("Max-Age=0") {
+                self.cookies.remove(k);
+            } else {
+                self.cookies.insert(k.to_string(), v.to_string());
+            }
+        }
+        page
+    }
+
+    async fn get(&mut self, path: &str) -> Page {
+        let req = self.http.get(format!("{}{path}", self.base));
+        self.send(req).await
+    }
+
+    async fn post(&mut self, path: &str, form: &[(&str, &str)]) -> Page {
+        let req = self.http.post(format!("{}{path}", self.base)).form(form);
+        self.send(req).await
+    }
+
+    async fn try_sign_in(&mut self, email: &str, password: &str) -> Page {
+        let login = self.get("/portal/login").await;
+        assert_eq!(login.status, 200);
+        let csrf = login.csrf();
+        self.post(
+            "/portal/login",
+            &[
+                ("csrf", &csrf),
+                ("email", email),
+                ("password", password),
+                ("next", "/portal/overview"),
+            ],
+        )
+        .await
+    }
+
+    /// The session's CSRF token, read from a page.
+    async fn csrf(&mut self) -> String {
+        let p = self.get("/portal/overview").await;
+        assert_eq!(p.status, 200, "signed in");
+        p.csrf()
+    }
+}
+
+async fn user(app: &TestApp, account: &str, email: &str) {
+    let created = app
+        .store()
+        .create_user(&dispatch::portal::new_user(account, email, PASSWORD))
+        .await
+        .unwrap();
+    assert!(created);
+}
+
+async fn signed_in(app: &TestApp, account: &str, email: &str) -> Browser {
+    user(app, account, email).await;
+    let mut b = Browser::new(app);
+    let p = b.try_sign_in(email, PASSWORD).await;
+    assert_eq!(p.status, StatusCode::SEE_OTHER, "{}", p.body);
+    b
+}
+
+async fn message_state(api: &Api, id: &str) -> String {
+    api.message(id).await["state"].as_str().unwrap().to_string()
+}
+
+fn s(v: &Value) -> &str {
+    v.as_str().unwrap()
+}
+
+/// Schedules `n` messages for a receiver that refuses them (400) and delivers
+/// them: `n` dead letters.
+async fn dead_letters(
+    app: &TestApp,
+    api: &Api,
+    rx: &Receiver,
+    target: &str,
+    n: usize,
+) -> Vec<String> {
+    rx.always(Reply::status(400));
+    let mut ids = Vec::new();
+    for i in 0..n {
+        let m = api
+            .schedule(target, &common::in_ms(-1000), &format!("dead {i}"))
+            .await;
+        ids.push(s(&m["messageId"]).to_string());
+    }
+    // The background sweeper may have claimed them first; either way they settle.
+    app.running().sweeper.deliver_due_now().await;
+    for id in &ids {
+        api.wait_for_state(id, "DeadLetter", WAIT).await;
+    }
+    ids
+}
+
+#[tokio::test]
+async fn pages_send_people_without_a_session_to_sign_in_and_back() {
+    let app = TestApp::spawn().await;
+    let mut b = Browser::new(&app);
+    for path in [
+        "/portal/overview",
+        "/portal/targets",
+        "/portal/messages?state=DeadLetter",
+    ] {
+        let p = b.get(path).await;
+        assert_eq!(p.status, StatusCode::SEE_OTHER, "{path}");
+        assert!(
+            p.location().starts_with("/portal/login?next="),
+            "{path}: {}",
+            p.location()
+        );
+    }
+    assert_eq!(b.get("/portal").await.location(), "/portal/overview");
+    // A forged or stale session cookie is no session.
+    b.cookies.insert("dispatch_session".into(), "forged".into());
+    assert_eq!(
+        b.get("/portal/overview").await.status,
+        StatusCode::SEE_OTHER
+    );
+
+    user(&app, "acme", "ops@example.com").await;
+    let mut b = Browser::new(&app);
+    let login = b
+        .get("/portal/login?next=%2Fportal%2Fmessages%3Fstate%3DDeadLetter")
+        .await;
+    let csrf = login.csrf();
+    let p = b
+        .post(
+            "/portal/login",
+            &[
+                ("csrf", &csrf),
+                ("email", "OPS@example.com "),
+                ("password", PASSWORD),
+                ("next", "/portal/messages?state=DeadLetter"),
+            ],
+        )
+        .await;
+    assert_eq!(p.status, StatusCode::SEE_OTHER);
+    assert_eq!(
+        p.location(),
+        "/portal/messages?state=DeadLetter",
+        "back where they were going; email case ignored"
+    );
+}
+
+#[tokio::test]
+async fn sign_in_sets_a_strict_http_only_cookie_and_sign_out_ends_the_session() {
+    let app = TestApp::spawn().await;
+    user(&app, "acme", "ops@example.com").await;
+    let mut b = Browser::new(&app);
+    let p = b.try_sign_in("ops@example.com", PASSWORD).await;
+    assert_eq!(p.status, StatusCode::SEE_OTHER);
+    let cookie = p
+        .set_cookies()
+        .into_iter()
+        .find(|c| c.starts_with("dispatch_session="))
+        .expect("a session cookie");
+    for part in [
+        "HttpOnly",
+        "SameSite=Strict",
+        "Path=/portal",
+        "Max-Age=43200",
+    ] {
+        assert!(cookie.contains(part), "{part} in {cookie}");
+    }
+    assert!(
+        !cookie.contains("Secure"),
+        "plain HTTP without a proxy: {cookie}"
+    );
+    let overview = b.get("/portal/overview").await;
+    assert_eq!(overview.status, 200);
+    assert!(overview.body.contains("ops@example.com") && overview.body.contains("acme"));
+
+    let session = b.cookies["dispatch_session"].clone();
+    let csrf = overview.csrf();
+    let out = b.post("/portal/logout", &[("csrf", &csrf)]).await;
+    assert_eq!(out.status, StatusCode::SEE_OTHER);
+    assert!(
+        !b.cookies.contains_key("dispatch_session"),
+        "the cookie is cleared"
+    );
+    // The old token is dead on the server too, not only forgotten by the browser.
+    b.cookies.insert("dispatch_session".into(), session);
+    assert_eq!(
+        b.get("/portal/overview").await.status,
+        StatusCode::SEE_OTHER
+    );
+
+    // Behind a proxy that terminates TLS, cookies are Secure.
+    let mut b = Browser::new(&app);
+    let login = b.get("/portal/login").await;
+    let csrf = login.csrf();
+    let req = b
+        .http
+        .post(format!("{}/portal/login", b.base))
+        .header("x-forwarded-proto", "https")
+        .form(&[
+            ("csrf", csrf.as_str()),
+            ("email", "ops@example.com"),
+            ("password", PASSWORD),
+            ("next", ""),
+        ]);
+    let p = b.send(req).await;
+    assert_eq!(p.status, StatusCode::SEE_OTHER);
+    assert!(p
+        .set_cookies()
+        .iter()
+        .any(|c| c.starts_with("dispatch_session=") && c.contains("Secure")));
+}
+
+#[tokio::test]
+async fn a_wrong_password_and_an_unknown_email_get_the_same_answer() {
+    let app = TestApp::spawn().await;
+    user(&app, "acme", "ops@example.com").await;
+    let mut b = Browser::new(&app);
+    let wrong = b.try_sign_in("ops@example.com", "not the password").await;
+    let unknown = b.try_sign_in("nobody@example.com", PASSWORD).await;
+    for p in [&wrong, &unknown] {
+        assert_eq!(p.status, StatusCode::UNAUTHORIZED);
+        assert!(p.body.contains("The email or the password is wrong."));
+        assert!(!p
+            .set_cookies()
+            .iter()
+            .any(|c| c.starts_with("dispatch_session=")));
+    }
+}
+
+#[tokio::test]
+async fn sign_in_is_rate_limited_per_email_even_for_the_right_password() {
+    let app = TestApp::spawn_with(|c| c.portal.login_attempts = 3).await;
+    user(&app, "acme", "ops@example.com").await;
+    user(&app, "acme", "dev@example.com").await;
+    let mut b = Browser::new(&app);
+    for _ in 0..3 {
+        assert_eq!(
+            b.try_sign_in("ops@example.com", "guess").await.status,
+            StatusCode::UNAUTHORIZED
+        );
+    }
+    let limited = b.try_sign_in("ops@example.com", PASSWORD).await;
+    assert_eq!(limited.status, StatusCode::TOO_MANY_REQUESTS);
+    assert!(limited.body.contains("Too many sign-in attempts"));
+    // Another person at the same address is not locked out by it.
+    assert_eq!(
+        b.try_sign_in("dev@example.com", PASSWORD).await.status,
+        StatusCode::SEE_OTHER
+    );
+}
+
+#[tokio::test]
+async fn sign_in_only_follows_paths_inside_the_portal() {
+    let app = TestApp::spawn().await;
+    user(&app, "acme", "ops@example.com").await;
+    for next in [
+        "https://evil.example/",
+        "//evil.example/portal",
+        "/portal\\..\\x",
+        "/metrics",
+    ] {
+        let mut b = Browser::new(&app);
+        let csrf = b.get("/portal/login").await.csrf();
+        let p = b
+            .post(
+                "/portal/login",
+                &[
+                    ("csrf", &csrf),
+                    ("email", "ops@example.com"),
+                    ("password", PASSWORD),
+                    ("next", next),
+                ],
+            )
+            .await;
+        assert_eq!(p.location(), "/portal/overview", "{next}");
+    }
+}
+
+#[tokio::test]
+async fn a_sign_in_form_without_its_token_is_refused() {
+    let app = TestApp::spawn().await;
+    user(&app, "acme", "ops@example.com").await;
+    let mut b = Browser::new(&app);
+    b.get("/portal/login").await;
+    let p = b
+        .post(
+            "/portal/login",
+            &[
+                ("csrf", "made-up"),
+                ("email", "ops@example.com"),
+                ("password", PASSWORD),
+            ],
+        )
+        .await;
+    assert_eq!(p.status, StatusCode::FORBIDDEN);
+    assert!(!b.cookies.contains_key("dispatch_session"));
+    // A token with no cookie to match (posted from another site) fails too.
+    let mut other = Browser::new(&app);
+    let csrf = b.get("/portal/login").await.csrf();
+    let p = other
+        .post(
+            "/portal/login",
+            &[
+                ("csrf", &csrf),
+                ("email", "ops@example.com"),
+                ("password", PASSWORD),
+            ],
+        )
+        .await;
+    assert_eq!(p.status, StatusCode::FORBIDDEN);
+}
+
+#[tokio::test]
+async fn forms_without_the_session_token_are_refused_and_change_nothing() {
+    let app = TestApp::spawn().await;
+    let api = app.api("acme").await;
+    let rx = Receiver::start().await;
+    let target = api.webhook(&rx.url("/hook")).await;
+    let tid = s(&target["targetId"]);
+    let m = api.schedule(tid, "2099-01-01T00:00:00Z", "later").await;
+    let mid = s(&m["messageId"]);
+    let mut b = signed_in(&app, "acme", "ops@example.com").await;
+    let csrf = b.csrf().await;
+
+    let attempts: Vec<(String, Vec<(&str, &str)>)> = vec![
+        (format!("/portal/messages/{mid}/cancel"), vec![]),
+        (
+            format!("/portal/messages/{mid}/cancel"),
+            vec![("csrf", "wrong")],
+        ),
+        (
+            format!("/portal/messages/{mid}/reschedule"),
+            vec![("at", "2030-01-01T00:00"), ("tz", "UTC")],
+        ),
+        (
+            "/portal/messages/bulk".to_string(),
+            vec![("action", "cancel"), ("ids", mid), ("confirmed", "yes")],
+        ),
+        (format!("/portal/targets/{tid}/disable"), vec![]),
+        (format!("/portal/targets/{tid}/test"), vec![]),
+        (
+            "/portal/targets".to_string(),
+            vec![
+                ("name", "x"),
+                ("type", "webhook"),
+                ("url", "http://127.0.0.1:9/"),
+            ],
+        ),
+        ("/portal/logout".to_string(), vec![]),
+    ];
+    for (path, form) in &attempts {
+        let p = b.post(path, form).await;
+        assert_eq!(p.status, StatusCode::FORBIDDEN, "{path} {form:?}");
+        assert!(p.body.contains("The form has expired"));
+    }
+    assert_eq!(message_state(&api, mid).await, "Scheduled");
+    assert_eq!(
+        api.get(&format!("/targets/{tid}"))
+            .await
+            .json::<Value>()
+            .await
+            .unwrap()["enabled"],
+        true
+    );
+    let listed = api.get("/targets").await.json::<Value>().await.unwrap();
+    assert_eq!(
+        listed["items"].as_array().unwrap().len(),
+        1,
+        "no target was created"
+    );
+    assert_eq!(
+        b.get("/portal/overview").await.status,
+        200,
+        "still signed in"
+    );
+
+    // With the token, the same form works.
+    let p = b
+        .post(
+            &format!("/portal/messages/{mid}/cancel"),
+            &[("csrf", &csrf)],
+        )
+        .await;
+    assert_eq!(p.status, StatusCode::SEE_OTHER);
+    assert_eq!(message_state(&api, mid).await, "Cancelled");
+}
+
+#[tokio::test]
+async fn another_accounts_targets_and_messages_are_not_found_and_not_listed() {
+    let app = TestApp::spawn().await;
+    let api = app.api("acme").await;
+    let rx = Receiver::start().await;
+    let target = api.webhook(&rx.url("/hook")).await;
+    let tid = s(&target["targetId"]);
+    let m = api
+        .schedule(tid, "2099-01-01T00:00:00Z", "acme's secret payload")
+        .await;
+    let mid = s(&m["messageId"]);
+
+    let mut b = signed_in(&app, "globex", "eve@globex.example").await;
+    let csrf = b.csrf().await;
+    for path in [
+        format!("/portal/messages/{mid}"),
+        format!("/portal/targets/{tid}"),
+        format!("/portal/targets/{tid}/edit"),
+    ] {
+        let p = b.get(&path).await;
+        assert_eq!(p.status, StatusCode::NOT_FOUND, "{path}");
+        assert!(!p.body.contains("secret payload"));
+    }
+    for (path, form) in [
+        (
+            format!("/portal/messages/{mid}/cancel"),
+            vec![("csrf", csrf.as_str())],
+        ),
+        (
+            format!("/portal/messages/{mid}/reschedule"),
+            vec![("csrf", csrf.as_str()), ("at", "")],
+        ),
+        (
+            format!("/portal/targets/{tid}/disable"),
+            vec![("csrf", csrf.as_str())],
+        ),
+        (
+            format!("/portal/targets/{tid}/test"),
+            vec![("csrf", csrf.as_str())],
+        ),
+    ] {
+        assert_eq!(
+            b.post(&path, &form).await.status,
+            StatusCode::NOT_FOUND,
+            "{path}"
+        );
+    }
+    let bulk = b
+        .post(
+            "/portal/messages/bulk",
+            &[
+                ("csrf", &csrf),
+                ("action", "cancel"),
+                ("ids", mid),
+                ("confirmed", "yes"),
+            ],
+        )
+        .await;
+    assert_eq!(
+        bulk.location(),
+        "/portal/messages?notice=bulk-cancelled&n=0"
+    );
+    let list = b.get("/portal/messages").await;
+    assert!(list.body.contains("id=\"no-messages\"") && !list.body.contains(mid));
+    let targets = b.get("/portal/targets").await;
+    assert!(!targets.body.contains(tid));
+    let overview = b.get("/portal/overview").await;
+    assert!(!overview.body.contains(tid) && overview.body.contains("No targets yet"));
+    assert_eq!(
+        b.get(&format!("/portal/messages?q={mid}")).await.location(),
+        format!("/portal/messages/{mid}")
+    );
+    assert_eq!(message_state(&api, mid).await, "Scheduled", "untouched");
+    assert_eq!(
+        api.get(&format!("/targets/{tid}"))
+            .await
+            .json::<Value>()
+            .await
+            .unwrap()["enabled"],
+        true
+    );
+}
+
+#[tokio::test]
+async fn a_webhook_target_made_with_the_form_shows_its_secret_once_and_an_edit_keeps_secrets() {
+    let app = TestApp::spawn().await;
+    let rx = Receiver::start().await;
+    let mut b = signed_in(&app, "acme", "ops@example.com").await;
+    let csrf = b.csrf().await;
+    let url = rx.url("/hook");
+    let p = b
+        .post(
+            "/portal/targets",
+            &[
+                ("csrf", &csrf),
+                ("name", "orders"),
+                ("type", "webhook"),
+                ("enabled", "on"),
+                ("url", &url),
+                ("timeoutMs", "3000"),
+                ("headers", "X-Api-Key: k-123\nX-Team: core"),
+            ],
+        )
+        .await;
+    assert_eq!(p.status, 200, "{}", p.body);
+    let secret_at = p
+        .body
+        .find("id=\"signing-secret\">")
+        .expect("the secret is shown");
+    let shown = &p.body[secret_at + "id=\"signing-secret\">".len()..];
+    let shown = &shown[..shown.find('<').unwrap()];
+    assert!(shown.starts_with("whsec_"), "{shown}");
+
+    let api = app.api("acme").await;
+    let list = api.get("/targets").await.json::<Value>().await.unwrap();
+    let t = &list["items"][0];
+    let tid = s(&t["targetId"]).to_string();
+    assert_eq!(t["name"], "orders");
+    assert_eq!(t["config"]["timeoutMs"], 3000);
+    assert_eq!(t["config"]["headers"]["X-Api-Key"], "***");
+    let page = b.get(&format!("/portal/targets/{tid}")).await;
+    assert!(
+        !page.body.contains(shown) && !page.body.contains("k-123"),
+        "never shown again"
+    );
+    let edit = b.get(&format!("/portal/targets/{tid}/edit")).await;
+    assert!(!edit.body.contains(shown) && !edit.body.contains("k-123"));
+
+    // An edit that leaves the secrets alone keeps them, and delivery proves it.
+    let p = b
+        .post(
+            &format!("/portal/targets/{tid}"),
+            &[
+                ("csrf", &csrf),
+                ("name", "orders v2"),
+                ("enabled", "on"),
+                ("url", &url),
+                ("timeoutMs", "3000"),
+                ("headers", "X-Api-Key: ***\nX-Team: core"),
+                ("signingSecret", ""),
+            ],
+        )
+        .await;
+    assert_eq!(p.status, StatusCode::SEE_OTHER, "{}", p.body);
+    assert_eq!(p.location(), format!("/portal/targets/{tid}?notice=saved"));
+    rx.always(Reply::status(200));
+    let m = api.schedule(&tid, &common::in_ms(-10), "hello").await;
+    app.running().sweeper.deliver_due_now().await;
+    let got = rx.wait_for(1, WAIT).await;
+    assert_eq!(got[0].header("x-api-key").as_deref(), Some("k-123"));
+    api.wait_for_state(s(&m["messageId"]), "Delivered", WAIT)
+        .await;
+    let stored = app
+        .store()
+        .get_target("acme", &tid.parse().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored.name, "orders v2");
+    let dispatch::domain::target::TargetConfig::Webhook(w) = stored.config else {
+        panic!()
+    };
+    assert_eq!(w.signing_secret, shown);
+
+    // Unticking "enabled" disables it.
+    let p = b
+        .post(
+            &format!("/portal/targets/{tid}"),
+            &[
+                ("csrf", &csrf),
+                ("name", "orders v2"),
+                ("url", &url),
+                ("headers", "X-Api-Key: ***"),
+            ],
+        )
+        .await;
+    assert_eq!(p.status, StatusCode::SEE_OTHER, "{}", p.body);
+    assert_eq!(
+        api.get(&format!("/targets/{tid}"))
+            .await
+            .json::<Value>()
+            .await
+            .unwrap()["enabled"],
+        false
+    );
+}
+
+#[tokio::test]
+async fn invalid_target_forms_answer_400_naming_the_fields_and_create_nothing() {
+    let app = TestApp::spawn().await;
+    let mut b = signed_in(&app, "acme", "ops@example.com").await;
+    let csrf = b.csrf().await;
+    let cases: Vec<(Vec<(&str, &str)>, &str)> = vec![
+        (
+            vec![
+                ("name", "x"),
+                ("type", "webhook"),
+                ("url", "ftp://example.com/"),
+            ],
+            "config.url",
+        ),
+        (
+            vec![
+                ("name", "x"),
+                ("type", "webhook"),
+                ("url", "https://example.com/"),
+                ("timeoutMs", "soon"),
+            ],
+            "config.timeoutMs",
+        ),
+        (
+            vec![
+                ("name", "x"),
+                ("type", "webhook"),
+                ("url", "https://example.com/"),
+                ("headers", "no colon"),
+            ],
+            "config.headers",
+        ),
+        (
+            vec![
+                ("name", "x"),
+                ("type", "sqs"),
+                ("queueUrl", "not a url"),
+                ("region", "eu-north-1"),
+            ],
+            "config.queueUrl",
+        ),
+        (
+            vec![
+                ("name", "x"),
+                ("type", "sns"),
+                ("topicArn", "arn:nope"),
+                ("region", "eu-north-1"),
+            ],
+            "config.topicArn",
+        ),
+        (
+            vec![
+                ("name", ""),
+                ("type", "webhook"),
+                ("url", "https://example.com/"),
+            ],
+            "name",
+        ),
+        (vec![("name", "x"), ("type", "fax")], "type"),
+    ];
+    for (mut form, field) in cases {
+        form.push(("csrf", &csrf));
+        let p = b.post("/portal/targets", &form).await;
+        assert_eq!(p.status, StatusCode::BAD_REQUEST, "{form:?}");
+        assert!(
+            p.body.contains("error-summary") && p.body.contains(&format!("<code>{field}</code>")),
+            "{field}: {}",
+            p.body
+        );
+    }
+    let api = app.api("acme").await;
+    assert_eq!(
+        api.get("/targets").await.json::<Value>().await.unwrap()["items"],
+        serde_json::json!([])
+    );
+
+    // The private-network rule applies to the portal as to the API.
+    let strict = TestApp::spawn_with(|c| c.webhook.allow_private_networks = false).await;
+    let mut b = signed_in(&strict, "acme", "ops@example.com").await;
+    let csrf = b.csrf().await;
+    let p = b
+        .post(
+            "/portal/targets",
+            &[
+                ("csrf", &csrf),
+                ("name", "x"),
+                ("type", "webhook"),
+                ("url", "http://127.0.0.1:8080/"),
+            ],
+        )
+        .await;
+    assert_eq!(p.status, StatusCode::BAD_REQUEST);
+    assert!(
+        p.body.contains("private networks are refused"),
+        "{}",
+        p.body
+    );
+}
+
+#[tokio::test]
+async fn cancel_and_reschedule_from_the_message_page_show_in_its_history() {
+    let app = TestApp::spawn().await;
+    let api = app.api("acme").await;
+    let rx = Receiver::start().await;
+    let target = api.webhook(&rx.url("/hook")).await;
+    let tid = s(&target["targetId"]);
+    let a = s(&api
+        .schedule(tid, "2099-01-01T00:00:00Z", "{\"order\": 42}")
+        .await["messageId"])
+    .to_string();
+    let c =
+        s(&api.schedule(tid, "2099-01-01T00:00:00Z", "to cancel").await["messageId"]).to_string();
+    let mut b = signed_in(&app, "acme", "ops@example.com").await;
+    let csrf = b.csrf().await;
+
+    let page = b.get(&format!("/portal/messages/{a}")).await;
+    assert_eq!(page.status, 200);
+    assert!(
+        page.body.contains("{\n  &quot;order&quot;: 42\n}"),
+        "the JSON payload is shown indented"
+    );
+    assert!(page.body.contains("id=\"reschedule\"") && page.body.contains("id=\"cancel\""));
+
+    // 10:00 in Berlin in winter is 09:00 UTC.
+    let p = b
+        .post(
+            &format!("/portal/messages/{a}/reschedule"),
+            &[
+                ("csrf", &csrf),
+                ("at", "2030-01-15T10:00"),
+                ("tz", "Europe/Berlin"),
+            ],
+        )
+        .await;
+    assert_eq!(p.status, StatusCode::SEE_OTHER, "{}", p.body);
+    let m = api.message(&a).await;
+    assert_eq!(m["deliveryTime"], "2030-01-15T09:00:00Z");
+    let page = b.get(&format!("/portal/messages/{a}")).await;
+    assert!(
+        page.body
+            .contains("Rescheduled (was Scheduled) for <time datetime=\"2030-01-15T09:00:00Z\">"),
+        "{}",
+        page.body
+    );
+
+    let bad = b
+        .post(
+            &format!("/portal/messages/{a}/reschedule"),
+            &[
+                ("csrf", &csrf),
+                ("at", "2030-03-31T02:30"),
+                ("tz", "Europe/Berlin"),
+            ],
+        )
+        .await;
+    assert_eq!(
+        bad.status,
+        StatusCode::BAD_REQUEST,
+        "a time the clocks skip"
+    );
+    let bad = b
+        .post(
+            &format!("/portal/messages/{a}/reschedule"),
+            &[
+                ("csrf", &csrf),
+                ("at", "2030-01-15T10:00"),
+                ("tz", "Mars/Base"),
+            ],
+        )
+        .await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        api.message(&a).await["deliveryTime"],
+        "2030-01-15T09:00:00Z",
+        "unchanged by bad input"
+    );
+
+    let p = b
+        .post(&format!("/portal/messages/{c}/cancel"), &[("csrf", &csrf)])
+        .await;
+    assert_eq!(
+        p.location(),
+        format!("/portal/messages/{c}?notice=cancelled")
+    );
+    assert_eq!(message_state(&api, &c).await, "Cancelled");
+    let page = b.get(p.location()).await;
+    assert!(
+        page.body.contains("The message was cancelled.")
+            && page.body.contains("Cancelled (was Scheduled)")
+    );
+    assert!(
+        !page.body.contains("id=\"cancel\""),
+        "no actions on a cancelled message"
+    );
+    let again = b
+        .post(&format!("/portal/messages/{c}/cancel"), &[("csrf", &csrf)])
+        .await;
+    assert_eq!(again.status, StatusCode::CONFLICT);
+    assert!(again.body.contains("The message is Cancelled"));
+}
+
+#[tokio::test]
+async fn a_test_message_from_the_target_page_is_delivered_and_shown_with_its_attempt() {
+    let app = TestApp::spawn().await;
+    let api = app.api("acme").await;
+    let rx = Receiver::start().await;
+    rx.always(Reply::status(200).body("thanks"));
+    let target = api.webhook(&rx.url("/hook")).await;
+    let tid = s(&target["targetId"]);
+    let mut b = signed_in(&app, "acme", "ops@example.com").await;
+    let csrf = b.csrf().await;
+    let p = b
+        .post(&format!("/portal/targets/{tid}/test"), &[("csrf", &csrf)])
+        .await;
+    assert_eq!(p.status, StatusCode::SEE_OTHER);
+    let path = p.location().to_string();
+    assert!(path.ends_with("?notice=test&watch=1"), "{path}");
+    let watching = b.get(&path).await;
+    app.running().sweeper.deliver_due_now().await;
+    let got = rx.wait_for(1, WAIT).await;
+    assert!(s(&got[0].json()["payload"]).contains("\"test\":true"));
+    let id = path
+        .trim_start_matches("/portal/messages/")
+        .split('?')
+        .next()
+        .unwrap();
+    api.wait_for_state(id, "Delivered", WAIT).await;
+    let page = b.get(&path).await;
+    assert!(
+        page.body.contains("id=\"message-state\">Delivered<"),
+        "{}",
+        page.body
+    );
+    assert!(page.body.contains("data-outcome=\"Success\""));
+    assert!(page.body.contains("thanks"), "the response excerpt");
+    assert!(
+        !page.body.contains("data-watch"),
+        "a settled message is not watched"
+    );
+    // Before delivery it was being watched (or already delivered by the sweeper).
+    assert!(watching.body.contains("data-watch") || watching.body.contains(">Delivered<"));
+}
+
+#[tokio::test]
+async fn redrive_shows_the_count_then_reschedules_every_matching_dead_letter() {
+    let app = TestApp::spawn().await;
+    let api = app.api("acme").await;
+    let rx = Receiver::start().await;
+    let other_rx = Receiver::start().await;
+    let t1 = s(&api.webhook(&rx.url("/hook")).await["targetId"]).to_string();
+    let t2 = s(&api.webhook(&other_rx.url("/hook")).await["targetId"]).to_string();
+    let dead = dead_letters(&app, &api, &rx, &t1, 3).await;
+    let other = dead_letters(&app, &api, &other_rx, &t2, 1).await;
+    let mut b = signed_in(&app, "acme", "ops@example.com").await;
+    let csrf = b.csrf().await;
+
+    let target_page = b.get(&format!("/portal/targets/{t1}")).await;
+    assert!(
+        target_page.body.contains("3 dead letters")
+            && target_page.body.contains("id=\"redrive-target\"")
+    );
+    let confirm = b
+        .get(&format!("/portal/messages/redrive?target={t1}"))
+        .await;
+    assert_eq!(confirm.status, 200);
+    assert!(
+        confirm.body.contains("<strong>3</strong> dead letters"),
+        "{}",
+        confirm.body
+    );
+    let overview = b.get("/portal/overview").await;
+    assert!(
+        overview
+            .body
+            .contains("id=\"dead-waiting\" href=\"/portal/messages?state=DeadLetter\">4<"),
+        "{}",
+        overview.body
+    );
+
+    rx.always(Reply::status(200));
+    let p = b
+        .post(
+            "/portal/messages/redrive",
+            &[("csrf", &csrf), ("target", &t1), ("at", ""), ("tz", "UTC")],
+        )
+        .await;
+    assert_eq!(p.status, StatusCode::SEE_OTHER);
+    assert_eq!(
+        p.location(),
+        format!("/portal/messages?notice=redriven&n=3&target={t1}")
+    );
+    assert!(b
+        .get(p.location())
+        .await
+        .body
+        .contains("3 dead letters were rescheduled."));
+    app.running().sweeper.deliver_due_now().await;
+    for id in &dead {
+        api.wait_for_state(id, "Delivered", WAIT).await;
+    }
+    assert_eq!(
+        message_state(&api, &other[0]).await,
+        "DeadLetter",
+        "another target's dead letter stays"
+    );
+    let page = b.get(&format!("/portal/messages/{}", dead[0])).await;
+    assert!(page.body.contains("Rescheduled (was DeadLetter)"));
+}
+
+#[tokio::test]
+async fn bulk_actions_confirm_a_count_and_act_only_on_what_the_selection_allows() {
+    let app = TestApp::spawn().await;
+    let api = app.api("acme").await;
+    let rx = Receiver::start().await;
+    let tid = s(&api.webhook(&rx.url("/hook")).await["targetId"]).to_string();
+    let dead = dead_letters(&app, &api, &rx, &tid, 2).await;
+    let later: Vec<String> = futures::future::join_all((0..3).map(|i| {
+        let api = api.clone();
+        let tid = tid.clone();
+        async move {
+            s(&api
+                .schedule(&tid, "2099-01-01T00:00:00Z", &format!("later {i}"))
+                .await["messageId"])
+            .to_string()
+        }
+    }))
+    .await;
+    let mut b = signed_in(&app, "acme", "ops@example.com").await;
+    let csrf = b.csrf().await;
+
+    let list = b.get("/portal/messages?state=Scheduled").await;
+    for id in &later {
+        assert!(list.body.contains(&format!("value=\"{id}\"")));
+    }
+    for id in &dead {
+        assert!(!list.body.contains(id.as_str()), "filtered by state");
+    }
+    // Cancel two Scheduled messages and a dead letter; only eligible ones count.
+    let form = [
+        ("csrf", csrf.as_str()),
+        ("action", "cancel"),
+        ("ids", &later[0]),
+        ("ids", &later[1]),
+        ("ids", &dead[0]),
+    ];
+    let confirm = b.post("/portal/messages/bulk", &form).await;
+    assert_eq!(confirm.status, 200);
+    assert!(
+        confirm
+            .body
+            .contains("You selected 3 messages; <strong>3</strong> can be cancelled."),
+        "{}",
+        confirm.body
+    );
+    assert_eq!(
+        message_state(&api, &later[0]).await,
+        "Scheduled",
+        "nothing happens before confirming"
+    );
+    let done = b
+        .post(
+            "/portal/messages/bulk",
+            &[form.as_slice(), &[("confirmed", "yes")]].concat(),
+        )
+        .await;
+    assert_eq!(
+        done.location(),
+        "/portal/messages?notice=bulk-cancelled&n=3"
+    );
+    assert_eq!(message_state(&api, &later[0]).await, "Cancelled");
+    assert_eq!(message_state(&api, &later[1]).await, "Cancelled");
+    assert_eq!(message_state(&api, &dead[0]).await, "Cancelled");
+    assert_eq!(
+        message_state(&api, &later[2]).await,
+        "Scheduled",
+        "not selected"
+    );
+
+    // Rescheduling a selection moves only its dead letters.
+    let form = [
+        ("csrf", csrf.as_str()),
+        ("action", "redrive"),
+        ("ids", &dead[1]),
+        ("ids", &later[2]),
+    ];
+    let confirm = b.post("/portal/messages/bulk", &form).await;
+    assert!(
+        confirm
+            .body
+            .contains("<strong>1</strong> can be rescheduled"),
+        "{}",
+        confirm.body
+    );
+    rx.always(Reply::status(200));
+    let done = b
+        .post(
+            "/portal/messages/bulk",
+            &[
+                form.as_slice(),
+                &[("confirmed", "yes"), ("at", ""), ("tz", "UTC")],
+            ]
+            .concat(),
+        )
+        .await;
+    assert_eq!(done.location(), "/portal/messages?notice=redriven&n=1");
+    app.running().sweeper.deliver_due_now().await;
+    api.wait_for_state(&dead[1], "Delivered", WAIT).await;
+    assert_eq!(
+        api.message(&later[2]).await["deliveryTime"],
+        "2099-01-01T00:00:00Z"
+    );
+
+    let empty = b
+        .post(
+            "/portal/messages/bulk",
+            &[("csrf", csrf.as_str()), ("action", "cancel")],
+        )
+        .await;
+    assert_eq!(empty.status, StatusCode::BAD_REQUEST);
+}
+
+#[tokio::test]
+async fn the_message_list_filters_by_state_target_and_due_time_pages_and_finds_by_id() {
+    let app = TestApp::spawn().await;
+    let api = app.api("acme").await;
+    let rx = Receiver::start().await;
+    let t1 = s(&api.webhook(&rx.url("/a")).await["targetId"]).to_string();
+    let t2 = s(&api.webhook(&rx.url("/b")).await["targetId"]).to_string();
+    let jan = s(&api.schedule(&t1, "2030-01-10T12:00:00Z", "jan").await["messageId"]).to_string();
+    let feb = s(&api.schedule(&t1, "2030-02-10T12:00:00Z", "feb").await["messageId"]).to_string();
+    let other =
+        s(&api.schedule(&t2, "2030-01-10T12:00:00Z", "other").await["messageId"]).to_string();
+    for i in 0..55 {
+        api.schedule(&t2, "2031-01-01T00:00:00Z", &format!("bulk {i}"))
+            .await;
+    }
+    let mut b = signed_in(&app, "acme", "ops@example.com").await;
+
+    let by_target = b.get(&format!("/portal/messages?target={t1}")).await;
+    assert!(
+        by_target.body.contains(&jan)
+            && by_target.body.contains(&feb)
+            && !by_target.body.contains(&other)
+    );
+    // January in Berlin time.
+    let january = b
+        .get(&format!("/portal/messages?target={t1}&from=2030-01-01T00%3A00&to=2030-02-01T00%3A00&tz=Europe%2FBerlin"))
+        .await;
+    assert!(
+        january.body.contains(&jan) && !january.body.contains(&feb),
+        "{}",
+        january.body
+    );
+
+    // 58 messages: a first page of 50 and a link to the rest.
+    let first = b.get("/portal/messages").await;
+    assert_eq!(first.body.matches("name=\"ids\"").count(), 50);
+    let at = first
+        .body
+        .find("id=\"next-page\" href=\"")
+        .expect("a next page");
+    let href = &first.body[at + "id=\"next-page\" href=\"".len()..];
+    let href = href[..href.find('"').unwrap()].replace("&amp;", "&");
+    let second = b.get(&href).await;
+    assert_eq!(second.body.matches("name=\"ids\"").count(), 8);
+    assert!(second.body.contains(&jan) && !second.body.contains("id=\"next-page\""));
+
+    let found = b.get(&format!("/portal/messages?q={feb}")).await;
+    assert_eq!(found.location(), format!("/portal/messages/{feb}"));
+    let nonsense = b.get("/portal/messages?q=hello").await;
+    assert_eq!(nonsense.status, 200);
+    assert!(nonsense.body.contains("is not a message id"));
+    let bad_state = b.get("/portal/messages?state=Lost").await;
+    assert!(bad_state.body.contains("`Lost` is not a state"));
+}
+
+#[tokio::test]
+async fn pages_carry_security_headers_and_work_without_any_external_asset() {
+    let app = TestApp::spawn().await;
+    let mut b = signed_in(&app, "acme", "ops@example.com").await;
+    for path in [
+        "/portal/login",
+        "/portal/overview",
+        "/portal/targets",
+        "/portal/targets/new",
+        "/portal/messages",
+    ] {
+        let p = b.get(path).await;
+        assert_eq!(p.status, 200, "{path}");
+        let csp = p
+            .headers
+            .get("content-security-policy")
+            .unwrap()
+            .to_str()
+            .unwrap();
+        assert!(
+            csp.contains("default-src 'none'") && csp.contains("frame-ancestors 'none'"),
+            "{csp}"
+        );
+        assert_eq!(p.headers.get("cache-control").unwrap(), "no-store");
+        assert_eq!(p.headers.get("x-frame-options").unwrap(), "DENY");
+        for attr in ["src=\"", "href=\""] {
+            for scheme in ["http:", "https:", "//"] {
+                assert!(
+                    !p.body.contains(&format!("{attr}{scheme}")),
+                    "{path} loads nothing from elsewhere"
+                );
+            }
+        }
+        assert!(p.body.contains("<html lang=\"en\">") && p.body.contains("name=\"viewport\""));
+    }
+    for asset in ["/portal/static/portal.css", "/portal/static/portal.js"] {
+        assert_eq!(b.get(asset).await.status, 200);
+    }
+    let missing = b
+        .get("/portal/messages/DI-M-00000000-0000-0000-0000-000000000000")
+        .await;
+    assert_eq!(missing.status, StatusCode::NOT_FOUND);
+}
