@@ -366,3 +366,328 @@ async fn targets_create_provisions_a_target_from_the_command_line() {
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("config.url"));
 }
+
+/// Runs `dispatch users create ARGS` on `db`, writing `stdin` (when given) to
+/// its standard input; otherwise standard input is empty and not a terminal.
+async fn users_create(db: &TestDb, args: &[&str], stdin: Option<&str>) -> std::process::Output {
+    let mut child = dispatch()
+        .args(["users", "create"])
+        .args(args)
+        .env("DATABASE_URL", &db.url)
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    if let Some(input) = stdin {
+        let mut pipe = child.stdin.take().unwrap();
+        // It may exit before reading (a refused email): a broken pipe is fine.
+        let _ = tokio::io::AsyncWriteExt::write_all(&mut pipe, input.as_bytes()).await;
+    }
+    tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+        .await
+        .expect("users create exits")
+        .unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// The one JSON line a successful `users create` prints.
+fn printed_user(out: &std::process::Output) -> Value {
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "users create failed: {stderr}");
+    assert_eq!(stdout.lines().count(), 1, "one line of JSON: {stdout}");
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"))
+}
+
+/// `users create` was refused, saying `reason`, and printed nothing on stdout.
+fn assert_refused(out: &std::process::Output, reason: &str) {
+    let stderr = text(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "users create should fail ({reason}), stdout: {}",
+        text(&out.stdout)
+    );
+    assert!(stderr.contains(reason), "expected `{reason}` in: {stderr}");
+    assert!(
+        out.stdout.is_empty(),
+        "nothing on stdout: {}",
+        text(&out.stdout)
+    );
+}
+
+#[tokio::test]
+async fn users_create_generates_a_password_prints_it_once_and_it_verifies() {
+    let db = TestDb::new().await;
+    let out = users_create(
+        &db,
+        &[
+            "--account",
+            "acme",
+            "--email",
+            " Ops@Example.COM ",
+            "--generate-password",
+        ],
+        None,
+    )
+    .await;
+    let printed = printed_user(&out);
+    let password = printed["password"]
+        .as_str()
+        .expect("a generated password is printed")
+        .to_string();
+    assert_eq!(
+        printed,
+        serde_json::json!({"account": "acme", "email": "ops@example.com", "password": password}),
+        "the email is trimmed and lower-cased"
+    );
+    assert!(
+        password.chars().count() >= 12,
+        "a generated password is long enough: {password}"
+    );
+    assert_eq!(
+        text(&out.stdout).matches(&password).count(),
+        1,
+        "printed once"
+    );
+    assert!(
+        !text(&out.stderr).contains(&password),
+        "not repeated on stderr"
+    );
+
+    // Without a terminal and without a flag a password is generated as well.
+    let out = users_create(
+        &db,
+        &["--account", "acme", "--email", "dev@example.com"],
+        None,
+    )
+    .await;
+    let other = printed_user(&out)["password"]
+        .as_str()
+        .expect("a generated password is printed")
+        .to_string();
+    assert_ne!(other, password, "each generated password is new");
+
+    let store = common::open_any_store(&db.url).await;
+    let user = store
+        .find_user("ops@example.com")
+        .await
+        .unwrap()
+        .expect("the user is stored under the lower-cased email");
+    assert_eq!(user.account, "acme");
+    assert_eq!(user.email, "ops@example.com");
+    assert!(
+        !user.password_hash.contains(&password),
+        "only a hash is kept"
+    );
+    assert!(
+        dispatch::auth::secrets::verify_secret(&password, &user.password_hash),
+        "the printed password verifies against the stored hash"
+    );
+    assert!(!dispatch::auth::secrets::verify_secret(
+        &other,
+        &user.password_hash
+    ));
+    let dev = store.find_user("dev@example.com").await.unwrap().unwrap();
+    assert!(dispatch::auth::secrets::verify_secret(
+        &other,
+        &dev.password_hash
+    ));
+    assert!(store.find_user("Ops@Example.COM").await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn users_create_reads_the_password_from_stdin_and_does_not_print_it() {
+    let db = TestDb::new().await;
+    let password = "correct horse battery staple";
+    let out = users_create(
+        &db,
+        &[
+            "--account",
+            "acme",
+            "--email",
+            "ops@example.com",
+            "--password-stdin",
+        ],
+        Some(&format!("{password}\r\nthe first line only\n")),
+    )
+    .await;
+    assert_eq!(
+        printed_user(&out),
+        serde_json::json!({"account": "acme", "email": "ops@example.com"}),
+        "a chosen password is not printed"
+    );
+    assert!(!text(&out.stdout).contains(password));
+    assert!(!text(&out.stderr).contains(password));
+
+    // A chosen password and a generated one do not go together.
+    let both = users_create(
+        &db,
+        &[
+            "--account",
+            "acme",
+            "--email",
+            "dev@example.com",
+            "--password-stdin",
+            "--generate-password",
+        ],
+        Some("another long password\n"),
+    )
+    .await;
+    assert_refused(&both, "cannot be used with");
+
+    let store = common::open_any_store(&db.url).await;
+    let user = store
+        .find_user("ops@example.com")
+        .await
+        .unwrap()
+        .expect("the user is stored");
+    assert_eq!(user.account, "acme");
+    assert!(
+        dispatch::auth::secrets::verify_secret(password, &user.password_hash),
+        "the first line, without its line ending, is the password"
+    );
+    assert!(!dispatch::auth::secrets::verify_secret(
+        &format!("{password}\r\n"),
+        &user.password_hash
+    ));
+    assert!(store.find_user("dev@example.com").await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn users_create_refuses_an_email_that_is_taken() {
+    let db = TestDb::new().await;
+    let first = users_create(
+        &db,
+        &[
+            "--account",
+            "acme",
+            "--email",
+            "ops@example.com",
+            "--password-stdin",
+        ],
+        Some("the first password\n"),
+    )
+    .await;
+    printed_user(&first);
+    // The same email in other letters, for another account.
+    let again = users_create(
+        &db,
+        &[
+            "--account",
+            "globex",
+            "--email",
+            "OPS@example.com",
+            "--password-stdin",
+        ],
+        Some("the second password\n"),
+    )
+    .await;
+    assert_refused(
+        &again,
+        "a portal user with the email ops@example.com exists already",
+    );
+
+    let store = common::open_any_store(&db.url).await;
+    let user = store.find_user("ops@example.com").await.unwrap().unwrap();
+    assert_eq!(user.account, "acme", "the first user is kept");
+    assert!(dispatch::auth::secrets::verify_secret(
+        "the first password",
+        &user.password_hash
+    ));
+    assert!(!dispatch::auth::secrets::verify_secret(
+        "the second password",
+        &user.password_hash
+    ));
+}
+
+#[tokio::test]
+async fn users_create_refuses_a_password_shorter_than_12_characters() {
+    let db = TestDb::new().await;
+    let refused = [
+        ("short@example.com", "only11chars"),
+        // Ten characters in fourteen bytes: characters are counted.
+        ("unicode@example.com", "ünïcödé-pw"),
+        ("empty@example.com", ""),
+    ];
+    for (email, password) in refused {
+        let out = users_create(
+            &db,
+            &["--account", "acme", "--email", email, "--password-stdin"],
+            Some(&format!("{password}\n")),
+        )
+        .await;
+        assert_refused(&out, "at least 12 characters");
+    }
+    // Exactly twelve is enough.
+    let out = users_create(
+        &db,
+        &[
+            "--account",
+            "acme",
+            "--email",
+            "twelve@example.com",
+            "--password-stdin",
+        ],
+        Some("exactly-12ch\n"),
+    )
+    .await;
+    printed_user(&out);
+
+    let store = common::open_any_store(&db.url).await;
+    for (email, _) in refused {
+        assert!(
+            store.find_user(email).await.unwrap().is_none(),
+            "{email} was not created"
+        );
+    }
+    let user = store
+        .find_user("twelve@example.com")
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(dispatch::auth::secrets::verify_secret(
+        "exactly-12ch",
+        &user.password_hash
+    ));
+}
+
+#[tokio::test]
+async fn users_create_refuses_a_malformed_email() {
+    let db = TestDb::new().await;
+    let too_long = format!("{}@example.com", "a".repeat(250));
+    let malformed = [
+        "not-an-email",
+        "@example.com",
+        "ops@",
+        "ops @example.com",
+        "",
+        too_long.as_str(),
+    ];
+    for email in malformed {
+        let out = users_create(
+            &db,
+            &["--account", "acme", "--email", email, "--generate-password"],
+            None,
+        )
+        .await;
+        assert_refused(&out, "--email must be an email address");
+    }
+    let store = common::open_any_store(&db.url).await;
+    for email in malformed {
+        assert!(
+            store
+                .find_user(&email.trim().to_lowercase())
+                .await
+                .unwrap()
+                .is_none(),
+            "{email:?} was not created"
+        );
+    }
+}

@@ -15,7 +15,7 @@
 mod common;
 
 use std::{
-    collections::{BTreeMap, HashSet},
+    collections::{BTreeMap, HashMap, HashSet},
     sync::Arc,
     time::Duration,
 };
@@ -31,8 +31,10 @@ use dispatch::{
         time,
     },
     store::{
-        postgres::PgStore, Claimed, ClientRecord, Cutoffs, DeleteTarget, IdempotencyInput,
-        InsertOutcome, MessageFilter, Purged, Recorded, Store, TargetCursor, Transition,
+        portal::{EventKind, MessageEvent, Overview, SessionRecord, UserRecord},
+        postgres::PgStore,
+        Claimed, ClientRecord, Cutoffs, DeleteTarget, IdempotencyInput, InsertOutcome,
+        MessageFilter, Purged, Recorded, Store, TargetCursor, Transition,
     },
 };
 use serde_json::json;
@@ -101,6 +103,16 @@ macro_rules! conformance {
             purging_deletes_idempotency_keys_older_than_the_cutoff,
             purging_honours_the_batch_size_and_repeated_calls_delete_everything_expired,
             two_concurrent_claimers_hand_out_all_200_messages_exactly_once,
+            a_created_user_is_found_by_email_and_a_duplicate_email_is_refused,
+            a_session_is_found_until_it_expires_and_not_after_it_is_deleted,
+            creating_a_session_forgets_the_sessions_that_have_expired,
+            the_overview_counts_by_target_and_state_and_what_happened_since_the_cutoff,
+            count_messages_counts_what_each_filter_field_selects,
+            listing_messages_by_delivery_time_gives_the_range_newest_first_and_pages_within_it,
+            cancel_and_reschedule_are_recorded_in_the_messages_history,
+            redrive_moves_the_accounts_dead_letters_to_scheduled_with_a_fresh_ladder,
+            redrive_moves_only_the_dead_letters_that_match_the_target_ids_and_delivery_range,
+            redriven_dead_letters_of_a_disabled_target_are_held_until_it_is_enabled,
         );
     };
     (@tests $backend:ident, $factory:expr; $($check:ident),* $(,)?) => {
@@ -2670,4 +2682,1188 @@ async fn two_concurrent_claimers_hand_out_all_200_messages_exactly_once(store: A
         b.len()
     );
     assert!(store.claim_due(now, 1000, LEASE).await.unwrap().is_empty());
+}
+
+// ---------------------------------------------------------------------------
+// The portal: users and sessions
+// ---------------------------------------------------------------------------
+
+fn minutes(n: i64) -> TimeDelta {
+    TimeDelta::minutes(n)
+}
+
+/// A portal user as `dispatch users create` builds it (not yet stored).
+fn user_value(account: &str, email: &str, created_at: DateTime<Utc>) -> UserRecord {
+    UserRecord {
+        id: Uuid::now_v7().to_string(),
+        account: account.into(),
+        email: email.into(),
+        password_hash: format!(
+            "$argon2id$v=19$m=19456,t=2,p=1$c2FsdA${}",
+            Uuid::new_v4().simple()
+        ),
+        created_at,
+    }
+}
+
+async fn add_user(
+    store: &dyn Store,
+    account: &str,
+    email: &str,
+    created_at: DateTime<Utc>,
+) -> UserRecord {
+    let u = user_value(account, email, created_at);
+    assert!(
+        store.create_user(&u).await.unwrap(),
+        "a user with a new email is created"
+    );
+    u
+}
+
+fn assert_user_eq(actual: &UserRecord, expected: &UserRecord) {
+    assert_eq!(actual.id, expected.id, "id");
+    assert_eq!(actual.account, expected.account, "account");
+    assert_eq!(actual.email, expected.email, "email");
+    assert_eq!(
+        actual.password_hash, expected.password_hash,
+        "password_hash"
+    );
+    assert_eq!(actual.created_at, expected.created_at, "created_at");
+}
+
+/// A session of `user` (not yet stored). The token hash is 32 bytes, with a
+/// NUL and a 0xFF among them.
+fn session_value(
+    user: &UserRecord,
+    created_at: DateTime<Utc>,
+    expires_at: DateTime<Utc>,
+) -> SessionRecord {
+    let mut token_hash = vec![0x00, 0xff];
+    token_hash.extend_from_slice(Uuid::new_v4().as_bytes());
+    token_hash.extend_from_slice(&Uuid::new_v4().as_bytes()[..14]);
+    SessionRecord {
+        token_hash,
+        user_id: user.id.clone(),
+        account: user.account.clone(),
+        email: user.email.clone(),
+        csrf: Uuid::new_v4().simple().to_string(),
+        created_at,
+        expires_at,
+    }
+}
+
+fn assert_session_eq(actual: &SessionRecord, expected: &SessionRecord) {
+    assert_eq!(actual.token_hash, expected.token_hash, "token_hash");
+    assert_eq!(actual.user_id, expected.user_id, "user_id");
+    assert_eq!(actual.account, expected.account, "account");
+    assert_eq!(actual.email, expected.email, "email");
+    assert_eq!(actual.csrf, expected.csrf, "csrf");
+    assert_eq!(actual.created_at, expected.created_at, "created_at");
+    assert_eq!(actual.expires_at, expected.expires_at, "expires_at");
+}
+
+async fn find_session(
+    store: &dyn Store,
+    s: &SessionRecord,
+    now: DateTime<Utc>,
+) -> Option<SessionRecord> {
+    store.find_session(&s.token_hash, now).await.unwrap()
+}
+
+async fn a_created_user_is_found_by_email_and_a_duplicate_email_is_refused(store: Arc<dyn Store>) {
+    let now = time::now();
+    // The CLI creates users for accounts that do not exist yet.
+    let ops = add_user(
+        &*store,
+        "brand-new-account",
+        "ops@example.com",
+        now - secs(5),
+    )
+    .await;
+    let found = store
+        .find_user("ops@example.com")
+        .await
+        .unwrap()
+        .expect("the user is found by email");
+    assert_user_eq(&found, &ops);
+
+    // The same email again, from the same or another account: refused, and
+    // the first user is kept as it was.
+    for account in ["brand-new-account", GLOBEX] {
+        let dup = UserRecord {
+            password_hash: "another-hash".into(),
+            ..user_value(account, "ops@example.com", now)
+        };
+        assert!(
+            !store.create_user(&dup).await.unwrap(),
+            "the email is taken (creating in {account})"
+        );
+    }
+    assert_user_eq(
+        &store.find_user("ops@example.com").await.unwrap().unwrap(),
+        &ops,
+    );
+
+    // Another email in the same account is another user; a user can join an
+    // account that has targets already.
+    let dev = add_user(&*store, "brand-new-account", "dev@example.com", now).await;
+    let t = add_target(&*store, ACME).await;
+    let admin = add_user(&*store, ACME, "admin@acme.test", now).await;
+    assert_user_eq(
+        &store.find_user("dev@example.com").await.unwrap().unwrap(),
+        &dev,
+    );
+    assert_user_eq(
+        &store.find_user("admin@acme.test").await.unwrap().unwrap(),
+        &admin,
+    );
+    assert_user_eq(
+        &store.find_user("ops@example.com").await.unwrap().unwrap(),
+        &ops,
+    );
+    assert_target_eq(&store.get_target(ACME, &t.id).await.unwrap().unwrap(), &t);
+
+    assert!(store
+        .find_user("nobody@example.com")
+        .await
+        .unwrap()
+        .is_none());
+    assert!(store.find_user("").await.unwrap().is_none());
+    assert!(store.find_user("ops@example").await.unwrap().is_none());
+
+    // The store keeps and matches emails exactly as given: lower-casing is
+    // the caller's (`portal::new_user`, the sign-in form), the same on every
+    // backend.
+    let mixed = add_user(&*store, ACME, "Mixed.Case@Example.COM", now).await;
+    assert_user_eq(
+        &store
+            .find_user("Mixed.Case@Example.COM")
+            .await
+            .unwrap()
+            .expect("found by the email as stored"),
+        &mixed,
+    );
+    assert!(
+        store
+            .find_user("mixed.case@example.com")
+            .await
+            .unwrap()
+            .is_none(),
+        "lookups are exact"
+    );
+    assert!(store.find_user("OPS@EXAMPLE.COM").await.unwrap().is_none());
+}
+
+async fn a_session_is_found_until_it_expires_and_not_after_it_is_deleted(store: Arc<dyn Store>) {
+    let now = time::now();
+    let user = add_user(&*store, ACME, "ops@example.com", now - days(1)).await;
+    let expires = now + hours(12);
+    let s = session_value(&user, now, expires);
+    store.create_session(&s).await.unwrap();
+    let other = session_value(&user, now, expires);
+    store.create_session(&other).await.unwrap();
+
+    for at in [now, now + hours(6), expires - ms(1)] {
+        let found = find_session(&*store, &s, at)
+            .await
+            .unwrap_or_else(|| panic!("the session is live at {at}"));
+        assert_session_eq(&found, &s);
+    }
+    for at in [expires, expires + ms(1), expires + days(1)] {
+        assert!(
+            find_session(&*store, &s, at).await.is_none(),
+            "the session has expired at {at}"
+        );
+    }
+    assert!(store.find_session(&[0u8; 32], now).await.unwrap().is_none());
+    assert!(
+        store
+            .find_session(&s.token_hash[..31], now)
+            .await
+            .unwrap()
+            .is_none(),
+        "a token hash matches whole"
+    );
+
+    store.delete_session(&s.token_hash).await.unwrap();
+    assert!(
+        find_session(&*store, &s, now).await.is_none(),
+        "a deleted session is gone"
+    );
+    assert_session_eq(
+        &find_session(&*store, &other, now)
+            .await
+            .expect("deleting one session leaves the others"),
+        &other,
+    );
+    // Deleting again, or an unknown token, is harmless.
+    store.delete_session(&s.token_hash).await.unwrap();
+    store.delete_session(&[7u8; 32]).await.unwrap();
+    assert!(find_session(&*store, &other, now).await.is_some());
+}
+
+async fn creating_a_session_forgets_the_sessions_that_have_expired(store: Arc<dyn Store>) {
+    let now = time::now();
+    let user = add_user(&*store, ACME, "ops@example.com", now - days(1)).await;
+    let expired = session_value(&user, now - hours(3), now - hours(1));
+    let live = session_value(&user, now - hours(3), now + hours(1));
+    store.create_session(&expired).await.unwrap();
+    store.create_session(&live).await.unwrap();
+    // Both are stored: asked about a time before either expired, both answer.
+    let before = now - hours(2);
+    assert!(find_session(&*store, &expired, before).await.is_some());
+    assert!(find_session(&*store, &live, before).await.is_some());
+
+    let fresh = session_value(&user, now, now + hours(12));
+    store.create_session(&fresh).await.unwrap();
+    assert!(
+        find_session(&*store, &expired, before).await.is_none(),
+        "the session that had expired when another was created is forgotten"
+    );
+    assert_session_eq(
+        &find_session(&*store, &live, before)
+            .await
+            .expect("a live session is kept"),
+        &live,
+    );
+    assert_session_eq(&find_session(&*store, &fresh, now).await.unwrap(), &fresh);
+}
+
+// ---------------------------------------------------------------------------
+// The portal: overview, counts and listing by delivery time
+// ---------------------------------------------------------------------------
+
+/// The overview's counts by (target, state); each pair appears once.
+fn counts_of(o: &Overview) -> HashMap<(TargetId, State), u64> {
+    let map: HashMap<_, _> = o
+        .counts
+        .iter()
+        .map(|c| ((c.target_id.clone(), c.state), c.count))
+        .collect();
+    assert_eq!(
+        map.len(),
+        o.counts.len(),
+        "one count per target and state: {:?}",
+        o.counts
+    );
+    map
+}
+
+async fn the_overview_counts_by_target_and_state_and_what_happened_since_the_cutoff(
+    store: Arc<dyn Store>,
+) {
+    let t1 = add_target(&*store, ACME).await;
+    let t2 = add_target(&*store, ACME).await;
+    let theirs = add_target(&*store, GLOBEX).await;
+    let now = time::now();
+    let since = now - hours(1);
+
+    // Finished ones first, each driven to its state while it is the only one due.
+    let old_delivered = schedule(&*store, &t1, now - hours(3)).await;
+    deliver(&*store, &old_delivered, now - hours(2)).await;
+    let delivered = schedule(&*store, &t1, now - minutes(40)).await;
+    attempt_and_record(
+        &*store,
+        &delivered,
+        now - minutes(30),
+        &[AttemptOutcome::RetryableFailure, AttemptOutcome::Success],
+        Next::Delivered,
+    )
+    .await;
+    let delivered2 = schedule(&*store, &t2, now - minutes(20)).await;
+    deliver(&*store, &delivered2, now - minutes(10)).await;
+    let old_dead = schedule(&*store, &t1, now - hours(3)).await;
+    dead_letter(&*store, &old_dead, now - hours(2)).await;
+    // Two failures before the cutoff, a third after it and dead since.
+    let dead = schedule(&*store, &t2, now - hours(3)).await;
+    attempt_and_record(
+        &*store,
+        &dead,
+        now - hours(2),
+        &[
+            AttemptOutcome::RetryableFailure,
+            AttemptOutcome::RetryableFailure,
+        ],
+        Next::Retry(now - minutes(30)),
+    )
+    .await;
+    attempt_and_record(
+        &*store,
+        &dead,
+        now - minutes(20),
+        &[AttemptOutcome::NonRetryableFailure],
+        Next::DeadLetter,
+    )
+    .await;
+    let cancelled = schedule(&*store, &t1, now + hours(1)).await;
+    done(
+        store
+            .cancel(ACME, &cancelled.id, now - minutes(5))
+            .await
+            .unwrap(),
+    );
+    // Another account's, in the window.
+    let their_delivered = schedule(&*store, &theirs, now - minutes(20)).await;
+    attempt_and_record(
+        &*store,
+        &their_delivered,
+        now - minutes(10),
+        &[AttemptOutcome::RetryableFailure, AttemptOutcome::Success],
+        Next::Delivered,
+    )
+    .await;
+    let their_dead = schedule(&*store, &theirs, now - minutes(20)).await;
+    dead_letter(&*store, &their_dead, now - minutes(10)).await;
+
+    // Scheduled ones last, some due. The oldest due is another account's or
+    // paused; of the rest the later-created is the older due.
+    let their_due = schedule(&*store, &theirs, now - hours(2)).await;
+    schedule(&*store, &t1, now + hours(1)).await;
+    schedule(&*store, &t2, now - minutes(1)).await;
+    let due_old = schedule(&*store, &t1, now - minutes(5)).await;
+    let mut off = target_value(ACME, "off", now);
+    off.enabled = false;
+    insert_target(&*store, &off).await;
+    schedule(&*store, &off, now - minutes(30)).await;
+
+    let o = store.overview(ACME, since, now).await.unwrap();
+    let expected_counts = HashMap::from([
+        ((t1.id.clone(), State::Delivered), 2),
+        ((t1.id.clone(), State::DeadLetter), 1),
+        ((t1.id.clone(), State::Cancelled), 1),
+        ((t1.id.clone(), State::Scheduled), 2),
+        ((t2.id.clone(), State::Delivered), 1),
+        ((t2.id.clone(), State::DeadLetter), 1),
+        ((t2.id.clone(), State::Scheduled), 1),
+        ((off.id.clone(), State::Scheduled), 1),
+    ]);
+    assert_eq!(counts_of(&o), expected_counts);
+    assert_eq!(o.total(State::Scheduled), 4);
+    assert_eq!(o.total(State::Delivered), 3);
+    assert_eq!(o.count(&t1.id, State::Cancelled), 1);
+    assert_eq!(o.count(&theirs.id, State::Scheduled), 0);
+    assert_eq!(
+        o.delivered, 2,
+        "delivered since the cutoff (not two hours ago, not another account's)"
+    );
+    assert_eq!(o.dead_lettered, 1, "dead-lettered since the cutoff");
+    assert_eq!(
+        o.failed_attempts, 2,
+        "failed attempts since the cutoff (a success is not one)"
+    );
+    assert_eq!(
+        o.oldest_due,
+        Some((due_old.id, now - minutes(5))),
+        "the oldest due, unpaused Scheduled message of the account"
+    );
+
+    // A window from before everything counts everything the account did.
+    let wide = store.overview(ACME, now - hours(3), now).await.unwrap();
+    assert_eq!(counts_of(&wide), expected_counts);
+    assert_eq!(wide.delivered, 3);
+    assert_eq!(wide.dead_lettered, 2);
+    assert_eq!(wide.failed_attempts, 5);
+    // A window starting now: nothing happened in it yet.
+    let empty = store.overview(ACME, now, now).await.unwrap();
+    assert_eq!(counts_of(&empty), expected_counts);
+    assert_eq!(
+        (empty.delivered, empty.dead_lettered, empty.failed_attempts),
+        (0, 0, 0)
+    );
+
+    // Whether a message is due is a question of `now`.
+    let earlier = store
+        .overview(ACME, since, now - minutes(10))
+        .await
+        .unwrap();
+    assert_eq!(
+        earlier.oldest_due, None,
+        "nothing unpaused of the account is due ten minutes ago"
+    );
+    let later = store.overview(ACME, since, now + hours(2)).await.unwrap();
+    assert_eq!(later.oldest_due, Some((due_old.id, now - minutes(5))));
+
+    // The other account sees its own only.
+    let g = store.overview(GLOBEX, since, now).await.unwrap();
+    assert_eq!(
+        counts_of(&g),
+        HashMap::from([
+            ((theirs.id.clone(), State::Delivered), 1),
+            ((theirs.id.clone(), State::DeadLetter), 1),
+            ((theirs.id.clone(), State::Scheduled), 1),
+        ])
+    );
+    assert_eq!(g.delivered, 1);
+    assert_eq!(g.dead_lettered, 1);
+    assert_eq!(g.failed_attempts, 2);
+    assert_eq!(g.oldest_due, Some((their_due.id, now - hours(2))));
+
+    // An account with nothing.
+    store.ensure_account("initech").await.unwrap();
+    let none = store.overview("initech", since, now).await.unwrap();
+    assert!(none.counts.is_empty());
+    assert_eq!(
+        (
+            none.delivered,
+            none.dead_lettered,
+            none.failed_attempts,
+            none.oldest_due
+        ),
+        (0, 0, 0, None)
+    );
+}
+
+/// Messages spread over targets, states and delivery times, around `base`:
+/// `a` t1 base-2h Delivered, `b` t1 base-1h DeadLetter, `c` t2 base
+/// Scheduled, `d` t2 base+1h Scheduled, `e` t1 base+1h Cancelled, `f` t1
+/// base+2h Scheduled; and `g`, another account's, at base.
+struct Spread {
+    t1: Target,
+    t2: Target,
+    theirs: Target,
+    base: DateTime<Utc>,
+    a: Message,
+    b: Message,
+    c: Message,
+    d: Message,
+    e: Message,
+    f: Message,
+    g: Message,
+}
+
+async fn spread(store: &dyn Store) -> Spread {
+    let t1 = add_target(store, ACME).await;
+    let t2 = add_target(store, ACME).await;
+    let theirs = add_target(store, GLOBEX).await;
+    let base = time::now();
+    let a = schedule(store, &t1, base - hours(2)).await;
+    deliver(store, &a, base - hours(2) + secs(1)).await;
+    let b = schedule(store, &t1, base - hours(1)).await;
+    dead_letter(store, &b, base - hours(1) + secs(1)).await;
+    let c = schedule(store, &t2, base).await;
+    let d = schedule(store, &t2, base + hours(1)).await;
+    let e = schedule(store, &t1, base + hours(1)).await;
+    done(store.cancel(ACME, &e.id, base).await.unwrap());
+    let f = schedule(store, &t1, base + hours(2)).await;
+    let g = schedule(store, &theirs, base).await;
+    Spread {
+        t1,
+        t2,
+        theirs,
+        base,
+        a,
+        b,
+        c,
+        d,
+        e,
+        f,
+        g,
+    }
+}
+
+fn filter(
+    target: Option<&Target>,
+    state: Option<State>,
+    from: Option<DateTime<Utc>>,
+    to: Option<DateTime<Utc>>,
+) -> MessageFilter {
+    MessageFilter {
+        target_id: target.map(|t| t.id.clone()),
+        state,
+        delivery_from: from,
+        delivery_to: to,
+    }
+}
+
+async fn count_messages_counts_what_each_filter_field_selects(store: Arc<dyn Store>) {
+    let s = spread(&*store).await;
+    let (t1, t2, base) = (&s.t1, &s.t2, s.base);
+    let cases: Vec<(&str, MessageFilter, Vec<&Message>)> = vec![
+        (
+            "no filter",
+            MessageFilter::default(),
+            vec![&s.a, &s.b, &s.c, &s.d, &s.e, &s.f],
+        ),
+        (
+            "target t1",
+            filter(Some(t1), None, None, None),
+            vec![&s.a, &s.b, &s.e, &s.f],
+        ),
+        (
+            "target t2",
+            filter(Some(t2), None, None, None),
+            vec![&s.c, &s.d],
+        ),
+        (
+            "another account's target",
+            filter(Some(&s.theirs), None, None, None),
+            vec![],
+        ),
+        (
+            "Scheduled",
+            filter(None, Some(State::Scheduled), None, None),
+            vec![&s.c, &s.d, &s.f],
+        ),
+        (
+            "Delivered",
+            filter(None, Some(State::Delivered), None, None),
+            vec![&s.a],
+        ),
+        (
+            "DeadLetter",
+            filter(None, Some(State::DeadLetter), None, None),
+            vec![&s.b],
+        ),
+        (
+            "Cancelled",
+            filter(None, Some(State::Cancelled), None, None),
+            vec![&s.e],
+        ),
+        (
+            "from base (inclusive)",
+            filter(None, None, Some(base), None),
+            vec![&s.c, &s.d, &s.e, &s.f],
+        ),
+        (
+            "from base + 1ms",
+            filter(None, None, Some(base + ms(1)), None),
+            vec![&s.d, &s.e, &s.f],
+        ),
+        (
+            "to base (exclusive)",
+            filter(None, None, None, Some(base)),
+            vec![&s.a, &s.b],
+        ),
+        (
+            "to base + 1ms",
+            filter(None, None, None, Some(base + ms(1))),
+            vec![&s.a, &s.b, &s.c],
+        ),
+        (
+            "to the earliest delivery time",
+            filter(None, None, None, Some(base - hours(2))),
+            vec![],
+        ),
+        (
+            "from after the latest delivery time",
+            filter(None, None, Some(base + hours(2) + ms(1)), None),
+            vec![],
+        ),
+        (
+            "[base-1h, base+1h)",
+            filter(None, None, Some(base - hours(1)), Some(base + hours(1))),
+            vec![&s.b, &s.c],
+        ),
+        (
+            "an empty range",
+            filter(None, None, Some(base + hours(1)), Some(base + hours(1))),
+            vec![],
+        ),
+        (
+            "t1, Scheduled, from base",
+            filter(Some(t1), Some(State::Scheduled), Some(base), None),
+            vec![&s.f],
+        ),
+        (
+            "t2 from base+1h",
+            filter(Some(t2), None, Some(base + hours(1)), None),
+            vec![&s.d],
+        ),
+        (
+            "t1 in [base-1h, base+2h)",
+            filter(Some(t1), None, Some(base - hours(1)), Some(base + hours(2))),
+            vec![&s.b, &s.e],
+        ),
+        (
+            "Cancelled to base+1h",
+            filter(None, Some(State::Cancelled), None, Some(base + hours(1))),
+            vec![],
+        ),
+        (
+            "Cancelled to base+1h+1ms",
+            filter(
+                None,
+                Some(State::Cancelled),
+                None,
+                Some(base + hours(1) + ms(1)),
+            ),
+            vec![&s.e],
+        ),
+    ];
+    for (name, f, expected) in &cases {
+        let n = store.count_messages(ACME, f).await.unwrap();
+        assert_eq!(n, expected.len() as u64, "count with {name}");
+        // The count is what listing with the same filter gives.
+        let listed = store.list_messages(ACME, f, None, 100).await.unwrap();
+        assert_eq!(
+            set(message_ids(&listed)),
+            set(expected.iter().map(|m| m.id)),
+            "list with {name}"
+        );
+    }
+
+    // The other account counts its own only.
+    let theirs = |f: MessageFilter| {
+        let store = store.clone();
+        async move { store.count_messages(GLOBEX, &f).await.unwrap() }
+    };
+    assert_eq!(theirs(MessageFilter::default()).await, 1);
+    assert_eq!(theirs(filter(Some(t1), None, None, None)).await, 0);
+    assert_eq!(
+        theirs(filter(None, None, Some(base), Some(base + ms(1)))).await,
+        1
+    );
+    assert_eq!(
+        theirs(filter(None, Some(State::Scheduled), None, Some(base))).await,
+        0
+    );
+    store.ensure_account("initech").await.unwrap();
+    assert_eq!(
+        store
+            .count_messages("initech", &MessageFilter::default())
+            .await
+            .unwrap(),
+        0
+    );
+}
+
+async fn listing_messages_by_delivery_time_gives_the_range_newest_first_and_pages_within_it(
+    store: Arc<dyn Store>,
+) {
+    let s = spread(&*store).await;
+    let base = s.base;
+    let (from, to) = (base - hours(1), base + hours(2));
+    let range = filter(None, None, Some(from), Some(to));
+    let expected = newest_first(vec![s.b.id, s.c.id, s.d.id, s.e.id]);
+    let all = store.list_messages(ACME, &range, None, 100).await.unwrap();
+    assert_eq!(message_ids(&all), expected);
+    for m in &all {
+        assert!(
+            from <= m.delivery_time && m.delivery_time < to,
+            "{} is due {}, outside [{from}, {to})",
+            m.id,
+            m.delivery_time
+        );
+    }
+
+    for page_size in [1u32, 3] {
+        let mut paged = Vec::new();
+        let mut before: Option<MessageId> = None;
+        loop {
+            let page = store
+                .list_messages(ACME, &range, before.as_ref(), page_size)
+                .await
+                .unwrap();
+            assert!(page.len() <= page_size as usize, "the limit is honoured");
+            if page.is_empty() {
+                break;
+            }
+            before = Some(page.last().unwrap().id);
+            paged.extend(message_ids(&page));
+            assert!(paged.len() <= expected.len(), "paging terminates");
+        }
+        assert_eq!(paged, expected, "paging by {page_size} within the range");
+    }
+
+    let list = |f: MessageFilter| {
+        let store = store.clone();
+        async move { message_ids(&store.list_messages(ACME, &f, None, 100).await.unwrap()) }
+    };
+    assert_eq!(
+        list(filter(None, Some(State::Scheduled), Some(from), Some(to))).await,
+        newest_first(vec![s.c.id, s.d.id])
+    );
+    assert_eq!(
+        list(filter(Some(&s.t1), None, Some(from), Some(to))).await,
+        newest_first(vec![s.b.id, s.e.id])
+    );
+    assert_eq!(
+        list(filter(None, None, Some(base), None)).await,
+        newest_first(vec![s.c.id, s.d.id, s.e.id, s.f.id])
+    );
+    assert_eq!(
+        list(filter(None, None, None, Some(base))).await,
+        newest_first(vec![s.a.id, s.b.id])
+    );
+    assert_eq!(
+        list(filter(None, None, Some(base + hours(3)), None)).await,
+        vec![]
+    );
+    let theirs = store
+        .list_messages(GLOBEX, &filter(None, None, Some(from), Some(to)), None, 100)
+        .await
+        .unwrap();
+    assert_eq!(message_ids(&theirs), vec![s.g.id]);
+}
+
+// ---------------------------------------------------------------------------
+// The portal: each message's history of manual actions
+// ---------------------------------------------------------------------------
+
+async fn events_of(store: &dyn Store, m: &Message) -> Vec<MessageEvent> {
+    store.list_events(&m.account, &m.id).await.unwrap()
+}
+
+fn event(
+    at: DateTime<Utc>,
+    kind: EventKind,
+    from: State,
+    delivery_time: Option<DateTime<Utc>>,
+) -> MessageEvent {
+    MessageEvent {
+        at,
+        kind,
+        from,
+        delivery_time,
+    }
+}
+
+async fn cancel_and_reschedule_are_recorded_in_the_messages_history(store: Arc<dyn Store>) {
+    let t = add_target(&*store, ACME).await;
+    store.ensure_account(GLOBEX).await.unwrap();
+    let now = time::now();
+
+    let m = schedule(&*store, &t, now + hours(1)).await;
+    assert!(
+        events_of(&*store, &m).await.is_empty(),
+        "a new message has no history"
+    );
+    let new_time = now + hours(3);
+    done(
+        store
+            .reschedule(ACME, &m.id, new_time, now + secs(1))
+            .await
+            .unwrap(),
+    );
+    done(store.cancel(ACME, &m.id, now + secs(2)).await.unwrap());
+    let history = vec![
+        event(
+            now + secs(1),
+            EventKind::Rescheduled,
+            State::Scheduled,
+            Some(new_time),
+        ),
+        event(now + secs(2), EventKind::Cancelled, State::Scheduled, None),
+    ];
+    assert_eq!(events_of(&*store, &m).await, history, "oldest first");
+
+    // Refused actions leave no trace.
+    assert!(matches!(
+        store.cancel(ACME, &m.id, now + secs(3)).await.unwrap(),
+        Transition::WrongState(State::Cancelled)
+    ));
+    assert!(matches!(
+        store
+            .reschedule(ACME, &m.id, now + hours(4), now + secs(3))
+            .await
+            .unwrap(),
+        Transition::WrongState(State::Cancelled)
+    ));
+    assert!(matches!(
+        store.cancel(GLOBEX, &m.id, now + secs(3)).await.unwrap(),
+        Transition::NotFound
+    ));
+    assert_eq!(events_of(&*store, &m).await, history);
+
+    // From DeadLetter.
+    let dead_cancelled = schedule(&*store, &t, now - secs(1)).await;
+    dead_letter(&*store, &dead_cancelled, now).await;
+    done(
+        store
+            .cancel(ACME, &dead_cancelled.id, now + secs(4))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        events_of(&*store, &dead_cancelled).await,
+        vec![event(
+            now + secs(4),
+            EventKind::Cancelled,
+            State::DeadLetter,
+            None
+        )]
+    );
+    let dead_moved = schedule(&*store, &t, now - secs(1)).await;
+    dead_letter(&*store, &dead_moved, now + secs(5)).await;
+    done(
+        store
+            .reschedule(ACME, &dead_moved.id, now + hours(1), now + secs(6))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        events_of(&*store, &dead_moved).await,
+        vec![event(
+            now + secs(6),
+            EventKind::Rescheduled,
+            State::DeadLetter,
+            Some(now + hours(1))
+        )]
+    );
+
+    // Attempts are not manual actions; nor is a refused one in flight.
+    let delivered = schedule(&*store, &t, now - secs(1)).await;
+    deliver(&*store, &delivered, now + secs(7)).await;
+    assert!(events_of(&*store, &delivered).await.is_empty());
+    let in_flight = schedule(&*store, &t, now - secs(1)).await;
+    claim_only(&*store, &in_flight, now + secs(8), LEASE).await;
+    assert!(matches!(
+        store
+            .reschedule(ACME, &in_flight.id, now + hours(1), now + secs(9))
+            .await
+            .unwrap(),
+        Transition::InFlight
+    ));
+    assert!(matches!(
+        store
+            .cancel(ACME, &in_flight.id, now + secs(9))
+            .await
+            .unwrap(),
+        Transition::InFlight
+    ));
+    assert!(events_of(&*store, &in_flight).await.is_empty());
+
+    // Another account gets an empty list, as for an unknown message.
+    for id in [m.id, dead_cancelled.id, dead_moved.id] {
+        assert!(
+            store.list_events(GLOBEX, &id).await.unwrap().is_empty(),
+            "{id} has no history in another account"
+        );
+    }
+    assert!(store
+        .list_events(ACME, &MessageId::new())
+        .await
+        .unwrap()
+        .is_empty());
+}
+
+// ---------------------------------------------------------------------------
+// The portal: redrive
+// ---------------------------------------------------------------------------
+
+async fn dead_letter_ids(store: &dyn Store, account: &str) -> HashSet<MessageId> {
+    let dead = filter(None, Some(State::DeadLetter), None, None);
+    set(message_ids(
+        &store
+            .list_messages(account, &dead, None, 1000)
+            .await
+            .unwrap(),
+    ))
+}
+
+/// `m` was redriven by a call at `now` to deliver at `at`.
+async fn assert_redriven(store: &dyn Store, m: &Message, at: DateTime<Utc>, now: DateTime<Utc>) {
+    let read = get(store, m).await;
+    assert_eq!(read.state, State::Scheduled, "{} is Scheduled", m.id);
+    assert_eq!(read.delivery_time, at, "{}: the new delivery time", m.id);
+    assert_eq!(read.next_attempt_at, Some(at), "{}: next attempt", m.id);
+    assert_eq!(read.dead_lettered_at, None, "{}: dead_lettered_at", m.id);
+    assert_eq!(read.updated_at, now, "{}: updated_at", m.id);
+    assert_eq!(
+        events_of(store, m).await,
+        vec![event(
+            now,
+            EventKind::Rescheduled,
+            State::DeadLetter,
+            Some(at)
+        )],
+        "{}: the redrive is in its history",
+        m.id
+    );
+}
+
+async fn redrive_moves_the_accounts_dead_letters_to_scheduled_with_a_fresh_ladder(
+    store: Arc<dyn Store>,
+) {
+    let t1 = add_target(&*store, ACME).await;
+    let t2 = add_target(&*store, ACME).await;
+    let theirs = add_target(&*store, GLOBEX).await;
+    let now = time::now();
+    // A dead letter after three attempts on the ladder…
+    let dead1 = schedule(&*store, &t1, now - hours(3)).await;
+    attempt_and_record(
+        &*store,
+        &dead1,
+        now - hours(3) + secs(1),
+        &[AttemptOutcome::RetryableFailure],
+        Next::Retry(now - hours(2)),
+    )
+    .await;
+    let c = attempt_and_record(
+        &*store,
+        &dead1,
+        now - hours(2) + secs(1),
+        &[
+            AttemptOutcome::RetryableFailure,
+            AttemptOutcome::NonRetryableFailure,
+        ],
+        Next::DeadLetter,
+    )
+    .await;
+    assert_eq!(c.ladder_attempts, 1, "the ladder had moved on");
+    // …and one after one.
+    let dead2 = schedule(&*store, &t2, now - hours(2)).await;
+    dead_letter(&*store, &dead2, now - minutes(90)).await;
+    let delivered = schedule(&*store, &t1, now - hours(1)).await;
+    deliver(&*store, &delivered, now - minutes(50)).await;
+    let cancelled = schedule(&*store, &t1, now + hours(1)).await;
+    done(
+        store
+            .cancel(ACME, &cancelled.id, now - minutes(40))
+            .await
+            .unwrap(),
+    );
+    let their_dead = schedule(&*store, &theirs, now - hours(1)).await;
+    dead_letter(&*store, &their_dead, now - minutes(30)).await;
+    let scheduled = schedule(&*store, &t2, now + hours(2)).await;
+
+    let at = now + minutes(10);
+    let redriven_at = now + secs(1);
+    let moved = store
+        .redrive(ACME, &MessageFilter::default(), None, at, redriven_at)
+        .await
+        .unwrap();
+    assert_eq!(moved, 2, "the account's two dead letters");
+    assert_redriven(&*store, &dead1, at, redriven_at).await;
+    assert_redriven(&*store, &dead2, at, redriven_at).await;
+
+    // Nothing else moved.
+    assert_eq!(get(&*store, &delivered).await.state, State::Delivered);
+    assert_eq!(get(&*store, &cancelled).await.state, State::Cancelled);
+    let read = get(&*store, &scheduled).await;
+    assert_eq!(read.state, State::Scheduled);
+    assert_eq!(read.delivery_time, now + hours(2));
+    assert_eq!(read.updated_at, scheduled.updated_at);
+    let read = get(&*store, &their_dead).await;
+    assert_eq!(
+        read.state,
+        State::DeadLetter,
+        "another account's dead letter"
+    );
+    assert!(read.dead_lettered_at.is_some());
+    for m in [&delivered, &scheduled, &their_dead] {
+        assert!(
+            events_of(&*store, m).await.is_empty(),
+            "{}: no redrive event",
+            m.id
+        );
+    }
+    assert_eq!(
+        events_of(&*store, &cancelled).await.len(),
+        1,
+        "only the cancel"
+    );
+
+    // Claimable at `at`, not before; the ladder starts over and the attempt
+    // numbers go on.
+    assert_eq!(store.next_due().await.unwrap(), Some(at));
+    assert!(store
+        .claim_due(at - ms(1), 100, LEASE)
+        .await
+        .unwrap()
+        .is_empty());
+    let claimed = store.claim_due(at, 100, LEASE).await.unwrap();
+    assert_eq!(set(claimed_ids(&claimed)), set([dead1.id, dead2.id]));
+    for c in &claimed {
+        assert_eq!(c.ladder_attempts, 0, "{}: a fresh ladder", c.id);
+        assert_eq!(c.delivery_time, at);
+        let expected_attempts = if c.id == dead1.id { 3 } else { 1 };
+        assert_eq!(c.attempt_count, expected_attempts, "{}", c.id);
+    }
+
+    // Nothing of the account is dead any more.
+    assert_eq!(
+        store
+            .redrive(ACME, &MessageFilter::default(), None, at, now + secs(2))
+            .await
+            .unwrap(),
+        0
+    );
+    // The other account redrives its own.
+    assert_eq!(
+        store
+            .redrive(GLOBEX, &MessageFilter::default(), None, at, now + secs(3))
+            .await
+            .unwrap(),
+        1
+    );
+    assert_redriven(&*store, &their_dead, at, now + secs(3)).await;
+}
+
+async fn redrive_moves_only_the_dead_letters_that_match_the_target_ids_and_delivery_range(
+    store: Arc<dyn Store>,
+) {
+    let t1 = add_target(&*store, ACME).await;
+    let t2 = add_target(&*store, ACME).await;
+    let theirs = add_target(&*store, GLOBEX).await;
+    let base = time::now();
+    // Dead letters, each dead-lettered while it is the only one due.
+    let mut n = 0;
+    let mut dead = |target: Target, delivery: DateTime<Utc>| {
+        n += 1;
+        let store = store.clone();
+        async move {
+            let m = schedule(&*store, &target, delivery).await;
+            dead_letter(&*store, &m, base + secs(n)).await;
+            m
+        }
+    };
+    let x1 = dead(t1.clone(), base - hours(3)).await;
+    let x2 = dead(t1.clone(), base - hours(2)).await;
+    let x3 = dead(t2.clone(), base - hours(2)).await;
+    let x4 = dead(t2.clone(), base - hours(1)).await;
+    let x5 = dead(t1.clone(), base - hours(1)).await;
+    let their_dead = dead(theirs.clone(), base - hours(2)).await;
+    let delivered = schedule(&*store, &t2, base - hours(2)).await;
+    deliver(&*store, &delivered, base + secs(10)).await;
+    // Scheduled and due within every range below.
+    let pending = schedule(&*store, &t2, base - minutes(90)).await;
+    let all = set([x1.id, x2.id, x3.id, x4.id, x5.id]);
+    assert_eq!(dead_letter_ids(&*store, ACME).await, all);
+
+    let mut left = all.clone();
+    let mut step = 0;
+    let mut redrive = |f: MessageFilter, ids: Option<Vec<MessageId>>, expected: Vec<&Message>| {
+        step += 1;
+        let store = store.clone();
+        let at = base + hours(1) + minutes(step);
+        let now = base + minutes(step);
+        for m in &expected {
+            left.remove(&m.id);
+        }
+        let left = left.clone();
+        let expected: Vec<Message> = expected.into_iter().cloned().collect();
+        async move {
+            let moved = store
+                .redrive(ACME, &f, ids.as_deref(), at, now)
+                .await
+                .unwrap();
+            assert_eq!(
+                moved,
+                expected.len() as u64,
+                "step {step}: {f:?} among {ids:?}"
+            );
+            for m in &expected {
+                assert_redriven(&*store, m, at, now).await;
+            }
+            assert_eq!(
+                dead_letter_ids(&*store, ACME).await,
+                left,
+                "step {step}: the dead letters left"
+            );
+        }
+    };
+
+    // By target and delivery range [base-2h, base-1h): x3 (x2 is t1's; x4 is at the range's end).
+    redrive(
+        filter(
+            Some(&t2),
+            None,
+            Some(base - hours(2)),
+            Some(base - hours(1)),
+        ),
+        None,
+        vec![&x3],
+    )
+    .await;
+    // By ids: only the account's dead letters among them.
+    redrive(
+        MessageFilter::default(),
+        Some(vec![
+            x4.id,
+            their_dead.id,
+            delivered.id,
+            pending.id,
+            x3.id,
+            MessageId::new(),
+        ]),
+        vec![&x4],
+    )
+    .await;
+    // Ids and a target: both must match.
+    redrive(
+        filter(Some(&t2), None, None, None),
+        Some(vec![x1.id, x5.id]),
+        vec![],
+    )
+    .await;
+    // No ids at all is nothing, not everything.
+    redrive(MessageFilter::default(), Some(vec![]), vec![]).await;
+    // Up to base-2h, exclusive: x1 (x2 is at base-2h).
+    redrive(
+        filter(None, None, None, Some(base - hours(2))),
+        None,
+        vec![&x1],
+    )
+    .await;
+    // From base-1h, inclusive: x5.
+    redrive(
+        filter(None, None, Some(base - hours(1)), None),
+        None,
+        vec![&x5],
+    )
+    .await;
+    // Everything else.
+    redrive(MessageFilter::default(), None, vec![&x2]).await;
+
+    // x3 and x4 were moved once only.
+    assert_eq!(events_of(&*store, &x3).await.len(), 1);
+    assert_eq!(events_of(&*store, &x4).await.len(), 1);
+    assert_eq!(
+        get(&*store, &x3).await.delivery_time,
+        base + hours(1) + minutes(1)
+    );
+    // What is not a dead letter of the account is untouched.
+    assert_eq!(get(&*store, &their_dead).await.state, State::DeadLetter);
+    assert!(events_of(&*store, &their_dead).await.is_empty());
+    assert_eq!(get(&*store, &delivered).await.state, State::Delivered);
+    let read = get(&*store, &pending).await;
+    assert_eq!(read.state, State::Scheduled);
+    assert_eq!(read.delivery_time, base - minutes(90));
+    assert!(events_of(&*store, &pending).await.is_empty());
+}
+
+async fn redriven_dead_letters_of_a_disabled_target_are_held_until_it_is_enabled(
+    store: Arc<dyn Store>,
+) {
+    let on = add_target(&*store, ACME).await;
+    let off = add_target(&*store, ACME).await;
+    let now = time::now();
+    let a = schedule(&*store, &on, now - minutes(2)).await;
+    dead_letter(&*store, &a, now - minutes(1)).await;
+    let b = schedule(&*store, &off, now - minutes(2)).await;
+    dead_letter(&*store, &b, now - secs(50)).await;
+    store
+        .set_target_enabled(ACME, &off.id, false, now - secs(10))
+        .await
+        .unwrap()
+        .unwrap();
+
+    let at = now + secs(10);
+    let moved = store
+        .redrive(ACME, &MessageFilter::default(), None, at, now)
+        .await
+        .unwrap();
+    assert_eq!(moved, 2);
+    assert_redriven(&*store, &a, at, now).await;
+    assert_redriven(&*store, &b, at, now).await;
+
+    let claimed = store.claim_due(at + hours(1), 100, LEASE).await.unwrap();
+    assert_eq!(
+        claimed_ids(&claimed),
+        vec![a.id],
+        "the disabled target's message is held"
+    );
+    store
+        .set_target_enabled(ACME, &off.id, true, now + secs(20))
+        .await
+        .unwrap()
+        .unwrap();
+    let claimed = store.claim_due(at + hours(1), 100, LEASE).await.unwrap();
+    assert_eq!(
+        claimed_ids(&claimed),
+        vec![b.id],
+        "released once the target is enabled"
+    );
+    assert_eq!(claimed[0].ladder_attempts, 0);
 }
