@@ -925,6 +925,12 @@ async fn redrive_shows_the_count_then_reschedules_every_matching_dead_letter() {
         .get(&format!("/portal/messages/redrive?target={t1}"))
         .await;
     assert_eq!(confirm.status, 200);
+    assert_eq!(
+        confirm.body.matches("name=\"tz\"").count(),
+        1,
+        "one zone field for the new time; the filter's zone travels as filterTz"
+    );
+    assert!(confirm.body.contains("name=\"filterTz\""));
     assert!(
         confirm.body.contains("<strong>3</strong> dead letters"),
         "{}",
@@ -1072,6 +1078,18 @@ async fn bulk_actions_confirm_a_count_and_act_only_on_what_the_selection_allows(
         "2099-01-01T00:00:00Z"
     );
 
+    let garbled = b
+        .post(
+            "/portal/messages/bulk",
+            &[
+                ("csrf", csrf.as_str()),
+                ("csrf", csrf.as_str()),
+                ("action", "cancel"),
+            ],
+        )
+        .await;
+    assert_eq!(garbled.status, StatusCode::BAD_REQUEST);
+    assert!(garbled.body.contains("The form could not be read") && garbled.body.contains("<html"));
     let empty = b
         .post(
             "/portal/messages/bulk",

@@ -30,3 +30,12 @@ CREATE TABLE message_events (
     delivery_time  INTEGER
 );
 CREATE INDEX message_events_by_message ON message_events (message_id, seq);
+
+-- The overview counts what happened in the last day per account from indexes alone.
+DROP INDEX messages_delivered;
+CREATE INDEX messages_delivered ON messages (delivered_at, account) WHERE state = 'Delivered';
+DROP INDEX messages_dead;
+CREATE INDEX messages_dead ON messages (dead_lettered_at, account) WHERE state = 'DeadLetter';
+ALTER TABLE attempts ADD COLUMN account TEXT;
+UPDATE attempts SET account = (SELECT m.account FROM messages m WHERE m.id = attempts.message_id);
+CREATE INDEX attempts_failed_by_account ON attempts (account, finished_at) WHERE outcome <> 'Success';

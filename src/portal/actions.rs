@@ -6,11 +6,11 @@ use axum::{
     extract::{Path, Query, State},
     response::{Html, IntoResponse, Redirect, Response},
 };
-use axum_extra::extract::Form;
 use maud::html;
 use serde::Deserialize;
 
 use super::{
+    PortalForm,
     layout::{self, Section},
     messages::{load, ListQuery},
     session::Session,
@@ -48,7 +48,7 @@ pub async fn cancel(
     State(state): State<AppState>,
     session: Session,
     Path(id): Path<String>,
-    Form(f): Form<ActionForm>,
+    PortalForm(f): PortalForm<ActionForm>,
 ) -> PortalResult<Redirect> {
     session.check_csrf(&f.csrf)?;
     let m = load(&state, &session, &id).await?;
@@ -69,7 +69,7 @@ pub async fn reschedule(
     State(state): State<AppState>,
     session: Session,
     Path(id): Path<String>,
-    Form(f): Form<ActionForm>,
+    PortalForm(f): PortalForm<ActionForm>,
 ) -> PortalResult<Redirect> {
     session.check_csrf(&f.csrf)?;
     let m = load(&state, &session, &id).await?;
@@ -105,7 +105,7 @@ pub struct BulkForm {
 pub async fn bulk(
     State(state): State<AppState>,
     session: Session,
-    Form(f): Form<BulkForm>,
+    PortalForm(f): PortalForm<BulkForm>,
 ) -> PortalResult<Response> {
     session.check_csrf(&f.csrf)?;
     let ids: Vec<MessageId> = f
@@ -240,7 +240,7 @@ pub async fn redrive_confirm(
         @if count > 0 {
             form method="post" action="/portal/messages/redrive" {
                 (layout::csrf_field(&session))
-                @for (name, value) in [("target", &q.target), ("from", &q.from), ("to", &q.to), ("tz", &q.tz)] {
+                @for (name, value) in [("target", &q.target), ("from", &q.from), ("to", &q.to), ("filterTz", &q.tz)] {
                     input type="hidden" name=(name) value=(value);
                 }
                 (when::picker("redrive-at", "Deliver at", "Empty: now."))
@@ -276,25 +276,35 @@ pub struct RedriveForm {
     target: String,
     from: String,
     to: String,
-    /// The zone of `from`/`to` and of `at`.
-    tz: String,
+    /// The zone of `from` and `to`.
+    #[serde(rename = "filterTz")]
+    filter_tz: String,
+    /// When to deliver, in the zone `tz`.
     at: String,
+    tz: String,
 }
 
 pub async fn redrive(
     State(state): State<AppState>,
     session: Session,
-    Form(f): Form<RedriveForm>,
+    PortalForm(f): PortalForm<RedriveForm>,
 ) -> PortalResult<Redirect> {
     session.check_csrf(&f.csrf)?;
     let q = ListQuery {
         target: f.target.clone(),
         from: f.from,
         to: f.to,
-        tz: f.tz.clone(),
+        tz: f.filter_tz,
         ..ListQuery::default()
     };
     let filter = dead_letters(&q)?;
+    if let Some(id) = &filter.target_id {
+        state
+            .store
+            .get_target(&session.account, id)
+            .await?
+            .ok_or(PortalError::NotFound)?;
+    }
     let now = time::now();
     let at = when::resolve(&f.at, &f.tz, now).map_err(PortalError::BadRequest)?;
     let n = state

@@ -163,6 +163,24 @@ pub enum PortalError {
 
 pub type PortalResult<T> = Result<T, PortalError>;
 
+/// A form body; one that cannot be read is answered with a portal page.
+pub struct PortalForm<T>(pub T);
+
+impl<T, S> axum::extract::FromRequest<S> for PortalForm<T>
+where
+    T: serde::de::DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = PortalError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, PortalError> {
+        axum_extra::extract::Form::<T>::from_request(req, state)
+            .await
+            .map(|f| PortalForm(f.0))
+            .map_err(|e| PortalError::BadRequest(format!("The form could not be read ({e}). Go back, reload the page and try again.")))
+    }
+}
+
 impl IntoResponse for PortalError {
     fn into_response(self) -> Response {
         let (status, title, detail) = match &self {

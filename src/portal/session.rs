@@ -7,10 +7,7 @@ use axum::{
     http::{request::Parts, HeaderMap, StatusCode},
     response::{Html, IntoResponse, Redirect, Response},
 };
-use axum_extra::extract::{
-    cookie::{Cookie, CookieJar, SameSite},
-    Form,
-};
+use axum_extra::extract::cookie::{Cookie, CookieJar, SameSite};
 use base64::{engine::general_purpose::URL_SAFE_NO_PAD as B64URL, Engine};
 use chrono::TimeDelta;
 use maud::html;
@@ -19,7 +16,8 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use super::{layout, PortalError, PortalResult};
+use super::{
+    PortalForm,layout, PortalError, PortalResult};
 use crate::{
     api::AppState,
     auth::secrets,
@@ -189,9 +187,10 @@ fn login_form(csrf: &str, next: &str, email: &str, error: Option<&str>) -> maud:
                     input type="hidden" name="csrf" value=(csrf);
                     input type="hidden" name="next" value=(next);
                     label for="email" { "Email" }
-                    input id="email" name="email" type="email" autocomplete="username" required value=(email) autofocus;
+                    input id="email" name="email" type="email" autocomplete="username" required value=(email) autofocus[error.is_none()];
                     label for="password" { "Password" }
-                    input id="password" name="password" type="password" autocomplete="current-password" required;
+                    input id="password" name="password" type="password" autocomplete="current-password" required
+                        autofocus[error.is_some()] aria-describedby=[error.map(|_| "signin-error")];
                     button type="submit" { "Sign in" }
                 }
             }
@@ -216,7 +215,7 @@ pub async fn login(
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
     jar: CookieJar,
-    Form(form): Form<LoginForm>,
+    PortalForm(form): PortalForm<LoginForm>,
 ) -> PortalResult<Response> {
     let expected = jar
         .get(LOGIN_COOKIE)
@@ -289,7 +288,7 @@ pub async fn logout(
     State(state): State<AppState>,
     session: Session,
     jar: CookieJar,
-    Form(form): Form<CsrfForm>,
+    PortalForm(form): PortalForm<CsrfForm>,
 ) -> PortalResult<Response> {
     session.check_csrf(&form.csrf)?;
     if let Some(token) = jar.get(SESSION_COOKIE).map(|c| c.value().to_string()) {

@@ -301,6 +301,12 @@ pub fn fields(session: &Session, f: &TargetForm, errors: &[FieldError], editing:
             input type="hidden" name="type" value=(f.kind);
             p { "Type: " strong { (f.kind) } }
         } @else {
+            noscript {
+                p { "Fields for: "
+                    a href="/portal/targets/new?type=webhook" { "a webhook" } ", "
+                    a href="/portal/targets/new?type=sqs" { "an SQS queue" } ", "
+                    a href="/portal/targets/new?type=sns" { "an SNS topic" } "." }
+            }
             fieldset.types {
                 legend { "Type" }
                 @for (value, label) in [("webhook", "Webhook"), ("sqs", "Amazon SQS queue"), ("sns", "Amazon SNS topic")] {
@@ -323,13 +329,15 @@ pub fn fields(session: &Session, f: &TargetForm, errors: &[FieldError], editing:
             (f_("signingSecret", "Signing secret", &f.signing_secret,
                 Some(if editing { "Leave empty to keep the stored secret." } else { "Empty: one is generated and shown once." }), "password"))
             label.check {
-                input type="checkbox" name="authEnabled" checked[f.auth_enabled.is_some()];
+                input type="checkbox" name="authEnabled" checked[f.auth_enabled.is_some()] data-auth-switch;
                 " Authenticate with OAuth 2 client credentials"
             }
-            (f_("tokenUrl", "Token URL", &f.token_url, None, "url"))
-            (f_("clientId", "Client id", &f.client_id, None, "text"))
-            (f_("clientSecret", "Client secret", &f.client_secret, keep, "password"))
-            (f_("scopes", "Scopes", &f.scopes, Some("Separated by spaces."), "text"))
+            div.auth data-auth {
+                (f_("tokenUrl", "Token URL", &f.token_url, None, "url"))
+                (f_("clientId", "Client id", &f.client_id, None, "text"))
+                (f_("clientSecret", "Client secret", &f.client_secret, keep, "password"))
+                (f_("scopes", "Scopes", &f.scopes, Some("Separated by spaces."), "text"))
+            }
         }
         fieldset data-type="sqs" hidden[f.kind != "sqs"] {
             legend { "Amazon SQS" }

@@ -5,11 +5,11 @@ use axum::{
     http::StatusCode,
     response::{Html, IntoResponse, Redirect, Response},
 };
-use axum_extra::extract::Form;
 use maud::{html, Markup};
 use serde::Deserialize;
 
 use super::{
+    PortalForm,
     layout::{self, Section},
     session::{CsrfForm, Session},
     target_form::{self, TargetForm},
@@ -210,7 +210,7 @@ fn invalid(
 pub async fn create(
     State(state): State<AppState>,
     session: Session,
-    Form(f): Form<TargetForm>,
+    PortalForm(f): PortalForm<TargetForm>,
 ) -> PortalResult<Response> {
     session.check_csrf(&f.csrf)?;
     let action = "/portal/targets";
@@ -323,7 +323,7 @@ pub async fn show(
             ul.plain {
                 li { a href={ "/portal/messages?target=" (t.id) "&state=Scheduled" } { (scheduled) " scheduled" } }
                 li {
-                    a href={ "/portal/messages?target=" (t.id) "&state=DeadLetter" } { (dead) " dead letters" }
+                    a href={ "/portal/messages?target=" (t.id) "&state=DeadLetter" } { (dead) (if dead == 1 { " dead letter" } else { " dead letters" }) }
                     @if dead > 0 {
                         " · " a #redrive-target href={ "/portal/messages/redrive?target=" (t.id) } { "Reschedule all dead letters…" }
                     }
@@ -361,7 +361,7 @@ pub async fn update(
     State(state): State<AppState>,
     session: Session,
     Path(id): Path<String>,
-    Form(mut f): Form<TargetForm>,
+    PortalForm(mut f): PortalForm<TargetForm>,
 ) -> PortalResult<Response> {
     session.check_csrf(&f.csrf)?;
     let current = load(&state, &session, &id).await?;
@@ -440,7 +440,7 @@ pub async fn enable(
     State(state): State<AppState>,
     session: Session,
     Path(id): Path<String>,
-    Form(f): Form<CsrfForm>,
+    PortalForm(f): PortalForm<CsrfForm>,
 ) -> PortalResult<Redirect> {
     set_enabled(state, session, id, &f.csrf, true).await
 }
@@ -449,7 +449,7 @@ pub async fn disable(
     State(state): State<AppState>,
     session: Session,
     Path(id): Path<String>,
-    Form(f): Form<CsrfForm>,
+    PortalForm(f): PortalForm<CsrfForm>,
 ) -> PortalResult<Redirect> {
     set_enabled(state, session, id, &f.csrf, false).await
 }
@@ -459,7 +459,7 @@ pub async fn send_test(
     State(state): State<AppState>,
     session: Session,
     Path(id): Path<String>,
-    Form(f): Form<CsrfForm>,
+    PortalForm(f): PortalForm<CsrfForm>,
 ) -> PortalResult<Redirect> {
     session.check_csrf(&f.csrf)?;
     let t = load(&state, &session, &id).await?;

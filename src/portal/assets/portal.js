@@ -64,6 +64,14 @@
     });
   });
 
+  // OAuth fields show only while OAuth is ticked (all show without script).
+  document.querySelectorAll("[data-auth-switch]").forEach(function (box) {
+    var fields = box.closest("form").querySelector("[data-auth]");
+    function sync() { fields.hidden = !box.checked; }
+    box.addEventListener("change", sync);
+    sync();
+  });
+
   // A message being watched (a test message, a reschedule) refreshes until it is settled.
   if (document.querySelector("[data-watch]")) setTimeout(function () { window.location.reload(); }, 1000);
 })();

@@ -167,16 +167,16 @@ impl PgStore {
                  last_error = COALESCE(i.last_error, m.last_error), \
                  updated_at = $18 \
                FROM input i WHERE m.id = i.id AND m.lease_token = i.token AND m.state = 'Scheduled' \
-               RETURNING m.id, i.token) \
+               RETURNING m.id, i.token, m.account) \
              INSERT INTO attempts (message_id, attempt, started_at, finished_at, duration_ms, outcome, \
-               status_code, error, response_body) \
+               status_code, error, response_body, account) \
              SELECT a.message_id, a.attempt, a.started_at, a.finished_at, a.duration_ms, a.outcome, \
-               a.status_code, a.error, a.response_body \
+               a.status_code, a.error, a.response_body, u.account \
              FROM unnest($9::uuid[], $10::int[], $11::timestamptz[], $12::timestamptz[], \
                $13::bigint[], $14::text[], $15::int[], $16::text[], $17::text[], $19::uuid[]) \
                AS a(message_id, attempt, started_at, finished_at, duration_ms, outcome, status_code, error, \
                  response_body, token) \
-             WHERE (a.message_id, a.token) IN (SELECT id, token FROM upd) \
+             JOIN upd u ON u.id = a.message_id AND u.token = a.token \
              ON CONFLICT (message_id, attempt) DO NOTHING",
         )
         .bind(&ids)

@@ -117,54 +117,61 @@ impl PgStore {
         Ok(())
     }
 
+    /// Five small queries at once, each answered from an index: counts per
+    /// target and state (index-only, per target), the window's deliveries,
+    /// dead letters and failed attempts, and the oldest due message.
     pub(super) async fn select_overview(
         &self,
         account: &str,
         since: DateTime<Utc>,
         now: DateTime<Utc>,
     ) -> StoreResult<Overview> {
-        let rows: Vec<(String, String, i64, i64, i64)> = sqlx::query_as(
-            "SELECT target_id, state, count(*), \
-               count(*) FILTER (WHERE delivered_at >= $2), \
-               count(*) FILTER (WHERE dead_lettered_at >= $2) \
-             FROM messages WHERE account = $1 GROUP BY target_id, state",
+        let counts = sqlx::query_as::<_, (String, String, i64)>(
+            "SELECT t.id, s.state, (SELECT count(*) FROM messages m WHERE m.target_id = t.id AND m.state = s.state) \
+             FROM targets t CROSS JOIN (VALUES ('Scheduled'), ('Delivered'), ('Cancelled'), ('DeadLetter')) AS s(state) \
+             WHERE t.account = $1",
         )
         .bind(account)
-        .bind(since)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(map_err)?;
-        let mut overview = Overview::default();
-        for (target, state, count, delivered, dead) in rows {
-            overview.delivered += delivered as u64;
-            overview.dead_lettered += dead as u64;
-            overview.counts.push(StateCount {
-                target_id: TargetId::from_trusted(target),
-                state: state_from_str(&state)?,
-                count: count as u64,
-            });
-        }
-        let (failed,): (i64,) = sqlx::query_as(
-            "SELECT count(*) FROM attempts a JOIN messages m ON m.id = a.message_id \
-             WHERE a.outcome <> 'Success' AND a.finished_at >= $2 AND m.account = $1",
-        )
-        .bind(account)
-        .bind(since)
-        .fetch_one(&self.pool)
-        .await
-        .map_err(map_err)?;
-        overview.failed_attempts = failed as u64;
-        let oldest: Option<(uuid::Uuid, DateTime<Utc>)> = sqlx::query_as(
+        .fetch_all(&self.pool);
+        let window = |sql: &'static str| {
+            sqlx::query_as::<_, (i64,)>(sql)
+                .bind(account)
+                .bind(since)
+                .fetch_one(&self.pool)
+        };
+        let delivered = window(
+            "SELECT count(*) FROM messages WHERE state = 'Delivered' AND delivered_at >= $2 AND account = $1",
+        );
+        let dead = window(
+            "SELECT count(*) FROM messages WHERE state = 'DeadLetter' AND dead_lettered_at >= $2 AND account = $1",
+        );
+        let failed = window(
+            "SELECT count(*) FROM attempts WHERE account = $1 AND outcome <> 'Success' AND finished_at >= $2",
+        );
+        let oldest = sqlx::query_as::<_, (uuid::Uuid, DateTime<Utc>)>(
             "SELECT id, next_attempt_at FROM messages \
              WHERE state = 'Scheduled' AND NOT paused AND claim_at <= $2 AND account = $1 \
              ORDER BY claim_at LIMIT 1",
         )
         .bind(account)
         .bind(now)
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(map_err)?;
-        overview.oldest_due = oldest.map(|(id, at)| (MessageId(id), at));
+        .fetch_optional(&self.pool);
+        let (counts, (delivered,), (dead,), (failed,), oldest) =
+            tokio::try_join!(counts, delivered, dead, failed, oldest).map_err(map_err)?;
+        let mut overview = Overview {
+            delivered: delivered as u64,
+            dead_lettered: dead as u64,
+            failed_attempts: failed as u64,
+            ..Overview::default()
+        };
+        for (target, state, count) in counts.into_iter().filter(|c| c.2 > 0) {
+            overview.counts.push(StateCount {
+                target_id: TargetId::from_trusted(target),
+                state: state_from_str(&state)?,
+                count: count as u64,
+            });
+        }
+        overview.oldest_due = oldest.map(|(id, at)| Ok::<_, StoreError>((MessageId(id), at))).transpose()?;
         Ok(overview)
     }
 

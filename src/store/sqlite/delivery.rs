@@ -128,13 +128,13 @@ impl SqliteStore {
                 .iter()
                 .rev()
                 .find_map(|a| a.error.as_deref().map(|e| storable_text(e).into_owned()));
-            let updated = sqlx::query(
+            let updated: Option<(String,)> = sqlx::query_as(
                 "UPDATE messages SET state = ?3, next_attempt_at = ?4, claim_at = ?4, lease_token = NULL, \
                    attempt_count = max(attempt_count, ?5), ladder_attempts = ?6, \
                    delivered_at = CASE WHEN ?3 = 'Delivered' THEN ?7 ELSE delivered_at END, \
                    dead_lettered_at = CASE WHEN ?3 = 'DeadLetter' THEN ?7 ELSE dead_lettered_at END, \
                    last_error = COALESCE(?8, last_error), updated_at = ?9 \
-                 WHERE id = ?1 AND lease_token = ?2 AND state = 'Scheduled'",
+                 WHERE id = ?1 AND lease_token = ?2 AND state = 'Scheduled' RETURNING account",
             )
             .bind(id_text(&r.id))
             .bind(r.lease_token.to_string())
@@ -145,17 +145,16 @@ impl SqliteStore {
             .bind(ms(last.finished_at))
             .bind(last_error)
             .bind(ms(now))
-            .execute(&mut *tx)
+            .fetch_optional(&mut *tx)
             .await
-            .map_err(map_err)?
-            .rows_affected();
-            if updated == 0 {
+            .map_err(map_err)?;
+            let Some((account,)) = updated else {
                 continue; // the lease was lost: drop the stale result whole
-            }
+            };
             for a in &r.attempts {
                 written += sqlx::query(
                     "INSERT INTO attempts (message_id, attempt, started_at, finished_at, duration_ms, outcome, \
-                       status_code, error, response_body) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) \
+                       status_code, error, response_body, account) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
                      ON CONFLICT (message_id, attempt) DO NOTHING",
                 )
                 .bind(id_text(&r.id))
@@ -167,6 +166,7 @@ impl SqliteStore {
                 .bind(a.status_code.map(i64::from))
                 .bind(a.error.as_deref().map(storable_text))
                 .bind(a.response_body.as_deref().map(storable_text))
+                .bind(&account)
                 .execute(&mut *tx)
                 .await
                 .map_err(map_err)?
