@@ -635,7 +635,11 @@ async fn a_person_of_another_account_sees_and_changes_none_of_it() {
     assert_eq!(b.status().await, 404);
     b.goto("/portal/messages").await;
     post_form(&b, "/portal/messages/redrive", json!([["target", t]])).await;
-    assert_eq!(b.status().await, 404, "a redrive naming another account's target");
+    assert_eq!(
+        b.status().await,
+        404,
+        "a redrive naming another account's target"
+    );
     assert_eq!(state(&api, &scheduled).await, "Scheduled");
     assert_eq!(state(&api, &dead).await, "DeadLetter");
 

@@ -10,11 +10,10 @@ use maud::html;
 use serde::Deserialize;
 
 use super::{
-    PortalForm,
     layout::{self, Section},
     messages::{load, ListQuery},
     session::Session,
-    when, PortalError, PortalResult,
+    when, PortalError, PortalForm, PortalResult,
 };
 use crate::{
     api::AppState,

@@ -177,7 +177,11 @@ where
         axum_extra::extract::Form::<T>::from_request(req, state)
             .await
             .map(|f| PortalForm(f.0))
-            .map_err(|e| PortalError::BadRequest(format!("The form could not be read ({e}). Go back, reload the page and try again.")))
+            .map_err(|e| {
+                PortalError::BadRequest(format!(
+                    "The form could not be read ({e}). Go back, reload the page and try again."
+                ))
+            })
     }
 }
 

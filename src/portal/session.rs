@@ -16,8 +16,7 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use super::{
-    PortalForm,layout, PortalError, PortalResult};
+use super::{layout, PortalError, PortalForm, PortalResult};
 use crate::{
     api::AppState,
     auth::secrets,

@@ -9,11 +9,10 @@ use maud::{html, Markup};
 use serde::Deserialize;
 
 use super::{
-    PortalForm,
     layout::{self, Section},
     session::{CsrfForm, Session},
     target_form::{self, TargetForm},
-    PortalError, PortalResult,
+    PortalError, PortalForm, PortalResult,
 };
 use crate::{
     api::{error::ApiError, AppState},

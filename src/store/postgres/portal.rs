@@ -171,7 +171,9 @@ impl PgStore {
                 count: count as u64,
             });
         }
-        overview.oldest_due = oldest.map(|(id, at)| Ok::<_, StoreError>((MessageId(id), at))).transpose()?;
+        overview.oldest_due = oldest
+            .map(|(id, at)| Ok::<_, StoreError>((MessageId(id), at)))
+            .transpose()?;
         Ok(overview)
     }
 

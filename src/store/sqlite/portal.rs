@@ -173,7 +173,9 @@ impl SqliteStore {
                 count: count as u64,
             });
         }
-        overview.oldest_due = oldest.map(|(id, at)| Ok::<_, StoreError>((parse_id(&id)?, from_ms(at)))).transpose()?;
+        overview.oldest_due = oldest
+            .map(|(id, at)| Ok::<_, StoreError>((parse_id(&id)?, from_ms(at))))
+            .transpose()?;
         Ok(overview)
     }
 
