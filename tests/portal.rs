@@ -661,6 +661,117 @@ async fn a_webhook_target_made_with_the_form_shows_its_secret_once_and_an_edit_k
 }
 
 #[tokio::test]
+async fn sqs_and_sns_targets_made_with_the_form_keep_their_secret_access_key_write_only() {
+    let app = TestApp::spawn().await;
+    let mut b = signed_in(&app, "acme", "ops@example.com").await;
+    let csrf = b.csrf().await;
+    let p = b
+        .post(
+            "/portal/targets",
+            &[
+                ("csrf", csrf.as_str()),
+                ("name", "queue"),
+                ("type", "sqs"),
+                ("enabled", "on"),
+                (
+                    "queueUrl",
+                    "https://sqs.eu-north-1.amazonaws.com/123456789012/orders.fifo",
+                ),
+                ("region", "eu-north-1"),
+                ("accessKeyId", "AKIAEXAMPLE"),
+                ("secretAccessKey", "s3cr3t-key"),
+                ("messageGroupId", "orders"),
+                // Fields of other types are ignored.
+                ("url", "https://example.com/"),
+            ],
+        )
+        .await;
+    assert_eq!(p.status, StatusCode::SEE_OTHER, "{}", p.body);
+    let tid = p
+        .location()
+        .trim_start_matches("/portal/targets/")
+        .split('?')
+        .next()
+        .unwrap()
+        .to_string();
+    let api = app.api("acme").await;
+    let t: Value = api
+        .get(&format!("/targets/{tid}"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(t["type"], "sqs");
+    assert_eq!(
+        t["config"]["queueUrl"],
+        "https://sqs.eu-north-1.amazonaws.com/123456789012/orders.fifo"
+    );
+    assert_eq!(t["config"]["messageGroupId"], "orders");
+    assert_eq!(t["config"]["credentials"]["accessKeyId"], "AKIAEXAMPLE");
+    assert_eq!(t["config"]["credentials"]["secretAccessKey"], "***");
+    assert!(!b
+        .get(&format!("/portal/targets/{tid}/edit"))
+        .await
+        .body
+        .contains("s3cr3t-key"));
+
+    // Saved again with the secret left empty, the key is kept.
+    let p = b
+        .post(
+            &format!("/portal/targets/{tid}"),
+            &[
+                ("csrf", csrf.as_str()),
+                ("name", "queue"),
+                ("enabled", "on"),
+                (
+                    "queueUrl",
+                    "https://sqs.eu-north-1.amazonaws.com/123456789012/orders.fifo",
+                ),
+                ("region", "eu-west-1"),
+                ("accessKeyId", "AKIAEXAMPLE"),
+                ("secretAccessKey", ""),
+            ],
+        )
+        .await;
+    assert_eq!(p.status, StatusCode::SEE_OTHER, "{}", p.body);
+    let stored = app
+        .store()
+        .get_target("acme", &tid.parse().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    let dispatch::domain::target::TargetConfig::Sqs(q) = stored.config else {
+        panic!()
+    };
+    assert_eq!(q.region, "eu-west-1");
+    assert_eq!(q.credentials.unwrap().secret_access_key, "s3cr3t-key");
+    assert_eq!(q.message_group_id, None, "emptied");
+
+    let p = b
+        .post(
+            "/portal/targets",
+            &[
+                ("csrf", csrf.as_str()),
+                ("name", "topic"),
+                ("type", "sns"),
+                ("enabled", "on"),
+                ("topicArn", "arn:aws:sns:eu-north-1:123456789012:events"),
+                ("region", "eu-north-1"),
+            ],
+        )
+        .await;
+    assert_eq!(p.status, StatusCode::SEE_OTHER, "{}", p.body);
+    let list: Value = api.get("/targets").await.json().await.unwrap();
+    let sns = &list["items"][0];
+    assert_eq!(sns["type"], "sns");
+    assert_eq!(
+        sns["config"]["credentials"],
+        Value::Null,
+        "no key id: the default AWS chain"
+    );
+}
+
+#[tokio::test]
 async fn invalid_target_forms_answer_400_naming_the_fields_and_create_nothing() {
     let app = TestApp::spawn().await;
     let mut b = signed_in(&app, "acme", "ops@example.com").await;

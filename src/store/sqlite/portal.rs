@@ -130,7 +130,8 @@ impl SqliteStore {
     ) -> StoreResult<Overview> {
         let counts = sqlx::query_as::<_, (String, String, i64)>(
             "SELECT t.id, s.state, (SELECT count(*) FROM messages m WHERE m.target_id = t.id AND m.state = s.state) \
-             FROM targets t CROSS JOIN (VALUES ('Scheduled'), ('Delivered'), ('Cancelled'), ('DeadLetter')) AS s(state) \
+             FROM targets t CROSS JOIN (SELECT 'Scheduled' AS state UNION ALL SELECT 'Delivered' \
+               UNION ALL SELECT 'Cancelled' UNION ALL SELECT 'DeadLetter') AS s \
              WHERE t.account = ?1",
         )
         .bind(account)
