@@ -228,6 +228,10 @@ async fn main() -> anyhow::Result<()> {
         (format!("{base}/{name}"), Some(name))
     };
     let result = run(&args, &db_url).await;
+    if args.keep && args.store == "sqlite" {
+        eprintln!("kept {db_url}");
+        let _ = dir.keep();
+    }
     if let Some(name) = db_name.filter(|name| {
         if args.keep {
             eprintln!("kept the database {name}");

@@ -3,6 +3,7 @@
 //! other instances' sweepers that something fell due.
 
 mod delivery;
+mod filter;
 pub mod listen;
 mod messages;
 mod portal;
@@ -420,24 +421,19 @@ impl Store for PgStore {
         before: Option<&MessageId>,
         limit: u32,
     ) -> StoreResult<Vec<Message>> {
+        let head = format!("SELECT {MESSAGE_COLUMNS} FROM messages");
+        let mut q = filter::filtered(&head, account, filter);
         // UUIDv7 ids are creation-ordered, so "newest first" is "id descending".
-        let rows: Vec<MessageRow> = sqlx::query_as(&format!(
-            "SELECT {MESSAGE_COLUMNS} FROM messages WHERE account = $1 \
-             AND ($2::text IS NULL OR target_id = $2) AND ($3::text IS NULL OR state = $3) \
-             AND ($4::uuid IS NULL OR id < $4) \
-             AND ($6::timestamptz IS NULL OR delivery_time >= $6) \
-             AND ($7::timestamptz IS NULL OR delivery_time < $7) ORDER BY id DESC LIMIT $5"
-        ))
-        .bind(account)
-        .bind(filter.target_id.as_ref().map(|t| t.as_str()))
-        .bind(filter.state.map(|s| s.as_str()))
-        .bind(before.map(|m| m.0))
-        .bind(i64::from(limit))
-        .bind(filter.delivery_from)
-        .bind(filter.delivery_to)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(map_err)?;
+        if let Some(m) = before {
+            q.push(" AND id < ").push_bind(m.0);
+        }
+        q.push(" ORDER BY id DESC LIMIT ")
+            .push_bind(i64::from(limit));
+        let rows: Vec<MessageRow> = q
+            .build_query_as()
+            .fetch_all(&self.pool)
+            .await
+            .map_err(map_err)?;
         rows.into_iter().map(Message::try_from).collect()
     }
 

@@ -182,20 +182,11 @@ impl PgStore {
         account: &str,
         f: &MessageFilter,
     ) -> StoreResult<u64> {
-        let (n,): (i64,) = sqlx::query_as(
-            "SELECT count(*) FROM messages WHERE account = $1 \
-             AND ($2::text IS NULL OR target_id = $2) AND ($3::text IS NULL OR state = $3) \
-             AND ($4::timestamptz IS NULL OR delivery_time >= $4) \
-             AND ($5::timestamptz IS NULL OR delivery_time < $5)",
-        )
-        .bind(account)
-        .bind(f.target_id.as_ref().map(|t| t.as_str()))
-        .bind(f.state.map(|s| s.as_str()))
-        .bind(f.delivery_from)
-        .bind(f.delivery_to)
-        .fetch_one(&self.pool)
-        .await
-        .map_err(map_err)?;
+        let (n,): (i64,) = super::filter::filtered("SELECT count(*) FROM messages", account, f)
+            .build_query_as()
+            .fetch_one(&self.pool)
+            .await
+            .map_err(map_err)?;
         Ok(n as u64)
     }
 

@@ -4,6 +4,7 @@
 //! wake-up; a lock file keeps a second process away.
 
 mod delivery;
+mod filter;
 mod messages;
 mod portal;
 mod rows;
@@ -430,23 +431,19 @@ impl Store for SqliteStore {
         before: Option<&MessageId>,
         limit: u32,
     ) -> StoreResult<Vec<Message>> {
-        let rows: Vec<MessageRow> = sqlx::query_as(&format!(
-            "SELECT {MESSAGE_COLUMNS} FROM messages WHERE account = ?1 \
-             AND (?2 IS NULL OR target_id = ?2) AND (?3 IS NULL OR state = ?3) \
-             AND (?4 IS NULL OR id < ?4) \
-             AND (?6 IS NULL OR delivery_time >= ?6) AND (?7 IS NULL OR delivery_time < ?7) \
-             ORDER BY id DESC LIMIT ?5"
-        ))
-        .bind(account)
-        .bind(filter.target_id.as_ref().map(|t| t.as_str()))
-        .bind(filter.state.map(|s| s.as_str()))
-        .bind(before.map(id_text))
-        .bind(i64::from(limit))
-        .bind(filter.delivery_from.map(ms))
-        .bind(filter.delivery_to.map(ms))
-        .fetch_all(&self.reader)
-        .await
-        .map_err(map_err)?;
+        let head = format!("SELECT {MESSAGE_COLUMNS} FROM messages");
+        let mut q = filter::filtered(&head, account, filter);
+        // UUIDv7 ids are creation-ordered, so "newest first" is "id descending".
+        if let Some(m) = before {
+            q.push(" AND id < ").push_bind(id_text(m));
+        }
+        q.push(" ORDER BY id DESC LIMIT ")
+            .push_bind(i64::from(limit));
+        let rows: Vec<MessageRow> = q
+            .build_query_as()
+            .fetch_all(&self.reader)
+            .await
+            .map_err(map_err)?;
         rows.into_iter().map(Message::try_from).collect()
     }
 

@@ -121,7 +121,9 @@ impl SqliteStore {
 
     /// Five small queries at once, each answered from an index: counts per
     /// target and state (index-only, per target), the window's deliveries,
-    /// dead letters and failed attempts, and the oldest due message.
+    /// dead letters and failed attempts, and the oldest due message. (SQLite
+    /// would rather walk the account's messages by state than the window's
+    /// partial index; `INDEXED BY` tells it which is smaller.)
     pub(super) async fn select_overview(
         &self,
         account: &str,
@@ -143,10 +145,10 @@ impl SqliteStore {
                 .fetch_one(&self.reader)
         };
         let delivered = window(
-            "SELECT count(*) FROM messages WHERE state = 'Delivered' AND delivered_at >= ?2 AND account = ?1",
+            "SELECT count(*) FROM messages INDEXED BY messages_delivered WHERE state = 'Delivered' AND delivered_at >= ?2 AND account = ?1",
         );
         let dead = window(
-            "SELECT count(*) FROM messages WHERE state = 'DeadLetter' AND dead_lettered_at >= ?2 AND account = ?1",
+            "SELECT count(*) FROM messages INDEXED BY messages_dead WHERE state = 'DeadLetter' AND dead_lettered_at >= ?2 AND account = ?1",
         );
         let failed = window(
             "SELECT count(*) FROM attempts WHERE account = ?1 AND outcome <> 'Success' AND finished_at >= ?2",
@@ -185,19 +187,11 @@ impl SqliteStore {
         account: &str,
         f: &MessageFilter,
     ) -> StoreResult<u64> {
-        let (n,): (i64,) = sqlx::query_as(
-            "SELECT count(*) FROM messages WHERE account = ?1 \
-             AND (?2 IS NULL OR target_id = ?2) AND (?3 IS NULL OR state = ?3) \
-             AND (?4 IS NULL OR delivery_time >= ?4) AND (?5 IS NULL OR delivery_time < ?5)",
-        )
-        .bind(account)
-        .bind(f.target_id.as_ref().map(|t| t.as_str()))
-        .bind(f.state.map(|s| s.as_str()))
-        .bind(f.delivery_from.map(ms))
-        .bind(f.delivery_to.map(ms))
-        .fetch_one(&self.reader)
-        .await
-        .map_err(map_err)?;
+        let (n,): (i64,) = super::filter::filtered("SELECT count(*) FROM messages", account, f)
+            .build_query_as()
+            .fetch_one(&self.reader)
+            .await
+            .map_err(map_err)?;
         Ok(n as u64)
     }
 

@@ -1,0 +1,31 @@
+//! The WHERE clause of a message filter with only the conditions it sets, so
+//! that each combination is planned for itself (an `(? IS NULL OR …)` form
+//! gets one plan for all, and it scans the account's every message).
+
+use sqlx::{QueryBuilder, Sqlite};
+
+use super::rows::ms;
+use crate::store::MessageFilter;
+
+/// `head` (a SELECT … FROM messages) and the filter's conditions.
+pub(super) fn filtered<'a>(
+    head: &str,
+    account: &'a str,
+    f: &'a MessageFilter,
+) -> QueryBuilder<'a, Sqlite> {
+    let mut q = QueryBuilder::new(head);
+    q.push(" WHERE account = ").push_bind(account);
+    if let Some(t) = &f.target_id {
+        q.push(" AND target_id = ").push_bind(t.as_str());
+    }
+    if let Some(s) = f.state {
+        q.push(" AND state = ").push_bind(s.as_str());
+    }
+    if let Some(t) = f.delivery_from {
+        q.push(" AND delivery_time >= ").push_bind(ms(t));
+    }
+    if let Some(t) = f.delivery_to {
+        q.push(" AND delivery_time < ").push_bind(ms(t));
+    }
+    q
+}
