@@ -137,8 +137,9 @@ impl ApiError {
     }
 }
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
+impl ApiError {
+    /// The RFC 9457 body of this error.
+    pub fn problem(&self) -> Problem {
         let status = self.status();
         let (slug, title, detail) = self.slug_title_detail();
         let errors = match &self {
@@ -153,13 +154,20 @@ impl IntoResponse for ApiError {
             ),
             _ => None,
         };
-        let body = Problem {
+        Problem {
             kind: format!("https://dispatch.dev/problems/{slug}"),
             title: title.into(),
             status: status.as_u16(),
             detail,
             errors,
-        };
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        let body = self.problem();
         let mut response = (status, Json(body)).into_response();
         let headers = response.headers_mut();
         headers.insert(

@@ -29,7 +29,7 @@ use crate::{
     store::{IdempotencyInput, InsertOutcome, MessageFilter, Transition},
 };
 
-const MAX_IDEMPOTENCY_KEY: usize = 255;
+pub(super) const MAX_IDEMPOTENCY_KEY: usize = 255;
 
 fn parse_id(id: &str) -> ApiResult<MessageId> {
     id.parse().map_err(|_| ApiError::NotFound)
@@ -111,68 +111,15 @@ pub async fn create(
             None
         }
     };
-    let target_id =
-        string_field(&body, "targetId", &mut errors).and_then(|s| match s.parse::<TargetId>() {
-            Ok(t) => Some(t),
-            Err(_) => {
-                errors.push(FieldError::new("targetId", "is not a known target"));
-                None
+    let (message, response, idempotency) =
+        match parse_message(&body, &principal.account, key, time::now()) {
+            Ok(parsed) if errors.is_empty() => parsed,
+            Ok(_) => return Err(ApiError::Validation(errors)),
+            Err(more) => {
+                errors.extend(more);
+                return Err(ApiError::Validation(errors));
             }
-        });
-    let delivery_time = delivery_time(&body, &mut errors);
-    let payload = string_field(&body, "payload", &mut errors).and_then(|s| {
-        match Payload::parse(s.to_string()) {
-            Ok(p) => Some(p),
-            Err(e) => {
-                errors.push(FieldError::new("payload", e.to_string()));
-                None
-            }
-        }
-    });
-    let (Some(target_id), Some(delivery_time), Some(payload), true) =
-        (target_id, delivery_time, payload, errors.is_empty())
-    else {
-        return Err(ApiError::Validation(errors));
-    };
-
-    let now = time::now();
-    let message = Message {
-        id: MessageId::new(),
-        account: principal.account.clone(),
-        target_id,
-        state: MsgState::Scheduled,
-        delivery_time,
-        next_attempt_at: Some(delivery_time),
-        attempt_count: 0,
-        delivered_at: None,
-        cancelled_at: None,
-        dead_lettered_at: None,
-        last_error: None,
-        created_at: now,
-        updated_at: now,
-        payload,
-    };
-    let response =
-        serde_json::to_value(MessageOut::new(&message)).map_err(|_| ApiError::Internal)?;
-    let idempotency = key.map(|key| {
-        // The same request means the same target, instant and payload.
-        let mut hash = Sha256::new();
-        for part in [
-            message.target_id.as_str(),
-            &time::format(&message.delivery_time),
-            message.payload.as_str(),
-        ] {
-            hash.update((part.len() as u64).to_be_bytes());
-            hash.update(part.as_bytes());
-        }
-        IdempotencyInput {
-            key,
-            request_hash: hash.finalize().to_vec(),
-            status: 201,
-            response: response.clone(),
-            ttl: IDEMPOTENCY_TTL,
-        }
-    });
+        };
     match state
         .store
         .insert_message(&message, idempotency.as_ref())
@@ -195,6 +142,80 @@ pub async fn create(
         )),
         InsertOutcome::UnknownTarget => Err(ApiError::field("targetId", "is not a known target")),
     }
+}
+
+/// A message to schedule, parsed from a request body: the message, the 201
+/// response it answers, and (with a key) what the key remembers.
+pub(super) type Parsed = (Message, Value, Option<IdempotencyInput>);
+
+pub(super) fn parse_message(
+    body: &Value,
+    account: &str,
+    key: Option<String>,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Result<Parsed, Vec<FieldError>> {
+    let mut errors = Vec::new();
+    let target_id =
+        string_field(body, "targetId", &mut errors).and_then(|s| match s.parse::<TargetId>() {
+            Ok(t) => Some(t),
+            Err(_) => {
+                errors.push(FieldError::new("targetId", "is not a known target"));
+                None
+            }
+        });
+    let delivery_time = delivery_time(body, &mut errors);
+    let payload = string_field(body, "payload", &mut errors).and_then(|s| {
+        match Payload::parse(s.to_string()) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                errors.push(FieldError::new("payload", e.to_string()));
+                None
+            }
+        }
+    });
+    let (Some(target_id), Some(delivery_time), Some(payload), true) =
+        (target_id, delivery_time, payload, errors.is_empty())
+    else {
+        return Err(errors);
+    };
+    let message = Message {
+        id: MessageId::new(),
+        account: account.to_string(),
+        target_id,
+        state: MsgState::Scheduled,
+        delivery_time,
+        next_attempt_at: Some(delivery_time),
+        attempt_count: 0,
+        delivered_at: None,
+        cancelled_at: None,
+        dead_lettered_at: None,
+        last_error: None,
+        created_at: now,
+        updated_at: now,
+        payload,
+    };
+    let response =
+        serde_json::to_value(MessageOut::new(&message)).expect("a message serialises to JSON");
+    let idempotency = key.map(|key| {
+        // The same request means the same target, instant and payload.
+        let mut hash = Sha256::new();
+        for part in [
+            message.target_id.as_str(),
+            &time::format(&message.delivery_time),
+            message.payload.as_str(),
+        ] {
+            hash.update((part.len() as u64).to_be_bytes());
+            hash.update(part.as_bytes());
+        }
+        IdempotencyInput {
+            key,
+            request_hash: hash.finalize().to_vec(),
+            status: 201,
+            response: response.clone(),
+            ttl: IDEMPOTENCY_TTL,
+        }
+    });
+    Ok((message, response, idempotency))
 }
 
 /// List messages, newest first.

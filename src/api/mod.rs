@@ -1,5 +1,6 @@
 //! The HTTP API: one module per resource, one router.
 
+pub mod batch;
 pub mod error;
 pub mod extract;
 pub mod messages;
@@ -51,6 +52,7 @@ pub fn router(state: AppState) -> Router {
         .route("/targets/{id}/enable", post(targets::enable))
         .route("/targets/{id}/disable", post(targets::disable))
         .route("/messages", get(messages::list).post(messages::create))
+        .route("/messages/batch", post(batch::create))
         .route("/messages/{id}", get(messages::get))
         .route("/messages/{id}/attempts", get(messages::attempts))
         .route("/messages/{id}/cancel", post(messages::cancel))

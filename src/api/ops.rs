@@ -82,7 +82,7 @@ impl Modify for BearerAuth {
         super::oauth::token,
         super::targets::create, super::targets::list, super::targets::get, super::targets::patch,
         super::targets::enable, super::targets::disable, super::targets::delete,
-        super::messages::create, super::messages::list, super::messages::get, super::messages::attempts,
+        super::messages::create, super::batch::create, super::messages::list, super::messages::get, super::messages::attempts,
         super::messages::cancel, super::messages::reschedule,
         live, ready, metrics, openapi,
     ),

@@ -80,6 +80,13 @@ pub struct IdempotencyInput {
     pub ttl: Duration,
 }
 
+/// One message of a batch, with its own idempotency key.
+#[derive(Debug, Clone)]
+pub struct BatchItem {
+    pub message: Message,
+    pub idempotency: Option<IdempotencyInput>,
+}
+
 #[derive(Debug)]
 pub enum InsertOutcome {
     Created(Box<Message>),
@@ -236,6 +243,11 @@ pub trait Store: Send + Sync + 'static {
         new: &Message,
         idempotency: Option<&IdempotencyInput>,
     ) -> StoreResult<InsertOutcome>;
+    /// Schedules each item as `insert_message` would, in one transaction (one
+    /// commit for all): outcomes in the items' order. Items may belong to
+    /// different accounts; two items with the same account and key: the
+    /// second is answered as a replay of (or a conflict with) the first.
+    async fn insert_batch(&self, items: &[BatchItem]) -> StoreResult<Vec<InsertOutcome>>;
     /// Inserts many messages of one account in one statement; returns the ids
     /// inserted (messages whose target is unknown in the account are skipped).
     async fn insert_messages(

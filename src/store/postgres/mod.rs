@@ -2,6 +2,7 @@
 //! leases and `FOR UPDATE SKIP LOCKED`; `NOTIFY dispatch_wake` tells the
 //! other instances' sweepers that something fell due.
 
+mod batch;
 mod delivery;
 mod filter;
 pub mod listen;
@@ -392,6 +393,10 @@ impl Store for PgStore {
         idem: Option<&IdempotencyInput>,
     ) -> StoreResult<InsertOutcome> {
         self.insert_one(m, idem).await
+    }
+
+    async fn insert_batch(&self, items: &[BatchItem]) -> StoreResult<Vec<InsertOutcome>> {
+        self.insert_set(items).await
     }
 
     async fn insert_messages(

@@ -40,6 +40,39 @@ impl SqliteStore {
         idem: Option<&IdempotencyInput>,
     ) -> StoreResult<InsertOutcome> {
         let mut tx = self.begin().await?;
+        let outcome = insert_in(&mut tx, m, idem).await?;
+        if matches!(outcome, InsertOutcome::Created(_)) {
+            tx.commit().await.map_err(map_err)?;
+        }
+        Ok(outcome)
+    }
+
+    /// Each item as `insert_one` would, under a savepoint of one transaction.
+    pub(super) async fn insert_each(&self, items: &[BatchItem]) -> StoreResult<Vec<InsertOutcome>> {
+        let mut tx = self.begin().await?;
+        let mut outcomes = Vec::with_capacity(items.len());
+        for item in items {
+            let mut savepoint = sqlx::Connection::begin(&mut *tx).await.map_err(map_err)?;
+            let outcome =
+                insert_in(&mut savepoint, &item.message, item.idempotency.as_ref()).await?;
+            if matches!(outcome, InsertOutcome::Created(_)) {
+                savepoint.commit().await.map_err(map_err)?;
+            }
+            outcomes.push(outcome);
+        }
+        tx.commit().await.map_err(map_err)?;
+        Ok(outcomes)
+    }
+}
+
+/// One message and its key on `tx`; what is written stands only if the
+/// caller commits, which it does for `Created` alone.
+async fn insert_in(
+    tx: &mut sqlx::SqliteConnection,
+    m: &Message,
+    idem: Option<&IdempotencyInput>,
+) -> StoreResult<InsertOutcome> {
+    {
         if let Some(idem) = idem {
             let expired_before =
                 m.created_at - chrono::TimeDelta::from_std(idem.ttl).unwrap_or_default();
@@ -94,10 +127,11 @@ impl SqliteStore {
         if inserted == 0 {
             return Ok(InsertOutcome::UnknownTarget);
         }
-        tx.commit().await.map_err(map_err)?;
         Ok(InsertOutcome::Created(Box::new(m.clone())))
     }
+}
 
+impl SqliteStore {
     pub(super) async fn insert_many(
         &self,
         account: &str,

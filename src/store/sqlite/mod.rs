@@ -404,6 +404,10 @@ impl Store for SqliteStore {
         self.insert_one(m, idem).await
     }
 
+    async fn insert_batch(&self, items: &[BatchItem]) -> StoreResult<Vec<InsertOutcome>> {
+        self.insert_each(items).await
+    }
+
     async fn insert_messages(
         &self,
         account: &str,

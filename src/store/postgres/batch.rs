@@ -1,0 +1,214 @@
+//! Scheduling a batch in PostgreSQL with a handful of set-based statements
+//! in one transaction: claim the idempotency keys, read the ones held by
+//! earlier requests, insert the messages, give back the keys of messages whose
+//! target is unknown.
+
+use std::collections::{HashMap, HashSet};
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use super::{map_err, PgStore};
+use crate::store::{BatchItem, InsertOutcome, StoreError, StoreResult};
+
+impl PgStore {
+    pub(super) async fn insert_set(&self, items: &[BatchItem]) -> StoreResult<Vec<InsertOutcome>> {
+        let n = items.len();
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        let key_of = |i: usize| {
+            items[i]
+                .idempotency
+                .as_ref()
+                .map(|k| (items[i].message.account.as_str(), k.key.as_str()))
+        };
+        // A key carried by an earlier item of the batch: answered against that item.
+        let mut first: HashMap<(&str, &str), usize> = HashMap::new();
+        let mut follows: Vec<Option<usize>> = vec![None; n];
+        for (i, follow) in follows.iter_mut().enumerate() {
+            if let Some(k) = key_of(i) {
+                match first.get(&k) {
+                    Some(&j) => *follow = Some(j),
+                    None => {
+                        first.insert(k, i);
+                    }
+                }
+            }
+        }
+        let keyed: Vec<usize> = (0..n)
+            .filter(|&i| key_of(i).is_some() && follows[i].is_none())
+            .collect();
+        let mut outcomes: Vec<Option<InsertOutcome>> = (0..n).map(|_| None).collect();
+        let mut stored: HashMap<usize, (Vec<u8>, i32, String)> = HashMap::new();
+        let mut tx = self.begin().await?;
+
+        let mut claimed: HashSet<usize> = HashSet::new();
+        if !keyed.is_empty() {
+            let idem = |i: usize| items[i].idempotency.as_ref().expect("keyed");
+            let ttl_ms = keyed
+                .iter()
+                .map(|&i| idem(i).ttl.as_millis() as i64)
+                .max()
+                .unwrap_or(0);
+            let rows: Vec<(String, String)> = sqlx::query_as(
+                "INSERT INTO idempotency_keys (account, key, request_hash, status, response, created_at) \
+                 SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::int[], $5::text[], $6::timestamptz[]) \
+                 ON CONFLICT (account, key) DO UPDATE SET request_hash = EXCLUDED.request_hash, \
+                   status = EXCLUDED.status, response = EXCLUDED.response, created_at = EXCLUDED.created_at \
+                 WHERE idempotency_keys.created_at < EXCLUDED.created_at - $7 * interval '1 millisecond' \
+                 RETURNING account, key",
+            )
+            .bind(keyed.iter().map(|&i| items[i].message.account.as_str()).collect::<Vec<_>>())
+            .bind(keyed.iter().map(|&i| idem(i).key.as_str()).collect::<Vec<_>>())
+            .bind(keyed.iter().map(|&i| idem(i).request_hash.as_slice()).collect::<Vec<_>>())
+            .bind(keyed.iter().map(|&i| i32::from(idem(i).status)).collect::<Vec<_>>())
+            .bind(keyed.iter().map(|&i| idem(i).response.to_string()).collect::<Vec<_>>())
+            .bind(keyed.iter().map(|&i| items[i].message.created_at).collect::<Vec<_>>())
+            .bind(ttl_ms)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(map_err)?;
+            let got: HashSet<(String, String)> = rows.into_iter().collect();
+            for &i in &keyed {
+                let (a, k) = key_of(i).expect("keyed");
+                if got.contains(&(a.to_string(), k.to_string())) {
+                    claimed.insert(i);
+                }
+            }
+            let held: Vec<usize> = keyed
+                .iter()
+                .copied()
+                .filter(|i| !claimed.contains(i))
+                .collect();
+            if !held.is_empty() {
+                let rows: Vec<(String, String, Vec<u8>, i32, String)> = sqlx::query_as(
+                    "SELECT k.account, k.key, k.request_hash, k.status, k.response FROM idempotency_keys k \
+                     JOIN unnest($1::text[], $2::text[]) AS i(account, key) ON k.account = i.account AND k.key = i.key",
+                )
+                .bind(held.iter().map(|&i| items[i].message.account.as_str()).collect::<Vec<_>>())
+                .bind(held.iter().map(|&i| idem(i).key.as_str()).collect::<Vec<_>>())
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(map_err)?;
+                let by_key: HashMap<(String, String), (Vec<u8>, i32, String)> = rows
+                    .into_iter()
+                    .map(|(a, k, h, s, r)| ((a, k), (h, s, r)))
+                    .collect();
+                for &i in &held {
+                    let (a, k) = key_of(i).expect("keyed");
+                    let Some((hash, status, response)) =
+                        by_key.get(&(a.to_string(), k.to_string()))
+                    else {
+                        return Err(StoreError::Corrupt(format!("idempotency key {k} vanished")));
+                    };
+                    outcomes[i] = Some(if *hash == idem(i).request_hash {
+                        replayed(*status, response)?
+                    } else {
+                        InsertOutcome::KeyConflict
+                    });
+                    stored.insert(i, (hash.clone(), *status, response.clone()));
+                }
+            }
+        }
+
+        let to_insert: Vec<usize> = (0..n)
+            .filter(|&i| follows[i].is_none() && outcomes[i].is_none())
+            .collect();
+        let mut inserted: HashSet<Uuid> = HashSet::new();
+        if !to_insert.is_empty() {
+            let m = |i: usize| &items[i].message;
+            let rows: Vec<(Uuid,)> = sqlx::query_as(
+                "INSERT INTO messages (id, account, target_id, state, payload, delivery_time, next_attempt_at, \
+                   claim_at, paused, created_at, updated_at) \
+                 SELECT i.id, i.account, t.id, 'Scheduled', i.payload, i.at, i.at, i.at, NOT t.enabled, i.now, i.now \
+                 FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bytea[], $5::timestamptz[], $6::timestamptz[]) \
+                   AS i(id, account, target_id, payload, at, now) \
+                 JOIN targets t ON t.id = i.target_id AND t.account = i.account \
+                 FOR KEY SHARE OF t \
+                 RETURNING id",
+            )
+            .bind(to_insert.iter().map(|&i| m(i).id.0).collect::<Vec<_>>())
+            .bind(to_insert.iter().map(|&i| m(i).account.as_str()).collect::<Vec<_>>())
+            .bind(to_insert.iter().map(|&i| m(i).target_id.as_str()).collect::<Vec<_>>())
+            .bind(to_insert.iter().map(|&i| m(i).payload.as_str().as_bytes()).collect::<Vec<_>>())
+            .bind(to_insert.iter().map(|&i| m(i).delivery_time).collect::<Vec<_>>())
+            .bind(to_insert.iter().map(|&i| m(i).created_at).collect::<Vec<_>>())
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(map_err)?;
+            inserted = rows.into_iter().map(|(id,)| id).collect();
+        }
+        let mut give_back: Vec<usize> = Vec::new();
+        for &i in &to_insert {
+            outcomes[i] = Some(if inserted.contains(&items[i].message.id.0) {
+                InsertOutcome::Created(Box::new(items[i].message.clone()))
+            } else {
+                if claimed.contains(&i) {
+                    give_back.push(i);
+                }
+                InsertOutcome::UnknownTarget
+            });
+        }
+        if !give_back.is_empty() {
+            sqlx::query(
+                "DELETE FROM idempotency_keys k USING unnest($1::text[], $2::text[]) AS i(account, key) \
+                 WHERE k.account = i.account AND k.key = i.key",
+            )
+            .bind(give_back.iter().map(|&i| items[i].message.account.as_str()).collect::<Vec<_>>())
+            .bind(give_back.iter().map(|&i| key_of(i).expect("keyed").1).collect::<Vec<_>>())
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?;
+        }
+        let earliest: Option<DateTime<Utc>> = to_insert
+            .iter()
+            .filter(|&&i| inserted.contains(&items[i].message.id.0))
+            .map(|&i| items[i].message.delivery_time)
+            .min();
+        if let Some(at) = earliest {
+            let now = items
+                .iter()
+                .map(|i| i.message.created_at)
+                .max()
+                .unwrap_or(at);
+            self.notify_if_soon(&mut tx, at, now).await?;
+        }
+        tx.commit().await.map_err(map_err)?;
+
+        // Later items with an earlier item's key: the same request is that
+        // item's answer again; another request is a conflict.
+        for (i, j) in follows.iter().enumerate() {
+            let Some(j) = *j else { continue };
+            let mine = &items[i].idempotency.as_ref().expect("keyed").request_hash;
+            let first = items[j].idempotency.as_ref().expect("keyed");
+            outcomes[i] = Some(
+                match (stored.get(&j), outcomes[j].as_ref().expect("answered")) {
+                    // The key was held before this batch: answered against what it holds.
+                    (Some((hash, status, response)), _) if hash == mine => {
+                        replayed(*status, response)?
+                    }
+                    (Some(_), _) => InsertOutcome::KeyConflict,
+                    (None, _) if *mine != first.request_hash => InsertOutcome::KeyConflict,
+                    (None, InsertOutcome::Created(_)) => InsertOutcome::Replayed {
+                        status: first.status,
+                        response: first.response.clone(),
+                    },
+                    (None, _) => InsertOutcome::UnknownTarget,
+                },
+            );
+        }
+        Ok(outcomes
+            .into_iter()
+            .map(|o| o.expect("every item answered"))
+            .collect())
+    }
+}
+
+fn replayed(status: i32, response: &str) -> StoreResult<InsertOutcome> {
+    Ok(InsertOutcome::Replayed {
+        status: u16::try_from(status).unwrap_or(201),
+        response: serde_json::from_str(response)
+            .map_err(|e| StoreError::Corrupt(format!("idempotent response: {e}")))?,
+    })
+}
