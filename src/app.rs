@@ -133,6 +133,11 @@ pub async fn start_with(
         wake: wake.clone(),
         metrics: metrics::handle(),
         portal: Arc::new(crate::portal::Runtime::new(&config.portal)),
+        inserts: Arc::new(crate::store::coalesce::Coalescer::start(
+            store.clone(),
+            4,
+            256,
+        )),
     };
     let max_timeout = config
         .sweeper

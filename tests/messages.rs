@@ -919,6 +919,47 @@ async fn the_same_idempotency_key_and_body_answer_the_first_response_and_create_
 }
 
 #[tokio::test]
+async fn concurrent_requests_with_one_key_create_one_message_and_others_each_their_own() {
+    // Requests that arrive together are committed together: the key must
+    // still name one message, and every other request gets its own.
+    let app = TestApp::spawn().await;
+    let api = app.api("acme").await;
+    let target = target_id(&api, "http://127.0.0.1:9/hook").await;
+    let body =
+        json!({"targetId": target, "deliveryTime": "2099-01-01T00:00:00Z", "payload": "once"});
+    let same =
+        futures::future::join_all((0..20).map(|_| post_with_key(&api, "order-7", &body))).await;
+    let mut seen = std::collections::HashSet::new();
+    for r in same {
+        assert_eq!(r.status(), 201);
+        let m: Value = r.json().await.unwrap();
+        seen.insert(s(&m["messageId"]).to_string());
+    }
+    assert_eq!(seen.len(), 1, "one message for one key: {seen:?}");
+    let other =
+        json!({"targetId": target, "deliveryTime": "2099-01-01T00:00:00Z", "payload": "another"});
+    let conflicts =
+        futures::future::join_all((0..5).map(|_| post_with_key(&api, "order-7", &other))).await;
+    assert!(conflicts.iter().all(|r| r.status() == 409));
+    let many = futures::future::join_all((0..40).map(|i| {
+        api.post(
+            "/messages",
+            json!({"targetId": target, "deliveryTime": "2099-01-01T00:00:00Z", "payload": format!("n{i}")}),
+        )
+    }))
+    .await;
+    assert!(many.iter().all(|r| r.status() == 201));
+    assert_eq!(
+        list(&api, "?limit=1000").await["items"]
+            .as_array()
+            .unwrap()
+            .len(),
+        41
+    );
+    app.shutdown().await;
+}
+
+#[tokio::test]
 async fn the_same_idempotency_key_with_another_body_answers_409() {
     let app = TestApp::spawn().await;
     let api = app.api("acme").await;

@@ -213,7 +213,7 @@ impl IntoResponse for ApiError {
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match e {
-            StoreError::Unavailable(_) => {
+            e if e.is_unavailable() => {
                 tracing::warn!(error = %e, "database unavailable");
                 ApiError::Unavailable
             }

@@ -26,7 +26,7 @@ use crate::{
     },
     metrics as m,
     retention::IDEMPOTENCY_TTL,
-    store::{IdempotencyInput, InsertOutcome, MessageFilter, Transition},
+    store::{BatchItem, IdempotencyInput, InsertOutcome, MessageFilter, Transition},
 };
 
 pub(super) const MAX_IDEMPOTENCY_KEY: usize = 255;
@@ -120,11 +120,11 @@ pub async fn create(
                 return Err(ApiError::Validation(errors));
             }
         };
-    match state
-        .store
-        .insert_message(&message, idempotency.as_ref())
-        .await?
-    {
+    let item = BatchItem {
+        message,
+        idempotency,
+    };
+    match state.inserts.insert(item).await? {
         InsertOutcome::Created(_) => {
             metrics::counter!(m::SCHEDULED).increment(1);
             state.wake.notify_one();

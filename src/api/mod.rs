@@ -40,6 +40,8 @@ pub struct AppState {
     pub wake: Arc<Notify>,
     pub metrics: PrometheusHandle,
     pub portal: Arc<crate::portal::Runtime>,
+    /// Single schedule requests, committed together when they arrive together.
+    pub inserts: Arc<crate::store::coalesce::Coalescer>,
 }
 
 pub fn router(state: AppState) -> Router {

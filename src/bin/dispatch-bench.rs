@@ -45,7 +45,7 @@ struct Args {
         default_value = "postgres://postgres@127.0.0.1:5432/postgres"
     )]
     pg: String,
-    /// Scenarios to run: burst, steady, backlog, ingest, sqs (comma-separated).
+    /// Scenarios to run: burst, steady, backlog, ingest, batch, sqs (comma-separated).
     #[arg(long, default_value = "burst,steady")]
     scenarios: String,
     /// The store Dispatch runs on: postgres or sqlite (the embedded store).
@@ -66,6 +66,10 @@ struct Args {
     /// Schedule requests sent in the ingest scenario (32 at a time).
     #[arg(long, default_value_t = 20_000)]
     ingest: usize,
+    /// Messages scheduled through POST /messages/batch in the batch scenario
+    /// (1,000 a request, 4 requests at a time).
+    #[arg(long, default_value_t = 200_000)]
+    batch: usize,
     /// Messages due at one instant for one SQS queue in the sqs scenario.
     #[arg(long, default_value_t = 5_000)]
     sqs: usize,
@@ -449,6 +453,9 @@ async fn run_scenario(args: &Args, scenario: &str, run: usize) -> anyhow::Result
     if scenario == "ingest" {
         return ingest(args, service, server, &target_id).await;
     }
+    if scenario == "batch" {
+        return ingest_batch(args, service, server, &target_id).await;
+    }
     if scenario == "backlog" {
         // Far-future messages that must not slow the due ones down.
         let far = Utc::now() + TimeDelta::days(30);
@@ -595,6 +602,64 @@ async fn ingest(
         delivered: times.len(),
         duplicates: 0,
         rate_per_s: times.len() as f64 / secs,
+        lateness_p50_ms: f64::NAN,
+        lateness_p99_ms: f64::NAN,
+        lateness_max_ms: f64::NAN,
+        peak_rss_mb,
+    })
+}
+
+/// POST /messages/batch, 1,000 messages a request and 4 requests at a time,
+/// due in an hour: messages scheduled per second.
+async fn ingest_batch(
+    args: &Args,
+    service: Service,
+    server: tokio::task::JoinHandle<std::io::Result<()>>,
+    target_id: &TargetId,
+) -> anyhow::Result<Result> {
+    let at = dispatch::domain::time::format(&(Utc::now() + TimeDelta::hours(1)));
+    let http = reqwest::Client::new();
+    let url = format!("{}/messages/batch", service.base);
+    let requests = args.batch.div_ceil(1000);
+    let clock = Instant::now();
+    let results: Vec<anyhow::Result<usize>> = futures::stream::iter(0..requests)
+        .map(|r| {
+            let n = (args.batch - r * 1000).min(1000);
+            let messages: Vec<Value> = (0..n)
+                .map(|_| json!({"targetId": target_id, "deliveryTime": at, "payload": "benchmark payload"}))
+                .collect();
+            let (http, url, token) = (http.clone(), url.clone(), service.token.clone());
+            async move {
+                let r = http
+                    .post(url)
+                    .bearer_auth(token)
+                    .json(&json!({ "messages": messages }))
+                    .send()
+                    .await?;
+                anyhow::ensure!(r.status() == 200, "the batch answered {}", r.status());
+                let body: Value = r.json().await?;
+                Ok(body["scheduled"].as_u64().unwrap_or(0) as usize)
+            }
+        })
+        .buffer_unordered(4)
+        .collect()
+        .await;
+    let secs = clock.elapsed().as_secs_f64();
+    let scheduled: usize = results
+        .into_iter()
+        .collect::<anyhow::Result<Vec<_>>>()?
+        .iter()
+        .sum();
+    let peak_rss_mb = service.peak_rss_mb();
+    service.stop(&args.pg).await;
+    server.abort();
+    Ok(Result {
+        scenario: "batch".into(),
+        run: 0,
+        messages: args.batch,
+        delivered: scheduled,
+        duplicates: 0,
+        rate_per_s: scheduled as f64 / secs,
         lateness_p50_ms: f64::NAN,
         lateness_p99_ms: f64::NAN,
         lateness_max_ms: f64::NAN,

@@ -201,7 +201,7 @@ impl IntoResponse for PortalError {
                 "This form was not sent from a page of your current session. Go back, reload the page and try again."
                     .to_string(),
             ),
-            PortalError::Store(StoreError::Unavailable(_)) => (
+            PortalError::Store(e) if e.is_unavailable() => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 "The database is unavailable",
                 "Dispatch cannot reach its database right now. Try again in a moment.".to_string(),

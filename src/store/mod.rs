@@ -11,6 +11,7 @@
 //! - `cancel`/`reschedule` refuse (Conflict) while an attempt holds a live lease.
 //! - Another account's rows are invisible: they answer `None`/NotFound.
 
+pub mod coalesce;
 pub mod portal;
 pub mod postgres;
 pub mod sqlite;
@@ -43,6 +44,20 @@ pub enum StoreError {
     Locked(String),
     #[error("migration failed")]
     Migrate(#[source] sqlx::migrate::MigrateError),
+    /// One failure answered to every request of a group commit.
+    #[error(transparent)]
+    Shared(std::sync::Arc<StoreError>),
+}
+
+impl StoreError {
+    /// The database cannot be reached (directly or for a group of requests).
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            StoreError::Unavailable(_) => true,
+            StoreError::Shared(e) => e.is_unavailable(),
+            _ => false,
+        }
+    }
 }
 
 pub type StoreResult<T> = Result<T, StoreError>;

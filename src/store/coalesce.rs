@@ -1,0 +1,73 @@
+//! Group commit for single schedule requests: requests that arrive while
+//! a transaction is being committed are inserted together in the next one
+//! (`Store::insert_batch`), so that many concurrent `POST /messages` share
+//! one commit instead of each waiting for its own. A request alone is
+//! inserted at once; nothing waits for a batch to fill.
+
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, oneshot, Mutex};
+
+use super::{BatchItem, InsertOutcome, Store, StoreError, StoreResult};
+
+type Request = (BatchItem, oneshot::Sender<StoreResult<InsertOutcome>>);
+
+pub struct Coalescer {
+    tx: mpsc::Sender<Request>,
+}
+
+impl Coalescer {
+    /// `workers` transactions may be in flight at once, each with at most `max_batch` messages.
+    pub fn start(store: Arc<dyn Store>, workers: usize, max_batch: usize) -> Self {
+        let (tx, rx) = mpsc::channel(max_batch * workers.max(1) * 2);
+        let rx = Arc::new(Mutex::new(rx));
+        for _ in 0..workers.max(1) {
+            tokio::spawn(work(store.clone(), rx.clone(), max_batch.max(1)));
+        }
+        Self { tx }
+    }
+
+    pub async fn insert(&self, item: BatchItem) -> StoreResult<InsertOutcome> {
+        let (reply, answer) = oneshot::channel();
+        self.tx
+            .send((item, reply))
+            .await
+            .map_err(|_| StoreError::Locked("the service is shutting down".into()))?;
+        answer
+            .await
+            .map_err(|_| StoreError::Locked("the service is shutting down".into()))?
+    }
+}
+
+async fn work(store: Arc<dyn Store>, rx: Arc<Mutex<mpsc::Receiver<Request>>>, max_batch: usize) {
+    loop {
+        let mut batch = Vec::new();
+        {
+            let mut rx = rx.lock().await;
+            match rx.recv().await {
+                Some(r) => batch.push(r),
+                None => return,
+            }
+            while batch.len() < max_batch {
+                match rx.try_recv() {
+                    Ok(r) => batch.push(r),
+                    Err(_) => break,
+                }
+            }
+        }
+        let (items, replies): (Vec<BatchItem>, Vec<_>) = batch.into_iter().unzip();
+        match store.insert_batch(&items).await {
+            Ok(outcomes) => {
+                for (reply, outcome) in replies.into_iter().zip(outcomes) {
+                    let _ = reply.send(Ok(outcome));
+                }
+            }
+            Err(e) => {
+                let e = Arc::new(e);
+                for reply in replies {
+                    let _ = reply.send(Err(StoreError::Shared(e.clone())));
+                }
+            }
+        }
+    }
+}
