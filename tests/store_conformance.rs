@@ -33,7 +33,7 @@ use dispatch::{
     store::{
         portal::{EventKind, MessageEvent, Overview, SessionRecord, UserRecord},
         postgres::PgStore,
-        Claimed, ClientRecord, Cutoffs, DeleteTarget, IdempotencyInput, InsertOutcome,
+        BatchItem, Claimed, ClientRecord, Cutoffs, DeleteTarget, IdempotencyInput, InsertOutcome,
         MessageFilter, Purged, Recorded, Store, TargetCursor, Transition,
     },
 };
@@ -72,6 +72,20 @@ macro_rules! conformance {
             an_idempotency_key_sent_with_an_unknown_target_is_not_remembered,
             concurrent_inserts_with_one_idempotency_key_create_one_message,
             a_batch_insert_returns_the_inserted_ids_and_skips_unknown_and_foreign_targets,
+            a_batch_answers_each_item_in_order_and_creates_only_the_messages_whose_target_exists,
+            an_empty_batch_answers_an_empty_list,
+            a_batch_may_hold_messages_of_several_accounts,
+            a_batch_item_with_an_unknown_target_answers_unknown_target_and_its_key_is_not_kept,
+            a_batch_items_key_is_new_replayed_or_in_conflict_as_with_insert_message,
+            a_batch_item_takes_over_an_expired_key_but_not_one_within_its_ttl,
+            each_batch_item_is_judged_by_its_own_key_ttl,
+            a_key_repeated_within_a_batch_replays_the_first_items_response_or_conflicts,
+            a_key_repeated_within_a_batch_after_an_unknown_target_answers_unknown_target_or_conflicts,
+            the_same_key_for_two_accounts_in_one_batch_is_two_keys,
+            a_batch_item_for_a_disabled_target_is_inserted_paused,
+            batch_inserted_messages_are_claimable_when_due,
+            a_batch_that_fails_part_way_leaves_nothing_behind,
+            concurrent_batches_with_the_same_keys_in_another_order_each_create_a_message_once,
             messages_are_listed_newest_first_and_paged_with_the_before_cursor,
             listing_messages_filters_by_state_and_by_target,
             another_accounts_messages_are_invisible,
@@ -3866,4 +3880,710 @@ async fn redriven_dead_letters_of_a_disabled_target_are_held_until_it_is_enabled
         "released once the target is enabled"
     );
     assert_eq!(claimed[0].ladder_attempts, 0);
+}
+
+// ---------------------------------------------------------------------------
+// Scheduling a batch (`insert_batch`): each item as `insert_message` would,
+// in one transaction
+// ---------------------------------------------------------------------------
+
+/// The response a key remembers for `m` (what the API would answer).
+fn response_for(m: &Message) -> serde_json::Value {
+    json!({"messageId": m.id.to_string(), "payload": m.payload.as_str()})
+}
+
+fn plain(m: &Message) -> BatchItem {
+    BatchItem {
+        message: m.clone(),
+        idempotency: None,
+    }
+}
+
+/// `m` with key `key` for the request `hash`, remembering `m`'s response.
+fn keyed(m: &Message, key: &str, hash: &[u8], ttl: Duration) -> BatchItem {
+    BatchItem {
+        message: m.clone(),
+        idempotency: Some(idem(key, hash, ttl, response_for(m))),
+    }
+}
+
+/// Runs the batch and asserts one outcome per item.
+async fn batch(store: &dyn Store, items: &[BatchItem]) -> Vec<InsertOutcome> {
+    let outcomes = store.insert_batch(items).await.unwrap();
+    assert_eq!(
+        outcomes.len(),
+        items.len(),
+        "one outcome per item: {outcomes:?}"
+    );
+    outcomes
+}
+
+fn kinds(outcomes: &[InsertOutcome]) -> Vec<&'static str> {
+    outcomes
+        .iter()
+        .map(|o| match o {
+            InsertOutcome::Created(_) => "Created",
+            InsertOutcome::Replayed { .. } => "Replayed",
+            InsertOutcome::KeyConflict => "KeyConflict",
+            InsertOutcome::UnknownTarget => "UnknownTarget",
+        })
+        .collect()
+}
+
+/// The message of a Created outcome.
+fn created_ref(o: &InsertOutcome) -> &Message {
+    match o {
+        InsertOutcome::Created(m) => m,
+        other => panic!("expected Created, got {other:?}"),
+    }
+}
+
+/// The response of a Replayed outcome (whose status must be 201).
+fn replayed_response(o: &InsertOutcome) -> serde_json::Value {
+    match o {
+        InsertOutcome::Replayed { status, response } => {
+            assert_eq!(*status, 201);
+            response.clone()
+        }
+        other => panic!("expected Replayed, got {other:?}"),
+    }
+}
+
+async fn exists(store: &dyn Store, m: &Message) -> bool {
+    store
+        .get_message(&m.account, &m.id)
+        .await
+        .unwrap()
+        .is_some()
+}
+
+async fn ids_of(store: &dyn Store, account: &str) -> HashSet<MessageId> {
+    let all = store
+        .list_messages(account, &MessageFilter::default(), None, 1000)
+        .await
+        .unwrap();
+    set(message_ids(&all))
+}
+
+/// What `insert_message` answers now for `key` and `hash` (a fresh message
+/// for `target`): Replayed(response), KeyConflict, or Created when the key
+/// is not held.
+async fn probe_key(
+    store: &dyn Store,
+    target: &Target,
+    key: &str,
+    hash: &[u8],
+    now: DateTime<Utc>,
+) -> InsertOutcome {
+    let m = message_value(target, now + hours(5), now);
+    store
+        .insert_message(&m, Some(&idem(key, hash, DAY, json!({"probe": true}))))
+        .await
+        .unwrap()
+}
+
+async fn a_batch_answers_each_item_in_order_and_creates_only_the_messages_whose_target_exists(
+    store: Arc<dyn Store>,
+) {
+    let ours = add_target(&*store, ACME).await;
+    let theirs = add_target(&*store, GLOBEX).await;
+    let now = time::now();
+    let a = message_value(&ours, now + hours(1), now);
+    let missing = message_value(&target_value(ACME, "never stored", now), now, now);
+    let b = message_value(&ours, now - secs(1), now);
+    let mut foreign = message_value(&theirs, now, now);
+    foreign.account = ACME.into();
+    let c = message_value(&ours, now + hours(2), now);
+    let items = [
+        plain(&a),
+        plain(&missing),
+        plain(&b),
+        plain(&foreign),
+        plain(&c),
+    ];
+
+    let outcomes = batch(&*store, &items).await;
+    assert_eq!(
+        kinds(&outcomes),
+        [
+            "Created",
+            "UnknownTarget",
+            "Created",
+            "UnknownTarget",
+            "Created"
+        ]
+    );
+    for (i, expected) in [(0, &a), (2, &b), (4, &c)] {
+        let returned = created_ref(&outcomes[i]);
+        assert_eq!(returned.id, expected.id, "outcome {i} answers item {i}");
+        assert_eq!(returned.delivery_time, expected.delivery_time);
+        assert_eq!(returned.payload, expected.payload);
+
+        let m = get(&*store, expected).await;
+        assert_eq!(m.account, ACME);
+        assert_eq!(m.target_id, ours.id);
+        assert_eq!(m.state, State::Scheduled);
+        assert_eq!(m.delivery_time, expected.delivery_time);
+        assert_eq!(m.next_attempt_at, Some(expected.delivery_time));
+        assert_eq!(m.attempt_count, 0);
+        assert_eq!(m.created_at, now);
+        assert_eq!(m.updated_at, now);
+        assert_eq!(m.payload, expected.payload);
+    }
+    assert!(!exists(&*store, &missing).await);
+    assert!(!exists(&*store, &foreign).await);
+    assert!(store
+        .get_message(GLOBEX, &foreign.id)
+        .await
+        .unwrap()
+        .is_none());
+    assert_eq!(ids_of(&*store, ACME).await, set([a.id, b.id, c.id]));
+    assert!(ids_of(&*store, GLOBEX).await.is_empty());
+}
+
+async fn an_empty_batch_answers_an_empty_list(store: Arc<dyn Store>) {
+    add_target(&*store, ACME).await;
+    assert!(store.insert_batch(&[]).await.unwrap().is_empty());
+    assert!(ids_of(&*store, ACME).await.is_empty());
+}
+
+async fn a_batch_may_hold_messages_of_several_accounts(store: Arc<dyn Store>) {
+    let ours = add_target(&*store, ACME).await;
+    let theirs = add_target(&*store, GLOBEX).await;
+    let now = time::now();
+    let a1 = message_value(&ours, now + hours(1), now);
+    let g1 = message_value(&theirs, now + hours(1), now);
+    let a2 = message_value(&ours, now + hours(2), now);
+    // ACME naming GLOBEX's target: unknown in ACME.
+    let mut crossed = message_value(&theirs, now + hours(1), now);
+    crossed.account = ACME.into();
+    let outcomes = batch(
+        &*store,
+        &[plain(&a1), plain(&g1), plain(&a2), plain(&crossed)],
+    )
+    .await;
+    assert_eq!(
+        kinds(&outcomes),
+        ["Created", "Created", "Created", "UnknownTarget"]
+    );
+    assert_eq!(created_ref(&outcomes[1]).account, GLOBEX);
+    assert_eq!(ids_of(&*store, ACME).await, set([a1.id, a2.id]));
+    assert_eq!(ids_of(&*store, GLOBEX).await, set([g1.id]));
+    assert_eq!(get(&*store, &g1).await.target_id, theirs.id);
+    assert!(store.get_message(GLOBEX, &a1.id).await.unwrap().is_none());
+    assert!(store.get_message(ACME, &g1.id).await.unwrap().is_none());
+}
+
+async fn a_batch_item_with_an_unknown_target_answers_unknown_target_and_its_key_is_not_kept(
+    store: Arc<dyn Store>,
+) {
+    let t = add_target(&*store, ACME).await;
+    let now = time::now();
+    // A target that does not exist yet.
+    let later = target_value(ACME, "later", now);
+    let lost = message_value(&later, now + hours(1), now);
+    let good = message_value(&t, now + hours(1), now);
+    let elsewhere = message_value(&later, now + hours(1), now);
+    let outcomes = batch(
+        &*store,
+        &[
+            keyed(&lost, "order-7", b"body-7", DAY),
+            keyed(&good, "order-8", b"body-8", DAY),
+            keyed(&elsewhere, "order-9", b"body-9", DAY),
+        ],
+    )
+    .await;
+    assert_eq!(
+        kinds(&outcomes),
+        ["UnknownTarget", "Created", "UnknownTarget"]
+    );
+    assert!(!exists(&*store, &lost).await);
+    assert_eq!(ids_of(&*store, ACME).await, set([good.id]));
+
+    // Once the target exists, the same request is new (no replay of a
+    // response for a message never stored); so is another request with the
+    // key that went with the unknown target.
+    insert_target(&*store, &later).await;
+    let retry = message_value(&later, now + hours(1), now + secs(1));
+    let fixed = message_value(&t, now + hours(1), now + secs(1));
+    let outcomes = batch(
+        &*store,
+        &[
+            keyed(&retry, "order-7", b"body-7", DAY),
+            keyed(&fixed, "order-9", b"body-9-fixed", DAY),
+            keyed(&good, "order-8", b"body-8", DAY),
+        ],
+    )
+    .await;
+    assert_eq!(kinds(&outcomes), ["Created", "Created", "Replayed"]);
+    assert_eq!(created_ref(&outcomes[0]).id, retry.id);
+    assert_eq!(created_ref(&outcomes[1]).id, fixed.id);
+    assert_eq!(replayed_response(&outcomes[2]), response_for(&good));
+    assert_eq!(
+        ids_of(&*store, ACME).await,
+        set([good.id, retry.id, fixed.id])
+    );
+}
+
+async fn a_batch_items_key_is_new_replayed_or_in_conflict_as_with_insert_message(
+    store: Arc<dyn Store>,
+) {
+    let t = add_target(&*store, ACME).await;
+    let now = time::now();
+    let p1 = message_value(&t, now + hours(1), now - secs(10));
+    let p2 = message_value(&t, now + hours(1), now - secs(10));
+    created(
+        store
+            .insert_message(&p1, Some(&idem("held-1", b"h1", DAY, response_for(&p1))))
+            .await
+            .unwrap(),
+    );
+    created(
+        store
+            .insert_message(&p2, Some(&idem("held-2", b"h2", DAY, response_for(&p2))))
+            .await
+            .unwrap(),
+    );
+
+    let new = message_value(&t, now + hours(2), now);
+    let same = message_value(&t, now + hours(1), now);
+    let other = message_value(&t, now + hours(3), now);
+    let same_again = message_value(&t, now + hours(1), now);
+    let other_again = message_value(&t, now + hours(4), now);
+    let outcomes = batch(
+        &*store,
+        &[
+            keyed(&new, "new", b"hn", DAY),
+            keyed(&same, "held-1", b"h1", DAY),
+            keyed(&other, "held-2", b"h2-other", DAY),
+            keyed(&same_again, "held-1", b"h1", DAY),
+            keyed(&other_again, "held-1", b"h1-other", DAY),
+        ],
+    )
+    .await;
+    assert_eq!(
+        kinds(&outcomes),
+        [
+            "Created",
+            "Replayed",
+            "KeyConflict",
+            "Replayed",
+            "KeyConflict"
+        ]
+    );
+    assert_eq!(created_ref(&outcomes[0]).id, new.id);
+    assert_eq!(replayed_response(&outcomes[1]), response_for(&p1));
+    assert_eq!(
+        replayed_response(&outcomes[3]),
+        response_for(&p1),
+        "a key held before the batch replays what it holds, however often"
+    );
+    assert_eq!(ids_of(&*store, ACME).await, set([p1.id, p2.id, new.id]));
+
+    // The new key is kept with its response; the held ones are unchanged.
+    assert_eq!(
+        replayed_response(&probe_key(&*store, &t, "new", b"hn", now).await),
+        response_for(&new)
+    );
+    assert_eq!(
+        replayed_response(&probe_key(&*store, &t, "held-2", b"h2", now).await),
+        response_for(&p2),
+        "a conflict does not replace the key's request"
+    );
+    assert!(matches!(
+        probe_key(&*store, &t, "held-1", b"h1-other", now).await,
+        InsertOutcome::KeyConflict
+    ));
+}
+
+async fn a_batch_item_takes_over_an_expired_key_but_not_one_within_its_ttl(store: Arc<dyn Store>) {
+    let t = add_target(&*store, ACME).await;
+    let now = time::now();
+    let ttl = Duration::from_secs(3600);
+    // Keys stored 2 h, 1 h + 1 ms, exactly 1 h and 30 min before `now`.
+    let mut stored = Vec::new();
+    for (key, age) in [
+        ("old", hours(2)),
+        ("just-expired", hours(1) + ms(1)),
+        ("edge", hours(1)),
+        ("recent", TimeDelta::minutes(30)),
+    ] {
+        let m = message_value(&t, now + hours(1), now - age);
+        created(
+            store
+                .insert_message(&m, Some(&idem(key, b"first", ttl, response_for(&m))))
+                .await
+                .unwrap(),
+        );
+        stored.push(m);
+    }
+
+    let old = message_value(&t, now + hours(2), now);
+    let just = message_value(&t, now + hours(2), now);
+    let edge = message_value(&t, now + hours(2), now);
+    let recent = message_value(&t, now + hours(2), now);
+    let outcomes = batch(
+        &*store,
+        &[
+            keyed(&old, "old", b"second", ttl),
+            keyed(&just, "just-expired", b"second", ttl),
+            keyed(&edge, "edge", b"second", ttl),
+            keyed(&recent, "recent", b"second", ttl),
+        ],
+    )
+    .await;
+    assert_eq!(
+        kinds(&outcomes),
+        ["Created", "Created", "KeyConflict", "KeyConflict"],
+        "keys older than the ttl are taken over; one exactly as old as the ttl is not yet"
+    );
+    assert_eq!(created_ref(&outcomes[0]).id, old.id);
+    assert_eq!(created_ref(&outcomes[1]).id, just.id);
+    assert!(!exists(&*store, &edge).await);
+    assert!(!exists(&*store, &recent).await);
+
+    // The taken keys now name the new requests.
+    assert_eq!(
+        replayed_response(&probe_key(&*store, &t, "old", b"second", now).await),
+        response_for(&old)
+    );
+    assert!(matches!(
+        probe_key(&*store, &t, "old", b"first", now).await,
+        InsertOutcome::KeyConflict
+    ));
+
+    // Two hours on (a batch created in the future), "recent" has expired too.
+    let later = message_value(&t, now + hours(3), now + hours(2));
+    let outcomes = batch(&*store, &[keyed(&later, "recent", b"third", ttl)]).await;
+    assert_eq!(created_ref(&outcomes[0]).id, later.id);
+    let mut expected = set(message_ids(&stored));
+    expected.extend([old.id, just.id, later.id]);
+    assert_eq!(ids_of(&*store, ACME).await, expected);
+}
+
+async fn each_batch_item_is_judged_by_its_own_key_ttl(store: Arc<dyn Store>) {
+    let t = add_target(&*store, ACME).await;
+    let now = time::now();
+    let tiny = Duration::from_millis(1);
+    let old = message_value(&t, now + hours(1), now - hours(1));
+    created(
+        store
+            .insert_message(
+                &old,
+                Some(&idem("short", b"first", tiny, response_for(&old))),
+            )
+            .await
+            .unwrap(),
+    );
+    // Item 1's key is remembered a day; item 2's a millisecond, so the hour-old
+    // "short" has expired for item 2, as it would for insert_message.
+    let long = message_value(&t, now + hours(1), now);
+    let short = message_value(&t, now + hours(1), now);
+    let outcomes = batch(
+        &*store,
+        &[
+            keyed(&long, "long", b"x", DAY),
+            keyed(&short, "short", b"second", tiny),
+        ],
+    )
+    .await;
+    assert_eq!(
+        kinds(&outcomes),
+        ["Created", "Created"],
+        "item 2's expired key is taken over under item 2's own ttl"
+    );
+    assert_eq!(
+        ids_of(&*store, ACME).await,
+        set([old.id, long.id, short.id])
+    );
+}
+
+async fn a_key_repeated_within_a_batch_replays_the_first_items_response_or_conflicts(
+    store: Arc<dyn Store>,
+) {
+    let t = add_target(&*store, ACME).await;
+    let now = time::now();
+    let m0 = message_value(&t, now + hours(1), now);
+    let m1 = message_value(&t, now + hours(1), now);
+    let m2 = message_value(&t, now + hours(2), now);
+    let m3 = message_value(&t, now + hours(1), now);
+    let m4 = message_value(&t, now + hours(1), now);
+    let outcomes = batch(
+        &*store,
+        &[
+            keyed(&m0, "k", b"h1", DAY),
+            keyed(&m1, "k", b"h1", DAY),
+            keyed(&m2, "k", b"h2", DAY),
+            plain(&m3),
+            keyed(&m4, "k", b"h1", DAY),
+        ],
+    )
+    .await;
+    assert_eq!(
+        kinds(&outcomes),
+        ["Created", "Replayed", "KeyConflict", "Created", "Replayed"]
+    );
+    assert_eq!(created_ref(&outcomes[0]).id, m0.id);
+    assert_eq!(
+        replayed_response(&outcomes[1]),
+        response_for(&m0),
+        "the first item's response, not the second's"
+    );
+    assert_eq!(replayed_response(&outcomes[4]), response_for(&m0));
+    assert_eq!(created_ref(&outcomes[3]).id, m3.id);
+    assert_eq!(ids_of(&*store, ACME).await, set([m0.id, m3.id]));
+
+    // After the batch the key holds the first item's request.
+    assert_eq!(
+        replayed_response(&probe_key(&*store, &t, "k", b"h1", now).await),
+        response_for(&m0)
+    );
+    assert!(matches!(
+        probe_key(&*store, &t, "k", b"h2", now).await,
+        InsertOutcome::KeyConflict
+    ));
+}
+
+async fn a_key_repeated_within_a_batch_after_an_unknown_target_answers_unknown_target_or_conflicts(
+    store: Arc<dyn Store>,
+) {
+    let t = add_target(&*store, ACME).await;
+    let now = time::now();
+    let nowhere = target_value(ACME, "never stored", now);
+    let u0 = message_value(&nowhere, now + hours(1), now);
+    let u1 = message_value(&nowhere, now + hours(1), now);
+    let outcomes = batch(
+        &*store,
+        &[keyed(&u0, "k", b"h1", DAY), keyed(&u1, "k", b"h1", DAY)],
+    )
+    .await;
+    assert_eq!(
+        kinds(&outcomes),
+        ["UnknownTarget", "UnknownTarget"],
+        "the same request again is answered like the first"
+    );
+
+    // Within one batch, another request with the key is a conflict, even
+    // though the first item's target was unknown.
+    let v0 = message_value(&nowhere, now + hours(1), now);
+    let v1 = message_value(&t, now + hours(1), now);
+    let outcomes = batch(
+        &*store,
+        &[keyed(&v0, "k2", b"h1", DAY), keyed(&v1, "k2", b"h2", DAY)],
+    )
+    .await;
+    assert_eq!(kinds(&outcomes), ["UnknownTarget", "KeyConflict"]);
+    assert!(ids_of(&*store, ACME).await.is_empty(), "nothing inserted");
+
+    // Neither key is kept: later requests with them are new.
+    for key in ["k", "k2"] {
+        assert!(
+            matches!(
+                probe_key(&*store, &t, key, b"h3", now).await,
+                InsertOutcome::Created(_)
+            ),
+            "{key} is not held"
+        );
+    }
+}
+
+async fn the_same_key_for_two_accounts_in_one_batch_is_two_keys(store: Arc<dyn Store>) {
+    let ours = add_target(&*store, ACME).await;
+    let theirs = add_target(&*store, GLOBEX).await;
+    let now = time::now();
+    let a = message_value(&ours, now + hours(1), now);
+    let g = message_value(&theirs, now + hours(1), now);
+    let g2 = message_value(&theirs, now + hours(1), now);
+    let a2 = message_value(&ours, now + hours(2), now);
+    let outcomes = batch(
+        &*store,
+        &[
+            keyed(&a, "k", b"h1", DAY),
+            keyed(&g, "k", b"h1", DAY),
+            keyed(&g2, "k", b"h1", DAY),
+            keyed(&a2, "k", b"h2", DAY),
+        ],
+    )
+    .await;
+    assert_eq!(
+        kinds(&outcomes),
+        ["Created", "Created", "Replayed", "KeyConflict"]
+    );
+    assert_eq!(created_ref(&outcomes[1]).id, g.id);
+    assert_eq!(
+        replayed_response(&outcomes[2]),
+        response_for(&g),
+        "GLOBEX replays its own first response"
+    );
+    assert_eq!(ids_of(&*store, ACME).await, set([a.id]));
+    assert_eq!(ids_of(&*store, GLOBEX).await, set([g.id]));
+}
+
+async fn a_batch_item_for_a_disabled_target_is_inserted_paused(store: Arc<dyn Store>) {
+    let on = add_target(&*store, ACME).await;
+    let off = add_target(&*store, ACME).await;
+    let now = time::now();
+    store
+        .set_target_enabled(ACME, &off.id, false, now)
+        .await
+        .unwrap()
+        .unwrap();
+    let held = message_value(&off, now - secs(10), now);
+    let free = message_value(&on, now - secs(5), now);
+    let outcomes = batch(&*store, &[plain(&held), plain(&free)]).await;
+    assert_eq!(kinds(&outcomes), ["Created", "Created"]);
+    assert_eq!(get(&*store, &held).await.state, State::Scheduled);
+    assert_eq!(
+        store.next_due().await.unwrap(),
+        Some(now - secs(5)),
+        "the held message does not count"
+    );
+    let claimed = store.claim_due(now, 100, LEASE).await.unwrap();
+    assert_eq!(claimed_ids(&claimed), vec![free.id]);
+
+    store
+        .set_target_enabled(ACME, &off.id, true, now + secs(1))
+        .await
+        .unwrap()
+        .unwrap();
+    let claimed = store.claim_due(now + secs(1), 100, LEASE).await.unwrap();
+    assert_eq!(
+        claimed_ids(&claimed),
+        vec![held.id],
+        "released when enabled"
+    );
+}
+
+async fn batch_inserted_messages_are_claimable_when_due(store: Arc<dyn Store>) {
+    let t = add_target(&*store, ACME).await;
+    let now = time::now();
+    let late = message_value(&t, now - secs(1), now);
+    let early = message_value(&t, now - secs(3), now);
+    let future = message_value(&t, now + hours(1), now);
+    batch(
+        &*store,
+        &[plain(&late), keyed(&early, "k", b"h", DAY), plain(&future)],
+    )
+    .await;
+    assert_eq!(store.next_due().await.unwrap(), Some(now - secs(3)));
+
+    let claimed = store.claim_due(now, 100, LEASE).await.unwrap();
+    assert_eq!(
+        claimed_ids(&claimed),
+        vec![early.id, late.id],
+        "oldest due first; the future one waits"
+    );
+    let c = &claimed[0];
+    assert_eq!(c.target_id, t.id);
+    assert_eq!(c.target, t.config);
+    assert_eq!(c.payload, early.payload.as_str());
+    assert_eq!(c.delivery_time, now - secs(3));
+    assert_eq!(c.attempt_count, 0);
+    assert_eq!(c.ladder_attempts, 0);
+    let results: Vec<Recorded> = claimed
+        .iter()
+        .map(|c| {
+            recorded(
+                c,
+                attempts_after(c, &[AttemptOutcome::Success], now),
+                Next::Delivered,
+            )
+        })
+        .collect();
+    assert_eq!(store.record(&results, now).await.unwrap(), 2);
+    assert_eq!(get(&*store, &early).await.state, State::Delivered);
+
+    let claimed = store.claim_due(now + hours(1), 100, LEASE).await.unwrap();
+    assert_eq!(claimed_ids(&claimed), vec![future.id]);
+}
+
+async fn a_batch_that_fails_part_way_leaves_nothing_behind(store: Arc<dyn Store>) {
+    let t = add_target(&*store, ACME).await;
+    let now = time::now();
+    let a = message_value(&t, now + hours(1), now);
+    let b = message_value(&t, now + hours(1), now);
+    // The third item repeats the first's message id: the batch cannot be stored.
+    let result = store
+        .insert_batch(&[
+            keyed(&a, "k-a", b"ha", DAY),
+            keyed(&b, "k-b", b"hb", DAY),
+            plain(&a),
+        ])
+        .await;
+    assert!(
+        result.is_err(),
+        "a duplicate message id fails the batch: {result:?}"
+    );
+    assert!(ids_of(&*store, ACME).await.is_empty(), "nothing committed");
+    // Nor are the keys of its items kept.
+    for key in ["k-a", "k-b"] {
+        assert!(
+            matches!(
+                probe_key(&*store, &t, key, b"other", now).await,
+                InsertOutcome::Created(_)
+            ),
+            "{key} is not held"
+        );
+    }
+}
+
+async fn concurrent_batches_with_the_same_keys_in_another_order_each_create_a_message_once(
+    store: Arc<dyn Store>,
+) {
+    // Two requests with the same 1,000 keys, one listing them backwards, at
+    // the same moment: each key creates one message and the other batch
+    // replays it; neither fails. Several rounds, as the overlap is a race.
+    let t = add_target(&*store, ACME).await;
+    let now = time::now();
+    for round in 0..5 {
+        let keys: Vec<String> = (0..1000).map(|i| format!("r{round}-key-{i:04}")).collect();
+        let barrier = Arc::new(tokio::sync::Barrier::new(2));
+        let mut tasks = Vec::new();
+        for reversed in [false, true] {
+            let mut order = keys.clone();
+            if reversed {
+                order.reverse();
+            }
+            let items: Vec<BatchItem> = order
+                .iter()
+                .map(|k| {
+                    keyed(
+                        &message_value(&t, now + hours(1), now),
+                        k,
+                        k.as_bytes(),
+                        DAY,
+                    )
+                })
+                .collect();
+            let store = store.clone();
+            let barrier = barrier.clone();
+            tasks.push(tokio::spawn(async move {
+                barrier.wait().await;
+                store.insert_batch(&items).await
+            }));
+        }
+        let (mut created, mut replays) = (0, 0);
+        for task in tasks {
+            let outcomes = task
+                .await
+                .unwrap()
+                .unwrap_or_else(|e| panic!("round {round}: a concurrent batch failed: {e:?}"));
+            for o in outcomes {
+                match o {
+                    InsertOutcome::Created(_) => created += 1,
+                    InsertOutcome::Replayed { .. } => replays += 1,
+                    other => panic!("expected Created or Replayed, got {other:?}"),
+                }
+            }
+        }
+        assert_eq!(created, 1000, "round {round}: each key creates one message");
+        assert_eq!(replays, 1000, "round {round}");
+        assert_eq!(
+            store
+                .count_messages(ACME, &MessageFilter::default())
+                .await
+                .unwrap(),
+            1000 * (round + 1)
+        );
+    }
 }

@@ -87,7 +87,10 @@ fn at(i: usize, errors: Vec<FieldError>) -> ApiError {
     ApiError::Validation(
         errors
             .into_iter()
-            .map(|e| FieldError::new(format!("messages[{i}].{}", e.field), e.message))
+            .map(|e| match e.field.as_str() {
+                "" => FieldError::new(format!("messages[{i}]"), e.message),
+                field => FieldError::new(format!("messages[{i}].{field}"), e.message),
+            })
             .collect(),
     )
 }

@@ -36,9 +36,12 @@ impl PgStore {
                 }
             }
         }
-        let keyed: Vec<usize> = (0..n)
+        // Keys are claimed in (account, key) order, so that two batches with
+        // the same keys in another order wait for each other, not deadlock.
+        let mut keyed: Vec<usize> = (0..n)
             .filter(|&i| key_of(i).is_some() && follows[i].is_none())
             .collect();
+        keyed.sort_by_key(|&i| key_of(i));
         let mut outcomes: Vec<Option<InsertOutcome>> = (0..n).map(|_| None).collect();
         let mut stored: HashMap<usize, (Vec<u8>, i32, String)> = HashMap::new();
         let mut tx = self.begin().await?;
@@ -46,12 +49,21 @@ impl PgStore {
         let mut claimed: HashSet<usize> = HashSet::new();
         if !keyed.is_empty() {
             let idem = |i: usize| items[i].idempotency.as_ref().expect("keyed");
-            let ttl_ms = keyed
-                .iter()
-                .map(|&i| idem(i).ttl.as_millis() as i64)
-                .max()
-                .unwrap_or(0);
-            let rows: Vec<(String, String)> = sqlx::query_as(
+            // One statement per key lifetime (the API uses one): an expired
+            // key is taken over, a live one is left to its request.
+            let mut ttls: Vec<u128> = keyed.iter().map(|&i| idem(i).ttl.as_millis()).collect();
+            ttls.sort_unstable();
+            ttls.dedup();
+            let mut rows: Vec<(String, String)> = Vec::new();
+            for ttl in ttls {
+                let group: Vec<usize> = keyed
+                    .iter()
+                    .copied()
+                    .filter(|&i| idem(i).ttl.as_millis() == ttl)
+                    .collect();
+                let keyed = &group;
+                let ttl_ms = i64::try_from(ttl).unwrap_or(i64::MAX);
+                let got: Vec<(String, String)> = sqlx::query_as(
                 "INSERT INTO idempotency_keys (account, key, request_hash, status, response, created_at) \
                  SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::int[], $5::text[], $6::timestamptz[]) \
                  ON CONFLICT (account, key) DO UPDATE SET request_hash = EXCLUDED.request_hash, \
@@ -69,6 +81,8 @@ impl PgStore {
             .fetch_all(&mut *tx)
             .await
             .map_err(map_err)?;
+                rows.extend(got);
+            }
             let got: HashSet<(String, String)> = rows.into_iter().collect();
             for &i in &keyed {
                 let (a, k) = key_of(i).expect("keyed");

@@ -51,12 +51,32 @@ impl SqliteStore {
     pub(super) async fn insert_each(&self, items: &[BatchItem]) -> StoreResult<Vec<InsertOutcome>> {
         let mut tx = self.begin().await?;
         let mut outcomes = Vec::with_capacity(items.len());
+        // Keys of earlier items whose target was unknown: their savepoint
+        // rolled the key back, yet within the batch the key names that request.
+        let mut unknown: std::collections::HashMap<(&str, &str), &[u8]> = Default::default();
         for item in items {
+            if let Some(idem) = &item.idempotency {
+                if let Some(hash) = unknown.get(&(item.message.account.as_str(), idem.key.as_str()))
+                {
+                    outcomes.push(if *hash == idem.request_hash.as_slice() {
+                        InsertOutcome::UnknownTarget
+                    } else {
+                        InsertOutcome::KeyConflict
+                    });
+                    continue;
+                }
+            }
             let mut savepoint = sqlx::Connection::begin(&mut *tx).await.map_err(map_err)?;
             let outcome =
                 insert_in(&mut savepoint, &item.message, item.idempotency.as_ref()).await?;
             if matches!(outcome, InsertOutcome::Created(_)) {
                 savepoint.commit().await.map_err(map_err)?;
+            }
+            if let (InsertOutcome::UnknownTarget, Some(idem)) = (&outcome, &item.idempotency) {
+                unknown.insert(
+                    (item.message.account.as_str(), idem.key.as_str()),
+                    idem.request_hash.as_slice(),
+                );
             }
             outcomes.push(outcome);
         }
