@@ -125,6 +125,8 @@ pub async fn start_with(
         .await
         .context("loading token signing keys")?;
     let wake = Arc::new(Notify::new());
+    let shutdown = CancellationToken::new();
+    let tasks = TaskTracker::new();
     let state = AppState {
         store: store.clone(),
         tokens: Arc::new(tokens),
@@ -137,6 +139,8 @@ pub async fn start_with(
             store.clone(),
             4,
             256,
+            &tasks,
+            shutdown.clone(),
         )),
     };
     let max_timeout = config
@@ -161,8 +165,6 @@ pub async fn start_with(
         wake: wake.clone(),
     };
 
-    let shutdown = CancellationToken::new();
-    let tasks = TaskTracker::new();
     let app = api::router(state.clone());
     let stop = shutdown.clone();
     tasks.spawn(async move {

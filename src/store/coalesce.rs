@@ -7,6 +7,7 @@
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot, Mutex};
+use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
 use super::{BatchItem, InsertOutcome, Store, StoreError, StoreResult};
 
@@ -17,12 +18,26 @@ pub struct Coalescer {
 }
 
 impl Coalescer {
-    /// `workers` transactions may be in flight at once, each with at most `max_batch` messages.
-    pub fn start(store: Arc<dyn Store>, workers: usize, max_batch: usize) -> Self {
+    /// `workers` transactions may be in flight at once, each with at most
+    /// `max_batch` messages. At shutdown the workers insert what is queued and
+    /// stop (and with them their hold on the store); later requests answer
+    /// that the service is shutting down.
+    pub fn start(
+        store: Arc<dyn Store>,
+        workers: usize,
+        max_batch: usize,
+        tasks: &TaskTracker,
+        shutdown: CancellationToken,
+    ) -> Self {
         let (tx, rx) = mpsc::channel(max_batch * workers.max(1) * 2);
         let rx = Arc::new(Mutex::new(rx));
         for _ in 0..workers.max(1) {
-            tokio::spawn(work(store.clone(), rx.clone(), max_batch.max(1)));
+            tasks.spawn(work(
+                store.clone(),
+                rx.clone(),
+                max_batch.max(1),
+                shutdown.clone(),
+            ));
         }
         Self { tx }
     }
@@ -32,21 +47,33 @@ impl Coalescer {
         self.tx
             .send((item, reply))
             .await
-            .map_err(|_| StoreError::Locked("the service is shutting down".into()))?;
-        answer
-            .await
-            .map_err(|_| StoreError::Locked("the service is shutting down".into()))?
+            .map_err(|_| StoreError::ShuttingDown)?;
+        answer.await.map_err(|_| StoreError::ShuttingDown)?
     }
 }
 
-async fn work(store: Arc<dyn Store>, rx: Arc<Mutex<mpsc::Receiver<Request>>>, max_batch: usize) {
+async fn work(
+    store: Arc<dyn Store>,
+    rx: Arc<Mutex<mpsc::Receiver<Request>>>,
+    max_batch: usize,
+    shutdown: CancellationToken,
+) {
     loop {
         let mut batch = Vec::new();
         {
             let mut rx = rx.lock().await;
-            match rx.recv().await {
-                Some(r) => batch.push(r),
-                None => return,
+            tokio::select! {
+                r = rx.recv() => match r {
+                    Some(r) => batch.push(r),
+                    None => return,
+                },
+                // Queued requests are still taken below; then the worker stops.
+                _ = shutdown.cancelled() => {
+                    if rx.is_empty() {
+                        rx.close();
+                        return;
+                    }
+                }
             }
             while batch.len() < max_batch {
                 match rx.try_recv() {

@@ -44,6 +44,9 @@ pub enum StoreError {
     Locked(String),
     #[error("migration failed")]
     Migrate(#[source] sqlx::migrate::MigrateError),
+    /// The service is stopping and takes no more writes.
+    #[error("the service is shutting down")]
+    ShuttingDown,
     /// One failure answered to every request of a group commit.
     #[error(transparent)]
     Shared(std::sync::Arc<StoreError>),
@@ -53,7 +56,7 @@ impl StoreError {
     /// The database cannot be reached (directly or for a group of requests).
     pub fn is_unavailable(&self) -> bool {
         match self {
-            StoreError::Unavailable(_) => true,
+            StoreError::Unavailable(_) | StoreError::ShuttingDown => true,
             StoreError::Shared(e) => e.is_unavailable(),
             _ => false,
         }
