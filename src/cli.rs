@@ -216,19 +216,16 @@ async fn create_target(config: Config, args: CreateTarget) -> anyhow::Result<()>
         }
     }
     let (store, _) = app::open_store(&config).await?.into_parts();
-    let now = crate::domain::time::now();
-    let target = crate::domain::target::Target {
-        id: crate::domain::ids::TargetId::new(),
-        account: args.account,
-        name: spec.name,
-        enabled: spec.enabled,
-        config: spec.config,
-        created_at: now,
-        updated_at: now,
-    };
-    if !store.insert_target(&target).await? {
+    let Some(target) = crate::store::insert_new_target(
+        store.as_ref(),
+        &args.account,
+        &spec,
+        crate::domain::time::now(),
+    )
+    .await?
+    else {
         anyhow::bail!("a target id collided; run the command again");
-    }
+    };
     let out = crate::api::wire::TargetOut::with_generated_secret(&target, spec.generated_secret);
     println!("{}", serde_json::to_string(&out)?);
     Ok(())

@@ -21,7 +21,7 @@ use crate::{
         target::{self, Target, TargetConfig, TargetSpec},
         time,
     },
-    store::{DeleteTarget, TargetCursor},
+    store::{self, DeleteTarget, TargetCursor},
 };
 
 fn parse_id(id: &str) -> ApiResult<TargetId> {
@@ -76,22 +76,12 @@ pub async fn create(
     principal.require("targets:write")?;
     let spec: TargetSpec = target::parse_spec(&body)?;
     check_network(&state, &spec.config).await?;
-    let now = time::now();
-    for _ in 0..5 {
-        let t = Target {
-            id: TargetId::new(),
-            account: principal.account.clone(),
-            name: spec.name.clone(),
-            enabled: spec.enabled,
-            config: spec.config.clone(),
-            created_at: now,
-            updated_at: now,
-        };
-        if state.store.insert_target(&t).await? {
-            return Ok(respond(StatusCode::CREATED, &t, spec.generated_secret));
-        }
+    match store::insert_new_target(state.store.as_ref(), &principal.account, &spec, time::now())
+        .await?
+    {
+        Some(t) => Ok(respond(StatusCode::CREATED, &t, spec.generated_secret)),
+        None => Err(ApiError::Internal),
     }
-    Err(ApiError::Internal)
 }
 
 /// List the account's targets, newest first.

@@ -224,29 +224,18 @@ pub async fn create(
     if !errors.is_empty() {
         return Ok(invalid(&session, "New target", action, &f, &errors, false));
     }
-    let now = time::now();
-    for _ in 0..5 {
-        let t = Target {
-            id: TargetId::new(),
-            account: session.account.clone(),
-            name: spec.name.clone(),
-            enabled: spec.enabled,
-            config: spec.config.clone(),
-            created_at: now,
-            updated_at: now,
-        };
-        if state.store.insert_target(&t).await? {
-            if spec.generated_secret {
-                return Ok(Html(created_with_secret(&session, &t).into_string()).into_response());
-            }
-            return Ok(
-                Redirect::to(&format!("/portal/targets/{}?notice=created", t.id)).into_response(),
-            );
-        }
+    let Some(t) =
+        crate::store::insert_new_target(state.store.as_ref(), &session.account, &spec, time::now())
+            .await?
+    else {
+        return Err(PortalError::BadRequest(
+            "a target id collided; send the form again".into(),
+        ));
+    };
+    if spec.generated_secret {
+        return Ok(Html(created_with_secret(&session, &t).into_string()).into_response());
     }
-    Err(PortalError::BadRequest(
-        "a target id collided; send the form again".into(),
-    ))
+    Ok(Redirect::to(&format!("/portal/targets/{}?notice=created", t.id)).into_response())
 }
 
 /// The one time a generated signing secret is shown.

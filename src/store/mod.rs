@@ -355,6 +355,31 @@ pub trait Store: Send + Sync + 'static {
     ) -> StoreResult<u64>;
 }
 
+/// Stores a new target of `account` under a fresh id (a few tries, should
+/// ids ever collide); None when every try collided.
+pub async fn insert_new_target(
+    store: &dyn Store,
+    account: &str,
+    spec: &crate::domain::target::TargetSpec,
+    now: DateTime<Utc>,
+) -> StoreResult<Option<Target>> {
+    for _ in 0..5 {
+        let t = Target {
+            id: TargetId::new(),
+            account: account.to_string(),
+            name: spec.name.clone(),
+            enabled: spec.enabled,
+            config: spec.config.clone(),
+            created_at: now,
+            updated_at: now,
+        };
+        if store.insert_target(&t).await? {
+            return Ok(Some(t));
+        }
+    }
+    Ok(None)
+}
+
 /// Attempt texts (errors, response excerpts) are kept with U+0000 replaced
 /// by U+FFFD on every backend: PostgreSQL text cannot hold it.
 pub(crate) fn storable_text(s: &str) -> std::borrow::Cow<'_, str> {
