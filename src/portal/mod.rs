@@ -55,6 +55,18 @@ impl Runtime {
     }
 }
 
+impl Runtime {
+    /// Keys whose limit has fully recovered carry no information: dropping
+    /// them keeps sign-ins with ever-new emails from growing the maps.
+    fn forget_idle_keys(&self) {
+        const KEEP: usize = 10_000;
+        if self.by_email.len() > KEEP || self.by_address.len() > KEEP {
+            self.by_email.retain_recent();
+            self.by_address.retain_recent();
+        }
+    }
+}
+
 pub fn router() -> Router<AppState> {
     Router::new()
         .route(

@@ -226,6 +226,7 @@ pub async fn login(
     let email = form.email.trim().to_lowercase();
     let next = safe_next(Some(&form.next));
     let runtime = &state.portal;
+    runtime.forget_idle_keys();
     if runtime.by_address.check_key(&peer.ip()).is_err()
         || runtime.by_email.check_key(&email).is_err()
     {
