@@ -442,7 +442,8 @@ pub async fn disable(
     set_enabled(state, session, id, &f.csrf, false).await
 }
 
-/// Schedules a small message due now and shows it, so its outcome can be watched.
+/// Schedules a small message due now and shows it, so its outcome can be
+/// watched. It names no person: the receiver is another party.
 pub async fn send_test(
     State(state): State<AppState>,
     session: Session,
@@ -453,7 +454,7 @@ pub async fn send_test(
     let t = load(&state, &session, &id).await?;
     let now = time::now();
     let payload =
-        serde_json::json!({"test": true, "sentFrom": "the Dispatch portal", "by": session.email})
+        serde_json::json!({"test": true, "sentFrom": "the Dispatch portal", "at": time::format(&now)})
             .to_string();
     let message = Message {
         id: MessageId::new(),
