@@ -9,6 +9,7 @@ pub mod listen;
 mod messages;
 mod portal;
 mod rows;
+mod targets;
 
 use std::time::Duration;
 
@@ -234,43 +235,11 @@ impl Store for PgStore {
     }
 
     async fn insert_target(&self, t: &Target) -> StoreResult<bool> {
-        let mut tx = self.begin().await?;
-        sqlx::query("INSERT INTO accounts (name) VALUES ($1) ON CONFLICT DO NOTHING")
-            .bind(&t.account)
-            .execute(&mut *tx)
-            .await
-            .map_err(map_err)?;
-        let inserted = sqlx::query(
-            "INSERT INTO targets (id, account, name, kind, enabled, config, created_at, updated_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (id) DO NOTHING",
-        )
-        .bind(t.id.as_str())
-        .bind(&t.account)
-        .bind(&t.name)
-        .bind(t.config.kind())
-        .bind(t.enabled)
-        .bind(t.config.to_stored_json())
-        .bind(t.created_at)
-        .bind(t.updated_at)
-        .execute(&mut *tx)
-        .await
-        .map_err(map_err)?
-        .rows_affected()
-            == 1;
-        tx.commit().await.map_err(map_err)?;
-        Ok(inserted)
+        self.store_target(t).await
     }
 
     async fn get_target(&self, account: &str, id: &TargetId) -> StoreResult<Option<Target>> {
-        let row: Option<TargetRow> = sqlx::query_as(&format!(
-            "SELECT {TARGET_COLUMNS} FROM targets WHERE id = $1 AND account = $2"
-        ))
-        .bind(id.as_str())
-        .bind(account)
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(map_err)?;
-        row.map(Target::try_from).transpose()
+        self.load_target(account, id).await
     }
 
     async fn list_targets(
@@ -279,36 +248,11 @@ impl Store for PgStore {
         after: Option<&TargetCursor>,
         limit: u32,
     ) -> StoreResult<Vec<Target>> {
-        // Newest first; the cursor is the last target of the previous page.
-        let rows: Vec<TargetRow> = sqlx::query_as(&format!(
-            "SELECT {TARGET_COLUMNS} FROM targets WHERE account = $1 \
-             AND ($2::timestamptz IS NULL OR (created_at, id) < ($2, $3)) \
-             ORDER BY created_at DESC, id DESC LIMIT $4"
-        ))
-        .bind(account)
-        .bind(after.map(|c| c.created_at))
-        .bind(after.map(|c| c.id.as_str()).unwrap_or(""))
-        .bind(i64::from(limit))
-        .fetch_all(&self.pool)
-        .await
-        .map_err(map_err)?;
-        rows.into_iter().map(Target::try_from).collect()
+        self.load_targets(account, after, limit).await
     }
 
     async fn update_target(&self, t: &Target) -> StoreResult<Option<Target>> {
-        let row: Option<TargetRow> = sqlx::query_as(&format!(
-            "UPDATE targets SET name = $3, config = $4, updated_at = $5 WHERE id = $1 AND account = $2 \
-             RETURNING {TARGET_COLUMNS}"
-        ))
-        .bind(t.id.as_str())
-        .bind(&t.account)
-        .bind(&t.name)
-        .bind(t.config.to_stored_json())
-        .bind(t.updated_at)
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(map_err)?;
-        row.map(Target::try_from).transpose()
+        self.save_target(t).await
     }
 
     async fn set_target_enabled(
@@ -318,73 +262,11 @@ impl Store for PgStore {
         enabled: bool,
         now: DateTime<Utc>,
     ) -> StoreResult<Option<Target>> {
-        let mut tx = self.begin().await?;
-        // FOR UPDATE conflicts with the KEY SHARE lock a concurrent schedule
-        // takes, so a message scheduled meanwhile is paused (or not) correctly.
-        let locked: Option<(bool,)> =
-            sqlx::query_as("SELECT enabled FROM targets WHERE id = $1 AND account = $2 FOR UPDATE")
-                .bind(id.as_str())
-                .bind(account)
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(map_err)?;
-        let Some((was_enabled,)) = locked else {
-            return Ok(None);
-        };
-        let row: TargetRow = sqlx::query_as(&format!(
-            "UPDATE targets SET enabled = $2, updated_at = CASE WHEN enabled = $2 THEN updated_at ELSE $3 END \
-             WHERE id = $1 RETURNING {TARGET_COLUMNS}"
-        ))
-        .bind(id.as_str())
-        .bind(enabled)
-        .bind(now)
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(map_err)?;
-        if was_enabled != enabled {
-            sqlx::query("UPDATE messages SET paused = $2 WHERE target_id = $1 AND state = 'Scheduled' AND paused <> $2")
-                .bind(id.as_str())
-                .bind(!enabled)
-                .execute(&mut *tx)
-                .await
-                .map_err(map_err)?;
-            if enabled {
-                self.notify_if_soon(&mut tx, now, now).await?;
-            }
-        }
-        tx.commit().await.map_err(map_err)?;
-        Target::try_from(row).map(Some)
+        self.switch_target(account, id, enabled, now).await
     }
 
     async fn delete_target(&self, account: &str, id: &TargetId) -> StoreResult<DeleteTarget> {
-        let mut tx = self.begin().await?;
-        let exists: Option<(String,)> =
-            sqlx::query_as("SELECT id FROM targets WHERE id = $1 AND account = $2 FOR UPDATE")
-                .bind(id.as_str())
-                .bind(account)
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(map_err)?;
-        if exists.is_none() {
-            return Ok(DeleteTarget::NotFound);
-        }
-        let pending: (bool,) = sqlx::query_as(
-            "SELECT EXISTS (SELECT 1 FROM messages WHERE target_id = $1 AND state IN ('Scheduled', 'DeadLetter'))",
-        )
-        .bind(id.as_str())
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(map_err)?;
-        if pending.0 {
-            return Ok(DeleteTarget::HasPending);
-        }
-        sqlx::query("DELETE FROM targets WHERE id = $1")
-            .bind(id.as_str())
-            .execute(&mut *tx)
-            .await
-            .map_err(map_err)?;
-        tx.commit().await.map_err(map_err)?;
-        Ok(DeleteTarget::Deleted)
+        self.remove_target(account, id).await
     }
 
     async fn insert_message(

@@ -1,0 +1,166 @@
+//! Targets in the embedded SQLite store: create, read, list, change, enable/disable
+//! (pausing and resuming their messages), delete.
+
+use chrono::{DateTime, Utc};
+
+use super::{map_err, rows::*, SqliteStore};
+use crate::store::*;
+
+impl SqliteStore {
+    pub(super) async fn store_target(&self, t: &Target) -> StoreResult<bool> {
+        let mut tx = self.begin().await?;
+        sqlx::query("INSERT INTO accounts (name, created_at) VALUES (?, ?) ON CONFLICT DO NOTHING")
+            .bind(&t.account)
+            .bind(ms(t.created_at))
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?;
+        let inserted = sqlx::query(
+            "INSERT INTO targets (id, account, name, kind, enabled, config, created_at, updated_at) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING",
+        )
+        .bind(t.id.as_str())
+        .bind(&t.account)
+        .bind(&t.name)
+        .bind(t.config.kind())
+        .bind(t.enabled)
+        .bind(t.config.to_stored_json().to_string())
+        .bind(ms(t.created_at))
+        .bind(ms(t.updated_at))
+        .execute(&mut *tx)
+        .await
+        .map_err(map_err)?
+        .rows_affected()
+            == 1;
+        tx.commit().await.map_err(map_err)?;
+        Ok(inserted)
+    }
+
+    pub(super) async fn load_target(
+        &self,
+        account: &str,
+        id: &TargetId,
+    ) -> StoreResult<Option<Target>> {
+        let row: Option<TargetRow> = sqlx::query_as(&format!(
+            "SELECT {TARGET_COLUMNS} FROM targets WHERE id = ? AND account = ?"
+        ))
+        .bind(id.as_str())
+        .bind(account)
+        .fetch_optional(&self.reader)
+        .await
+        .map_err(map_err)?;
+        row.map(Target::try_from).transpose()
+    }
+
+    pub(super) async fn load_targets(
+        &self,
+        account: &str,
+        after: Option<&TargetCursor>,
+        limit: u32,
+    ) -> StoreResult<Vec<Target>> {
+        let rows: Vec<TargetRow> = sqlx::query_as(&format!(
+            "SELECT {TARGET_COLUMNS} FROM targets WHERE account = ?1 \
+             AND (?2 IS NULL OR (created_at, id) < (?2, ?3)) \
+             ORDER BY created_at DESC, id DESC LIMIT ?4"
+        ))
+        .bind(account)
+        .bind(after.map(|c| ms(c.created_at)))
+        .bind(after.map(|c| c.id.as_str()).unwrap_or(""))
+        .bind(i64::from(limit))
+        .fetch_all(&self.reader)
+        .await
+        .map_err(map_err)?;
+        rows.into_iter().map(Target::try_from).collect()
+    }
+
+    pub(super) async fn save_target(&self, t: &Target) -> StoreResult<Option<Target>> {
+        let row: Option<TargetRow> = sqlx::query_as(&format!(
+            "UPDATE targets SET name = ?3, config = ?4, updated_at = ?5 WHERE id = ?1 AND account = ?2 \
+             RETURNING {TARGET_COLUMNS}"
+        ))
+        .bind(t.id.as_str())
+        .bind(&t.account)
+        .bind(&t.name)
+        .bind(t.config.to_stored_json().to_string())
+        .bind(ms(t.updated_at))
+        .fetch_optional(&self.writer)
+        .await
+        .map_err(map_err)?;
+        row.map(Target::try_from).transpose()
+    }
+
+    pub(super) async fn switch_target(
+        &self,
+        account: &str,
+        id: &TargetId,
+        enabled: bool,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Option<Target>> {
+        let mut tx = self.begin().await?;
+        let before: Option<(bool,)> =
+            sqlx::query_as("SELECT enabled FROM targets WHERE id = ? AND account = ?")
+                .bind(id.as_str())
+                .bind(account)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(map_err)?;
+        let Some((was_enabled,)) = before else {
+            return Ok(None);
+        };
+        let row: TargetRow = sqlx::query_as(&format!(
+            "UPDATE targets SET enabled = ?2, updated_at = CASE WHEN enabled = ?2 THEN updated_at ELSE ?3 END \
+             WHERE id = ?1 RETURNING {TARGET_COLUMNS}"
+        ))
+        .bind(id.as_str())
+        .bind(enabled)
+        .bind(ms(now))
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        if was_enabled != enabled {
+            sqlx::query("UPDATE messages SET paused = ?2 WHERE target_id = ?1 AND state = 'Scheduled' AND paused <> ?2")
+                .bind(id.as_str())
+                .bind(!enabled)
+                .execute(&mut *tx)
+                .await
+                .map_err(map_err)?;
+        }
+        tx.commit().await.map_err(map_err)?;
+        Target::try_from(row).map(Some)
+    }
+
+    pub(super) async fn remove_target(
+        &self,
+        account: &str,
+        id: &TargetId,
+    ) -> StoreResult<DeleteTarget> {
+        let mut tx = self.begin().await?;
+        let exists: Option<(String,)> =
+            sqlx::query_as("SELECT id FROM targets WHERE id = ? AND account = ?")
+                .bind(id.as_str())
+                .bind(account)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(map_err)?;
+        if exists.is_none() {
+            return Ok(DeleteTarget::NotFound);
+        }
+        let (pending,): (bool,) = sqlx::query_as(
+            "SELECT EXISTS (SELECT 1 FROM messages WHERE target_id = ? AND state IN ('Scheduled', 'DeadLetter'))",
+        )
+        .bind(id.as_str())
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        if pending {
+            return Ok(DeleteTarget::HasPending);
+        }
+        sqlx::query("DELETE FROM targets WHERE id = ?")
+            .bind(id.as_str())
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?;
+        tx.commit().await.map_err(map_err)?;
+        Ok(DeleteTarget::Deleted)
+    }
+}
