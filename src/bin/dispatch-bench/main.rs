@@ -5,34 +5,33 @@
 //!     cargo run --release --bin dispatch-bench -- --runs 3
 //!
 //! Scenarios: `burst` (N messages due at one instant), `steady` (messages due
-//! at a fixed rate), `sqs` (N messages due at one instant for one SQS queue on
-//! moto). Lateness is arrival at the receiver (for SQS: the acknowledged send)
+//! at a fixed rate), `backlog` (steady behind far-future messages), `ingest`
+//! (POST /messages), `batch` (POST /messages/batch), `sqs` (N messages due at
+//! one instant for one SQS queue on moto). Lateness is arrival at the receiver (for SQS: the acknowledged send)
 //! minus the scheduled time. Every scenario checks that every message arrived
 //! and counts duplicates.
 
 use std::{
     collections::HashMap,
     path::PathBuf,
-    process::Stdio,
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
-use anyhow::{bail, Context};
+use anyhow::bail;
+
+mod service;
+
 use axum::{body::Bytes, extract::State, routing::post, Router};
 use chrono::{DateTime, TimeDelta, Utc};
 use clap::Parser;
-use dispatch::{
-    domain::{
-        ids::{MessageId, TargetId},
-        message::{Message, State as MsgState},
-        payload::Payload,
-    },
-    store::{postgres::PgStore, Store},
-};
+use dispatch::domain::ids::TargetId;
 use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::{json, Value};
+use service::{
+    create_target, delivered_times, percentile, schedule, start_service, Service, Timing,
+};
 use sqlx::{Connection, PgConnection};
 
 #[derive(Debug, Clone, Parser)]
@@ -138,305 +137,6 @@ struct Result {
     lateness_p99_ms: f64,
     lateness_max_ms: f64,
     peak_rss_mb: f64,
-}
-
-struct Service {
-    child: tokio::process::Child,
-    base: String,
-    token: String,
-    db_url: String,
-    /// The PostgreSQL database to drop afterwards, if any.
-    db_name: Option<String>,
-    _dir: Option<tempfile::TempDir>,
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn dispatch_binary(args: &Args) -> PathBuf {
-    args.dispatch.clone().unwrap_or_else(|| {
-        std::env::current_exe()
-            .expect("own path")
-            .with_file_name(format!("dispatch{}", std::env::consts::EXE_SUFFIX))
-    })
-}
-
-async fn start_service(args: &Args) -> anyhow::Result<Service> {
-    let (db_url, db_name, dir) = if args.store == "sqlite" {
-        let dir = tempfile::tempdir()?;
-        (
-            format!("sqlite://{}", dir.path().join("dispatch.db").display()),
-            None,
-            Some(dir),
-        )
-    } else {
-        let db_name = format!("dispatch_bench_{}", uuid::Uuid::new_v4().simple());
-        let mut admin = PgConnection::connect(&args.pg)
-            .await
-            .with_context(|| format!("connecting to {}", args.pg))?;
-        sqlx::query(&format!("CREATE DATABASE {db_name}"))
-            .execute(&mut admin)
-            .await?;
-        let url = format!(
-            "{}/{db_name}",
-            args.pg.rsplit_once('/').map(|(b, _)| b).unwrap_or(&args.pg)
-        );
-        (url, Some(db_name), None)
-    };
-    let bin = dispatch_binary(args);
-    let port = free_port();
-    let envs = [
-        ("DATABASE_URL", db_url.clone()),
-        ("DISPATCH_SERVER__LISTEN", format!("127.0.0.1:{port}")),
-        ("DISPATCH_WEBHOOK__ALLOW_PRIVATE_NETWORKS", "true".into()),
-        ("RUST_LOG", "warn".into()),
-        ("DISPATCH_AWS__SQS_BATCH", args.sqs_batch.to_string()),
-        // moto answers slowly under load: give each call time rather than
-        // measuring timeouts and retries.
-        ("DISPATCH_AWS__TIMEOUT", "50s".into()),
-        ("DISPATCH_SWEEPER__LEASE", "60s".into()),
-    ];
-    let out = tokio::process::Command::new(&bin)
-        .args(["clients", "create", "--account", "bench", "--name", "bench"])
-        .envs(envs.clone())
-        .output()
-        .await
-        .with_context(|| format!("running {}", bin.display()))?;
-    if !out.status.success() {
-        bail!(
-            "dispatch clients create failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    let client: Value = serde_json::from_slice(&out.stdout)?;
-    let child = tokio::process::Command::new(&bin)
-        .arg("serve")
-        .envs(envs)
-        .stdout(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()?;
-    let base = format!("http://127.0.0.1:{port}");
-    let http = reqwest::Client::new();
-    let started = Instant::now();
-    while http
-        .get(format!("{base}/health/ready"))
-        .send()
-        .await
-        .map(|r| r.status() != 200)
-        .unwrap_or(true)
-    {
-        if started.elapsed() > Duration::from_secs(20) {
-            bail!("dispatch did not become ready");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let token: Value = http
-        .post(format!("{base}/oauth/token"))
-        .basic_auth(
-            client["clientId"].as_str().unwrap(),
-            client["clientSecret"].as_str(),
-        )
-        .form(&[("grant_type", "client_credentials")])
-        .send()
-        .await?
-        .json()
-        .await?;
-    Ok(Service {
-        child,
-        base,
-        token: token["access_token"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string(),
-        db_url,
-        db_name,
-        _dir: dir,
-    })
-}
-
-impl Service {
-    fn peak_rss_mb(&self) -> f64 {
-        let Some(pid) = self.child.id() else {
-            return 0.0;
-        };
-        std::fs::read_to_string(format!("/proc/{pid}/status"))
-            .ok()
-            .and_then(|s| {
-                s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| {
-                    l.split_whitespace()
-                        .nth(1)
-                        .and_then(|kb| kb.parse::<f64>().ok())
-                        .map(|kb| kb / 1024.0)
-                })
-            })
-            .unwrap_or(0.0)
-    }
-
-    async fn stop(mut self, admin: &str) {
-        if let Some(pid) = self.child.id() {
-            let _ = std::process::Command::new("kill")
-                .arg(pid.to_string())
-                .status();
-        }
-        let _ = tokio::time::timeout(Duration::from_secs(15), self.child.wait()).await;
-        let _ = self.child.start_kill();
-        if let Some(name) = &self.db_name {
-            if let Ok(mut admin) = PgConnection::connect(admin).await {
-                let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-                    .execute(&mut admin)
-                    .await;
-            }
-        }
-    }
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let idx = ((sorted.len() - 1) as f64 * p).round() as usize;
-    sorted[idx]
-}
-
-/// Creates the scenario's target: the receiver's webhook, or an SQS queue on moto.
-async fn create_target(
-    args: &Args,
-    service: &Service,
-    scenario: &str,
-    hook: &str,
-) -> anyhow::Result<TargetId> {
-    let config = if scenario == "sqs" {
-        let moto = args
-            .moto
-            .as_deref()
-            .context("the sqs scenario needs --moto URL (a moto server)")?;
-        let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())
-            .region(aws_config::Region::new("us-east-1"))
-            .endpoint_url(moto)
-            .credentials_provider(aws_sdk_sqs::config::Credentials::new(
-                "bench", "bench", None, None, "bench",
-            ))
-            .load()
-            .await;
-        let queue = aws_sdk_sqs::Client::new(&sdk)
-            .create_queue()
-            .queue_name(format!("bench-{}", uuid::Uuid::new_v4().simple()))
-            .send()
-            .await?
-            .queue_url()
-            .context("a queue URL")?
-            .to_string();
-        json!({"type": "sqs", "config": {"queueUrl": queue, "region": "us-east-1", "endpointUrl": moto,
-               "credentials": {"accessKeyId": "bench", "secretAccessKey": "bench"}}})
-    } else {
-        json!({"type": "webhook", "config": {"url": hook}})
-    };
-    let mut body = config;
-    body["name"] = json!("bench");
-    let target: Value = reqwest::Client::new()
-        .post(format!("{}/targets", service.base))
-        .bearer_auth(&service.token)
-        .json(&body)
-        .send()
-        .await?
-        .json()
-        .await?;
-    Ok(target["targetId"]
-        .as_str()
-        .with_context(|| format!("target created: {target}"))?
-        .parse()?)
-}
-
-/// Schedules a message at each of `times`, directly in the store or over the API.
-async fn schedule(
-    args: &Args,
-    service: &Service,
-    target_id: &TargetId,
-    times: &[DateTime<Utc>],
-) -> anyhow::Result<()> {
-    if args.via == "store" && args.store == "postgres" {
-        let store = PgStore::connect(&service.db_url, 4, Duration::from_secs(5)).await?;
-        let now = Utc::now();
-        for chunk in times.chunks(5_000) {
-            let messages: Vec<Message> = chunk
-                .iter()
-                .map(|&at| Message {
-                    id: MessageId::new(),
-                    account: "bench".into(),
-                    target_id: target_id.clone(),
-                    state: MsgState::Scheduled,
-                    delivery_time: dispatch::domain::time::truncate_ms(at),
-                    next_attempt_at: Some(at),
-                    attempt_count: 0,
-                    delivered_at: None,
-                    cancelled_at: None,
-                    dead_lettered_at: None,
-                    last_error: None,
-                    created_at: now,
-                    updated_at: now,
-                    payload: Payload::parse("benchmark payload".into()).unwrap(),
-                })
-                .collect();
-            store.insert_messages("bench", &messages).await?;
-        }
-        return Ok(());
-    }
-    let http = reqwest::Client::new();
-    let url = format!("{}/messages", service.base);
-    let results: Vec<anyhow::Result<()>> = futures::stream::iter(times.iter().copied())
-        .map(|at| {
-            let (http, url, token) = (http.clone(), url.clone(), service.token.clone());
-            let body = json!({"targetId": target_id, "deliveryTime": dispatch::domain::time::format(&at),
-                              "payload": "benchmark payload"});
-            async move {
-                let r = http.post(url).bearer_auth(token).json(&body).send().await?;
-                anyhow::ensure!(r.status() == 201, "scheduling answered {}", r.status());
-                Ok(())
-            }
-        })
-        .buffer_unordered(32)
-        .collect()
-        .await;
-    results.into_iter().collect()
-}
-
-/// When a message arrived (or was acknowledged) and when it was due.
-type Timing = (DateTime<Utc>, DateTime<Utc>);
-
-/// (deliveredAt, deliveryTime) of every Delivered message, read through the API.
-async fn delivered_times(service: &Service) -> anyhow::Result<Vec<Timing>> {
-    let http = reqwest::Client::new();
-    let mut out = Vec::new();
-    let mut cursor: Option<String> = None;
-    loop {
-        let mut url = format!("{}/messages?state=Delivered&limit=1000", service.base);
-        if let Some(c) = &cursor {
-            url.push_str(&format!("&cursor={c}"));
-        }
-        let page: Value = http
-            .get(url)
-            .bearer_auth(&service.token)
-            .send()
-            .await?
-            .json()
-            .await?;
-        for m in page["items"].as_array().context("a list")? {
-            let parse = |k: &str| {
-                DateTime::parse_from_rfc3339(m[k].as_str().unwrap_or_default())
-                    .map(|t| t.with_timezone(&Utc))
-            };
-            out.push((parse("deliveredAt")?, parse("deliveryTime")?));
-        }
-        match page["nextCursor"].as_str() {
-            Some(c) => cursor = Some(c.to_string()),
-            None => return Ok(out),
-        }
-    }
 }
 
 async fn run_scenario(args: &Args, scenario: &str, run: usize) -> anyhow::Result<Result> {
