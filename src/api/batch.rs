@@ -151,9 +151,10 @@ pub async fn create(
             Err(vec![FieldError::new("", "must be an object")])
         };
         match parsed {
-            Ok((message, _, idempotency)) => {
+            Ok((message, response, idempotency)) => {
                 items.push(None);
-                places.push(i);
+                // Where the item stands, and the 201 body parse_message already made.
+                places.push((i, response));
                 batch.push(BatchItem {
                     message,
                     idempotency,
@@ -164,16 +165,13 @@ pub async fn create(
     }
     let outcomes = state.store.insert_batch(&batch).await?;
     let mut scheduled_now = 0;
-    for ((i, item), outcome) in places.into_iter().zip(batch).zip(outcomes) {
+    for ((i, response), outcome) in places.into_iter().zip(outcomes) {
         items[i] = Some(match outcome {
             InsertOutcome::Created(_) => {
                 scheduled_now += 1;
                 BatchItemOut {
                     status: 201,
-                    message: Some(
-                        serde_json::to_value(MessageOut::new(&item.message))
-                            .map_err(|_| ApiError::Internal)?,
-                    ),
+                    message: Some(response),
                     replayed: false,
                     error: None,
                 }
