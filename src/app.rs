@@ -3,7 +3,7 @@
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use anyhow::Context;
-use tokio::{net::TcpListener, sync::Notify};
+use tokio::net::TcpListener;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tracing::info;
 
@@ -124,7 +124,7 @@ pub async fn start_with(
     let tokens = TokenService::new(store.clone(), &config.auth)
         .await
         .context("loading token signing keys")?;
-    let wake = Arc::new(Notify::new());
+    let wake = Arc::new(crate::wake::Wake::default());
     let shutdown = CancellationToken::new();
     let tasks = TaskTracker::new();
     let state = AppState {

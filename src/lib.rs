@@ -12,3 +12,4 @@ pub mod portal;
 pub mod retention;
 pub mod store;
 pub mod sweeper;
+pub mod wake;

@@ -10,7 +10,7 @@
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use tokio::{
-    sync::{mpsc, Notify, Semaphore},
+    sync::{mpsc, Semaphore},
     time::Instant,
 };
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
@@ -27,6 +27,7 @@ use crate::{
     },
     metrics as m,
     store::{Claimed, Recorded, Store},
+    wake::Wake,
 };
 
 const RECORD_BATCH: usize = 1000;
@@ -39,7 +40,7 @@ pub struct Sweeper {
     pub deliverer: Arc<Deliverer>,
     pub policy: RetryPolicy,
     pub config: SweeperConfig,
-    pub wake: Arc<Notify>,
+    pub wake: Arc<Wake>,
 }
 
 impl Sweeper {
@@ -67,6 +68,7 @@ impl Sweeper {
                 }
                 continue;
             }
+            self.wake.awake();
             let limit = permits
                 .available_permits()
                 .min(self.config.batch_size as usize) as u32;
@@ -126,6 +128,9 @@ impl Sweeper {
                 } else {
                     Duration::ZERO
                 });
+            self.wake.sleeping_until(
+                time::now() + chrono::TimeDelta::from_std(wait).unwrap_or_default(),
+            );
             tokio::select! {
                 _ = tokio::time::sleep(wait) => {}
                 _ = self.wake.notified() => {}
@@ -351,7 +356,7 @@ fn cut_off() -> Delivered {
 /// was being written goes into the next statement.
 async fn record_loop(
     store: Arc<dyn Store>,
-    wake: Arc<Notify>,
+    wake: Arc<Wake>,
     mut rx: mpsc::UnboundedReceiver<Recorded>,
     shutdown: CancellationToken,
 ) {
@@ -381,12 +386,15 @@ async fn record_loop(
                 }
             }
         }
-        let mut retry_soon = false;
+        let mut next_retry = None;
         for r in &batch {
             match r.next {
                 Next::Delivered => metrics::counter!(m::DELIVERED).increment(1),
                 Next::DeadLetter => metrics::counter!(m::DEAD_LETTERED).increment(1),
-                Next::Retry(_) => retry_soon = true,
+                Next::Retry(at) => {
+                    next_retry =
+                        Some(next_retry.map_or(at, |n: chrono::DateTime<chrono::Utc>| n.min(at)))
+                }
             }
             for a in r
                 .attempts
@@ -397,8 +405,8 @@ async fn record_loop(
             }
         }
         batch.clear();
-        if retry_soon {
-            wake.notify_one();
+        if let Some(at) = next_retry {
+            wake.due(at);
         }
     }
 }

@@ -2,6 +2,7 @@
 //! database transaction, each answered on its own.
 
 use axum::{extract::State, Json};
+use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
 use utoipa::ToSchema;
@@ -165,10 +166,14 @@ pub async fn create(
     }
     let outcomes = state.store.insert_batch(&batch).await?;
     let mut scheduled_now = 0;
+    let mut earliest = None;
     for ((i, response), outcome) in places.into_iter().zip(outcomes) {
         items[i] = Some(match outcome {
-            InsertOutcome::Created(_) => {
+            InsertOutcome::Created(created) => {
                 scheduled_now += 1;
+                earliest = Some(earliest.map_or(created.delivery_time, |e: DateTime<Utc>| {
+                    e.min(created.delivery_time)
+                }));
                 BatchItemOut {
                     status: 201,
                     message: Some(response),
@@ -191,9 +196,9 @@ pub async fn create(
             )),
         });
     }
-    if scheduled_now > 0 {
+    if let Some(at) = earliest {
         metrics::counter!(m::SCHEDULED).increment(scheduled_now);
-        state.wake.notify_one();
+        state.wake.due(at);
     }
     let items: Vec<BatchItemOut> = items.into_iter().map(|i| i.expect("answered")).collect();
     let scheduled = items.iter().filter(|i| i.status == 201).count();

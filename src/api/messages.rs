@@ -125,9 +125,9 @@ pub async fn create(
         idempotency,
     };
     match state.inserts.insert(item).await? {
-        InsertOutcome::Created(_) => {
+        InsertOutcome::Created(created) => {
             metrics::counter!(m::SCHEDULED).increment(1);
-            state.wake.notify_one();
+            state.wake.due(created.delivery_time);
             Ok(created_response(201, response))
         }
         InsertOutcome::Replayed { status, response } => {
@@ -429,7 +429,7 @@ pub async fn reschedule(
         "rescheduled",
     );
     if result.is_ok() {
-        state.wake.notify_one();
+        state.wake.due(at);
     }
     result
 }

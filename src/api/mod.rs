@@ -18,7 +18,6 @@ use axum::{
     Router,
 };
 use metrics_exporter_prometheus::PrometheusHandle;
-use tokio::sync::Notify;
 use tower_http::{
     request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer},
     trace::TraceLayer,
@@ -37,7 +36,7 @@ pub struct AppState {
     pub verified_secrets: Arc<VerifiedSecrets>,
     pub config: Arc<Config>,
     /// Wakes this instance's sweeper when something may have fallen due.
-    pub wake: Arc<Notify>,
+    pub wake: Arc<crate::wake::Wake>,
     pub metrics: PrometheusHandle,
     pub portal: Arc<crate::portal::Runtime>,
     /// Single schedule requests, committed together when they arrive together.

@@ -206,7 +206,7 @@ pub async fn patch(
             .await?
             .ok_or(ApiError::NotFound)?;
         if spec.enabled {
-            state.wake.notify_one();
+            state.wake.now();
         }
     }
     Ok(respond(StatusCode::OK, &updated, spec.generated_secret))
@@ -226,7 +226,7 @@ async fn set_enabled(
         .await?
         .ok_or(ApiError::NotFound)?;
     if enabled {
-        state.wake.notify_one();
+        state.wake.now();
     }
     Ok(respond(StatusCode::OK, &t, false))
 }

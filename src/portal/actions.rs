@@ -81,7 +81,7 @@ pub async fn reschedule(
             .await?,
         "rescheduled",
     )?;
-    state.wake.notify_one();
+    state.wake.due(at);
     Ok(Redirect::to(&format!(
         "/portal/messages/{}?notice=rescheduled&watch=1",
         m.id
@@ -185,7 +185,7 @@ pub async fn bulk(
                 now,
             )
             .await?;
-        state.wake.notify_one();
+        state.wake.due(at);
         n
     } else {
         let mut n = 0;
@@ -310,7 +310,7 @@ pub async fn redrive(
         .store
         .redrive(&session.account, &filter, None, at, now)
         .await?;
-    state.wake.notify_one();
+    state.wake.due(at);
     let target = if f.target.is_empty() {
         String::new()
     } else {

@@ -392,7 +392,7 @@ pub async fn update(
             .await?
             .ok_or(PortalError::NotFound)?;
         if spec.enabled {
-            state.wake.notify_one();
+            state.wake.now();
         }
     }
     if spec.generated_secret {
@@ -416,7 +416,7 @@ async fn set_enabled(
         .await?
         .ok_or(PortalError::NotFound)?;
     if enabled {
-        state.wake.notify_one();
+        state.wake.now();
     }
     let notice = if enabled { "enabled" } else { "disabled" };
     Ok(Redirect::to(&format!(
@@ -475,7 +475,7 @@ pub async fn send_test(
     match state.store.insert_message(&message, None).await? {
         InsertOutcome::Created(m) => {
             metrics::counter!(crate::metrics::SCHEDULED).increment(1);
-            state.wake.notify_one();
+            state.wake.now();
             Ok(Redirect::to(&format!(
                 "/portal/messages/{}?notice=test&watch=1",
                 m.id

@@ -2,14 +2,15 @@
 
 use std::{sync::Arc, time::Duration};
 
+use chrono::{DateTime, Utc};
 use sqlx::{postgres::PgListener, PgPool};
-use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use super::WAKE_CHANNEL;
+use crate::wake::Wake;
 
-pub async fn forward_wakeups(pool: PgPool, wake: Arc<Notify>, shutdown: CancellationToken) {
+pub async fn forward_wakeups(pool: PgPool, wake: Arc<Wake>, shutdown: CancellationToken) {
     loop {
         let mut listener = match PgListener::connect_with(&pool).await {
             Ok(l) => l,
@@ -29,13 +30,17 @@ pub async fn forward_wakeups(pool: PgPool, wake: Arc<Notify>, shutdown: Cancella
             continue;
         }
         // Anything announced while we were not listening: look now.
-        wake.notify_one();
+        wake.now();
         loop {
             tokio::select! {
                 n = listener.try_recv() => match n {
-                    Ok(Some(_)) => wake.notify_one(),
+                    // The payload is the due time in milliseconds since the epoch.
+                    Ok(Some(n)) => match n.payload().parse().ok().and_then(DateTime::<Utc>::from_timestamp_millis) {
+                        Some(at) => wake.due(at),
+                        None => wake.now(),
+                    },
                     // The connection was lost; sqlx reconnects on the next call.
-                    Ok(None) => wake.notify_one(),
+                    Ok(None) => wake.now(),
                     Err(e) => {
                         warn!(error = %e, "wake-up listener failed; reconnecting");
                         break;
