@@ -45,7 +45,7 @@ struct Args {
     )]
     pg: String,
     /// Scenarios to run: burst, steady, backlog, ingest, batch, sqs (comma-separated).
-    #[arg(long, default_value = "burst,steady")]
+    #[arg(long, default_value = "burst,steady,backlog,ingest,batch")]
     scenarios: String,
     /// The store Dispatch runs on: postgres or sqlite (the embedded store).
     #[arg(long, default_value = "postgres")]
@@ -82,9 +82,9 @@ struct Args {
     #[arg(long, default_value_t = 20_000)]
     burst: usize,
     /// Messages per second, and seconds, of the steady scenario.
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, default_value_t = 1_000)]
     steady_rate: usize,
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 20)]
     steady_seconds: usize,
     /// Runs of each scenario; the table shows the median.
     #[arg(long, default_value_t = 1)]
@@ -151,10 +151,10 @@ async fn run_scenario(args: &Args, scenario: &str, run: usize) -> anyhow::Result
     let service = start_service(args).await?;
     let target_id = create_target(args, &service, scenario, &hook).await?;
     if scenario == "ingest" {
-        return ingest(args, service, server, &target_id).await;
+        return ingest(args, service, server, &target_id, run).await;
     }
     if scenario == "batch" {
-        return ingest_batch(args, service, server, &target_id).await;
+        return ingest_batch(args, service, server, &target_id, run).await;
     }
     if scenario == "backlog" {
         // Far-future messages that must not slow the due ones down.
@@ -282,6 +282,7 @@ async fn ingest(
     service: Service,
     server: tokio::task::JoinHandle<std::io::Result<()>>,
     target_id: &TargetId,
+    run: usize,
 ) -> anyhow::Result<Result> {
     let at = Utc::now() + TimeDelta::hours(1);
     let times = vec![at; args.ingest];
@@ -297,7 +298,7 @@ async fn ingest(
     server.abort();
     Ok(Result {
         scenario: "ingest".into(),
-        run: 0,
+        run,
         messages: times.len(),
         delivered: times.len(),
         duplicates: 0,
@@ -316,6 +317,7 @@ async fn ingest_batch(
     service: Service,
     server: tokio::task::JoinHandle<std::io::Result<()>>,
     target_id: &TargetId,
+    run: usize,
 ) -> anyhow::Result<Result> {
     let at = dispatch::domain::time::format(&(Utc::now() + TimeDelta::hours(1)));
     let http = reqwest::Client::new();
@@ -355,7 +357,7 @@ async fn ingest_batch(
     server.abort();
     Ok(Result {
         scenario: "batch".into(),
-        run: 0,
+        run,
         messages: args.batch,
         delivered: scheduled,
         duplicates: 0,

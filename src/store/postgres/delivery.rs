@@ -38,6 +38,7 @@ impl PgStore {
         .bind(i64::from(limit))
         .bind(millis_i64(lease))
         .bind(token)
+        .persistent(false)
         .fetch_all(&self.pool)
         .await
         .map_err(map_err)?;
@@ -198,6 +199,7 @@ impl PgStore {
         .bind(&a_bodies)
         .bind(now)
         .bind(&a_tokens)
+        .persistent(false)
         .execute(&self.pool)
         .await
         .map_err(map_err)?
@@ -219,6 +221,7 @@ impl PgStore {
             ))
             .bind(cutoff)
             .bind(batch)
+            .persistent(false)
             .execute(&self.pool)
             .await
             .map_err(map_err)?
@@ -230,6 +233,7 @@ impl PgStore {
         )
         .bind(c.failed_attempts_before)
         .bind(batch)
+        .persistent(false)
         .execute(&self.pool)
         .await
         .map_err(map_err)?
@@ -240,6 +244,7 @@ impl PgStore {
         )
         .bind(c.idempotency_before)
         .bind(batch)
+        .persistent(false)
         .execute(&self.pool)
         .await
         .map_err(map_err)?

@@ -1,6 +1,14 @@
 //! The PostgreSQL store: several instances share one database through
 //! leases and `FOR UPDATE SKIP LOCKED`; `NOTIFY dispatch_wake` tells the
 //! other instances' sweepers that something fell due.
+//!
+//! Statements that scan `messages` or `attempts` by anything but a primary
+//! key are planned at each execution (`.persistent(false)`): a plan cached
+//! while the table was small outlives its growth until the next ANALYZE. One
+//! cached when `messages` was empty made each recording of results scan the
+//! whole table (over a second with a million scheduled messages) and the
+//! next-due read the whole claim index (200 ms). Lookups by key keep their
+//! cached plans, which cannot go wrong that way and save the planning.
 
 mod batch;
 mod delivery;
@@ -318,6 +326,7 @@ impl Store for PgStore {
             .push_bind(i64::from(limit));
         let rows: Vec<MessageRow> = q
             .build_query_as()
+            .persistent(false)
             .fetch_all(&self.pool)
             .await
             .map_err(map_err)?;
@@ -385,13 +394,15 @@ impl Store for PgStore {
     }
 
     async fn next_due(&self) -> StoreResult<Option<DateTime<Utc>>> {
-        let row: (Option<DateTime<Utc>>,) = sqlx::query_as(
-            "SELECT min(claim_at) FROM messages WHERE state = 'Scheduled' AND NOT paused",
+        let row: Option<(DateTime<Utc>,)> = sqlx::query_as(
+            "SELECT claim_at FROM messages WHERE state = 'Scheduled' AND NOT paused AND claim_at IS NOT NULL \
+             ORDER BY claim_at LIMIT 1",
         )
-        .fetch_one(&self.pool)
+        .persistent(false)
+        .fetch_optional(&self.pool)
         .await
         .map_err(map_err)?;
-        Ok(row.0)
+        Ok(row.map(|r| r.0))
     }
 
     async fn record(&self, results: &[Recorded], now: DateTime<Utc>) -> StoreResult<u64> {

@@ -132,11 +132,13 @@ impl PgStore {
              WHERE t.account = $1",
         )
         .bind(account)
+        .persistent(false)
         .fetch_all(&self.pool);
         let window = |sql: &'static str| {
             sqlx::query_as::<_, (i64,)>(sql)
                 .bind(account)
                 .bind(since)
+                .persistent(false)
                 .fetch_one(&self.pool)
         };
         let delivered = window(
@@ -155,6 +157,7 @@ impl PgStore {
         )
         .bind(account)
         .bind(now)
+        .persistent(false)
         .fetch_optional(&self.pool);
         let (counts, (delivered,), (dead,), (failed,), oldest) =
             tokio::try_join!(counts, delivered, dead, failed, oldest).map_err(map_err)?;
@@ -184,6 +187,7 @@ impl PgStore {
     ) -> StoreResult<u64> {
         let (n,): (i64,) = super::filter::filtered("SELECT count(*) FROM messages", account, f)
             .build_query_as()
+            .persistent(false)
             .fetch_one(&self.pool)
             .await
             .map_err(map_err)?;
@@ -260,6 +264,7 @@ impl PgStore {
         .bind(f.delivery_to)
         .bind(at)
         .bind(now)
+        .persistent(false)
         .execute(&mut *tx)
         .await
         .map_err(map_err)?

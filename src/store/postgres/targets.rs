@@ -123,6 +123,7 @@ impl PgStore {
             sqlx::query("UPDATE messages SET paused = $2 WHERE target_id = $1 AND state = 'Scheduled' AND paused <> $2")
                 .bind(id.as_str())
                 .bind(!enabled)
+                .persistent(false)
                 .execute(&mut *tx)
                 .await
                 .map_err(map_err)?;
@@ -154,6 +155,7 @@ impl PgStore {
             "SELECT EXISTS (SELECT 1 FROM messages WHERE target_id = $1 AND state IN ('Scheduled', 'DeadLetter'))",
         )
         .bind(id.as_str())
+        .persistent(false)
         .fetch_one(&mut *tx)
         .await
         .map_err(map_err)?;
