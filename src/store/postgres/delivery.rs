@@ -38,7 +38,6 @@ impl PgStore {
         .bind(i64::from(limit))
         .bind(millis_i64(lease))
         .bind(token)
-        .persistent(false)
         .fetch_all(&self.pool)
         .await
         .map_err(map_err)?;

@@ -8,7 +8,10 @@
 //! cached when `messages` was empty made each recording of results scan the
 //! whole table (over a second with a million scheduled messages) and the
 //! next-due read the whole claim index (200 ms). Lookups by key keep their
-//! cached plans, which cannot go wrong that way and save the planning.
+//! cached plans, which cannot go wrong that way and save the planning, and
+//! so does the claim, the most frequent statement: every plan of it starts
+//! from the claim index, whatever the estimates (planning it each time cost
+//! a tenth of the burst rate).
 
 mod batch;
 mod delivery;
