@@ -73,6 +73,7 @@ macro_rules! conformance {
             concurrent_inserts_with_one_idempotency_key_create_one_message,
             a_batch_insert_returns_the_inserted_ids_and_skips_unknown_and_foreign_targets,
             a_batch_answers_each_item_in_order_and_creates_only_the_messages_whose_target_exists,
+            a_batch_of_over_a_thousand_with_keys_among_them_answers_each_in_order,
             an_empty_batch_answers_an_empty_list,
             a_batch_may_hold_messages_of_several_accounts,
             a_batch_item_with_an_unknown_target_answers_unknown_target_and_its_key_is_not_kept,
@@ -4039,6 +4040,69 @@ async fn a_batch_answers_each_item_in_order_and_creates_only_the_messages_whose_
         .is_none());
     assert_eq!(ids_of(&*store, ACME).await, set([a.id, b.id, c.id]));
     assert!(ids_of(&*store, GLOBEX).await.is_empty());
+}
+
+/// More items than one statement takes (stores may insert keyless items
+/// many rows a statement): every 7th for an unknown target, every 5th with a
+/// key, answered in order.
+async fn a_batch_of_over_a_thousand_with_keys_among_them_answers_each_in_order(
+    store: Arc<dyn Store>,
+) {
+    let ours = add_target(&*store, ACME).await;
+    let missing = target_value(ACME, "never stored", time::now());
+    let now = time::now();
+    let messages: Vec<Message> = (0..1_203)
+        .map(|i| {
+            let target = if i % 7 == 3 { &missing } else { &ours };
+            message_value(target, now + secs(i), now)
+        })
+        .collect();
+    let items: Vec<BatchItem> = messages
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            if i % 5 == 0 {
+                keyed(m, &format!("key-{i}"), b"hash", DAY)
+            } else {
+                plain(m)
+            }
+        })
+        .collect();
+    let outcomes = batch(&*store, &items).await;
+    let mut expected = HashSet::new();
+    for (i, (m, o)) in messages.iter().zip(&outcomes).enumerate() {
+        if i % 7 == 3 {
+            assert_eq!(
+                kinds(std::slice::from_ref(o)),
+                ["UnknownTarget"],
+                "item {i}"
+            );
+        } else {
+            assert_eq!(created_ref(o).id, m.id, "item {i}");
+            expected.insert(m.id);
+        }
+    }
+    let all = store
+        .list_messages(ACME, &MessageFilter::default(), None, 2_000)
+        .await
+        .unwrap();
+    assert_eq!(set(message_ids(&all)), expected);
+    for (i, m) in messages
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| i % 7 != 3)
+        .step_by(97)
+    {
+        let got = get(&*store, m).await;
+        assert_eq!(got.delivery_time, m.delivery_time, "item {i}");
+        assert_eq!(got.state, State::Scheduled);
+    }
+    // The key of an item for an unknown target is not kept; the others are.
+    for i in [0usize, 5, 10, 45, 1_195, 1_200] {
+        let o = probe_key(&*store, &ours, &format!("key-{i}"), b"hash", now).await;
+        let want = if i % 7 == 3 { "Created" } else { "Replayed" };
+        assert_eq!(kinds(std::slice::from_ref(&o)), [want], "key-{i}");
+    }
 }
 
 async fn an_empty_batch_answers_an_empty_list(store: Arc<dyn Store>) {

@@ -47,32 +47,43 @@ impl SqliteStore {
         Ok(outcome)
     }
 
-    /// Each item as `insert_one` would, under a savepoint of one transaction.
+    /// Each item as `insert_one` would, in one transaction. `insert_in`
+    /// writes nothing for an item it does not create, so no item needs a
+    /// savepoint of its own; items without a key go in many rows a statement.
     pub(super) async fn insert_each(&self, items: &[BatchItem]) -> StoreResult<Vec<InsertOutcome>> {
         let mut tx = self.begin().await?;
+        let plain: Vec<&Message> = items
+            .iter()
+            .filter(|i| i.idempotency.is_none())
+            .map(|i| &i.message)
+            .collect();
+        let mut created = std::collections::HashSet::new();
+        for chunk in plain.chunks(ROWS_PER_INSERT) {
+            created.extend(insert_rows(&mut tx, chunk).await?);
+        }
         let mut outcomes = Vec::with_capacity(items.len());
-        // Keys of earlier items whose target was unknown: their savepoint
-        // rolled the key back, yet within the batch the key names that request.
+        // Keys of earlier items whose target was unknown: no key was stored,
+        // yet within the batch the key names that request.
         let mut unknown: std::collections::HashMap<(&str, &str), &[u8]> = Default::default();
         for item in items {
-            if let Some(idem) = &item.idempotency {
-                if let Some(hash) = unknown.get(&(item.message.account.as_str(), idem.key.as_str()))
-                {
-                    outcomes.push(if *hash == idem.request_hash.as_slice() {
-                        InsertOutcome::UnknownTarget
-                    } else {
-                        InsertOutcome::KeyConflict
-                    });
-                    continue;
-                }
+            let Some(idem) = &item.idempotency else {
+                outcomes.push(if created.contains(&id_text(&item.message.id)) {
+                    InsertOutcome::Created(Box::new(item.message.clone()))
+                } else {
+                    InsertOutcome::UnknownTarget
+                });
+                continue;
+            };
+            if let Some(hash) = unknown.get(&(item.message.account.as_str(), idem.key.as_str())) {
+                outcomes.push(if *hash == idem.request_hash.as_slice() {
+                    InsertOutcome::UnknownTarget
+                } else {
+                    InsertOutcome::KeyConflict
+                });
+                continue;
             }
-            let mut savepoint = sqlx::Connection::begin(&mut *tx).await.map_err(map_err)?;
-            let outcome =
-                insert_in(&mut savepoint, &item.message, item.idempotency.as_ref()).await?;
-            if matches!(outcome, InsertOutcome::Created(_)) {
-                savepoint.commit().await.map_err(map_err)?;
-            }
-            if let (InsertOutcome::UnknownTarget, Some(idem)) = (&outcome, &item.idempotency) {
+            let outcome = insert_in(&mut tx, &item.message, Some(idem)).await?;
+            if matches!(outcome, InsertOutcome::UnknownTarget) {
                 unknown.insert(
                     (item.message.account.as_str(), idem.key.as_str()),
                     idem.request_hash.as_slice(),
@@ -85,8 +96,43 @@ impl SqliteStore {
     }
 }
 
-/// One message and its key on `tx`; what is written stands only if the
-/// caller commits, which it does for `Created` alone.
+/// Messages inserted by one statement; SQLite allows 32,766 bound values.
+const ROWS_PER_INSERT: usize = 500;
+
+/// Several messages without keys in one statement, each if its target exists
+/// in the account (as `INSERT_MESSAGE`): the ids of those inserted.
+async fn insert_rows(
+    tx: &mut sqlx::SqliteConnection,
+    messages: &[&Message],
+) -> StoreResult<Vec<String>> {
+    if messages.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut q = sqlx::QueryBuilder::new(
+        "INSERT INTO messages (id, account, target_id, state, payload, delivery_time, \
+         next_attempt_at, claim_at, paused, created_at, updated_at) \
+         SELECT v.column1, v.column2, t.id, 'Scheduled', v.column4, v.column5, v.column5, v.column5, \
+         NOT t.enabled, v.column6, v.column6 FROM (",
+    );
+    q.push_values(messages, |mut row, m| {
+        row.push_bind(id_text(&m.id))
+            .push_bind(m.account.as_str())
+            .push_bind(m.target_id.as_str())
+            .push_bind(m.payload.as_str())
+            .push_bind(ms(m.delivery_time))
+            .push_bind(ms(m.created_at));
+    });
+    q.push(") AS v JOIN targets t ON t.id = v.column3 AND t.account = v.column2 RETURNING id");
+    let rows: Vec<(String,)> = q
+        .build_query_as()
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(map_err)?;
+    Ok(rows.into_iter().map(|(id,)| id).collect())
+}
+
+/// One message and its key on `tx`. Nothing is written unless the outcome is
+/// `Created`: the message goes in first, and its key only once it is in.
 async fn insert_in(
     tx: &mut sqlx::SqliteConnection,
     m: &Message,
@@ -117,6 +163,22 @@ async fn insert_in(
                     });
                 }
             }
+        }
+        let inserted = sqlx::query(INSERT_MESSAGE)
+            .bind(id_text(&m.id))
+            .bind(&m.account)
+            .bind(m.target_id.as_str())
+            .bind(m.payload.as_str())
+            .bind(ms(m.delivery_time))
+            .bind(ms(m.created_at))
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?
+            .rows_affected();
+        if inserted == 0 {
+            return Ok(InsertOutcome::UnknownTarget);
+        }
+        if let Some(idem) = idem {
             sqlx::query(
                 "INSERT INTO idempotency_keys (account, key, request_hash, status, response, created_at) \
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (account, key) DO UPDATE SET \
@@ -132,20 +194,6 @@ async fn insert_in(
             .execute(&mut *tx)
             .await
             .map_err(map_err)?;
-        }
-        let inserted = sqlx::query(INSERT_MESSAGE)
-            .bind(id_text(&m.id))
-            .bind(&m.account)
-            .bind(m.target_id.as_str())
-            .bind(m.payload.as_str())
-            .bind(ms(m.delivery_time))
-            .bind(ms(m.created_at))
-            .execute(&mut *tx)
-            .await
-            .map_err(map_err)?
-            .rows_affected();
-        if inserted == 0 {
-            return Ok(InsertOutcome::UnknownTarget);
         }
         Ok(InsertOutcome::Created(Box::new(m.clone())))
     }
