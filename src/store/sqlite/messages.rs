@@ -25,14 +25,6 @@ async fn state_of(
     row.map(|(s,)| state_from_str(&s)).transpose()
 }
 
-/// Inserts one message if its target exists in the account; paused when the
-/// target is disabled. Binds: id, account, target id, payload, due, now.
-const INSERT_MESSAGE: &str =
-    "INSERT INTO messages (id, account, target_id, state, payload, delivery_time, \
-     next_attempt_at, claim_at, paused, created_at, updated_at) \
-     SELECT ?1, ?2, t.id, 'Scheduled', ?4, ?5, ?5, ?5, NOT t.enabled, ?6, ?6 \
-     FROM targets t WHERE t.id = ?3 AND t.account = ?2";
-
 impl SqliteStore {
     pub(super) async fn insert_one(
         &self,
@@ -59,7 +51,7 @@ impl SqliteStore {
             .collect();
         let mut created = std::collections::HashSet::new();
         for chunk in plain.chunks(ROWS_PER_INSERT) {
-            created.extend(insert_rows(&mut tx, chunk).await?);
+            created.extend(insert_rows(&mut tx, None, chunk).await?);
         }
         let mut outcomes = Vec::with_capacity(items.len());
         // Keys of earlier items whose target was unknown: no key was stored,
@@ -99,10 +91,12 @@ impl SqliteStore {
 /// Messages inserted by one statement; SQLite allows 32,766 bound values.
 const ROWS_PER_INSERT: usize = 500;
 
-/// Several messages without keys in one statement, each if its target exists
-/// in the account (as `INSERT_MESSAGE`): the ids of those inserted.
+/// Messages in one statement, each if its target exists in its account (or
+/// in `account`, when given), paused when the target is disabled: the ids of
+/// those inserted.
 async fn insert_rows(
     tx: &mut sqlx::SqliteConnection,
+    account: Option<&str>,
     messages: &[&Message],
 ) -> StoreResult<Vec<String>> {
     if messages.is_empty() {
@@ -116,7 +110,7 @@ async fn insert_rows(
     );
     q.push_values(messages, |mut row, m| {
         row.push_bind(id_text(&m.id))
-            .push_bind(m.account.as_str())
+            .push_bind(account.unwrap_or(m.account.as_str()))
             .push_bind(m.target_id.as_str())
             .push_bind(m.payload.as_str())
             .push_bind(ms(m.delivery_time))
@@ -164,18 +158,7 @@ async fn insert_in(
                 }
             }
         }
-        let inserted = sqlx::query(INSERT_MESSAGE)
-            .bind(id_text(&m.id))
-            .bind(&m.account)
-            .bind(m.target_id.as_str())
-            .bind(m.payload.as_str())
-            .bind(ms(m.delivery_time))
-            .bind(ms(m.created_at))
-            .execute(&mut *tx)
-            .await
-            .map_err(map_err)?
-            .rows_affected();
-        if inserted == 0 {
+        if insert_rows(&mut *tx, None, &[m]).await?.is_empty() {
             return Ok(InsertOutcome::UnknownTarget);
         }
         if let Some(idem) = idem {
@@ -206,23 +189,16 @@ impl SqliteStore {
         messages: &[Message],
     ) -> StoreResult<Vec<MessageId>> {
         let mut tx = self.begin().await?;
-        let mut inserted = Vec::with_capacity(messages.len());
-        for m in messages {
-            let n = sqlx::query(INSERT_MESSAGE)
-                .bind(id_text(&m.id))
-                .bind(account)
-                .bind(m.target_id.as_str())
-                .bind(m.payload.as_str())
-                .bind(ms(m.delivery_time))
-                .bind(ms(m.created_at))
-                .execute(&mut *tx)
-                .await
-                .map_err(map_err)?
-                .rows_affected();
-            if n == 1 {
-                inserted.push(m.id);
-            }
+        let all: Vec<&Message> = messages.iter().collect();
+        let mut created = std::collections::HashSet::new();
+        for chunk in all.chunks(ROWS_PER_INSERT) {
+            created.extend(insert_rows(&mut tx, Some(account), chunk).await?);
         }
+        let inserted: Vec<MessageId> = messages
+            .iter()
+            .filter(|m| created.contains(&id_text(&m.id)))
+            .map(|m| m.id)
+            .collect();
         tx.commit().await.map_err(map_err)?;
         Ok(inserted)
     }
