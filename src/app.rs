@@ -154,7 +154,11 @@ pub async fn start_with(
             max_timeout,
             config.webhook.allow_private_networks,
         ),
-        AwsClients::new(config.aws.timeout.min(max_timeout)),
+        AwsClients::new(
+            config.aws.timeout.min(max_timeout),
+            !config.webhook.allow_private_networks,
+            config.aws.allow_default_credentials,
+        ),
         config.aws.sqs_batch,
     );
     let sweeper = Sweeper {

@@ -195,26 +195,25 @@ async fn create_client(config: Config, args: CreateClient) -> anyhow::Result<()>
     Ok(())
 }
 
+fn invalid_target(errors: Vec<crate::domain::target::FieldError>) -> anyhow::Error {
+    let lines: Vec<String> = errors
+        .iter()
+        .map(|e| format!("{} {}", e.field, e.message))
+        .collect();
+    anyhow::anyhow!("invalid target: {}", lines.join("; "))
+}
+
 async fn create_target(config: Config, args: CreateTarget) -> anyhow::Result<()> {
     let target_config: serde_json::Value = serde_json::from_str(&args.target_config)
         .context("--target-config must be a JSON object")?;
     let spec = crate::domain::target::parse_spec(
         &json!({"name": args.name, "type": args.kind, "config": target_config}),
     )
-    .map_err(|errors| {
-        let lines: Vec<String> = errors
-            .iter()
-            .map(|e| format!("{} {}", e.field, e.message))
-            .collect();
-        anyhow::anyhow!("invalid target: {}", lines.join("; "))
-    })?;
-    if !config.webhook.allow_private_networks {
-        if let crate::domain::target::TargetConfig::Webhook(w) = &spec.config {
-            if let Some(host) = url::Url::parse(&w.url).ok().as_ref().and_then(|u| u.host()) {
-                crate::delivery::ssrf::check_host(&host).await?;
-            }
-        }
-    }
+    .map_err(invalid_target)?;
+    crate::delivery::policy::OutboundPolicy::from_config(&config)
+        .check(&spec.config)
+        .await
+        .map_err(invalid_target)?;
     let (store, _) = app::open_store(&config).await?.into_parts();
     let Some(target) = crate::store::insert_new_target(
         store.as_ref(),

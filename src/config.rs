@@ -121,6 +121,9 @@ pub struct AwsConfig {
     pub timeout: Duration,
     /// Send messages due together for one SQS queue with SendMessageBatch.
     pub sqs_batch: bool,
+    /// Let a target without credentials act with this server's own AWS
+    /// identity (the default provider chain). Off: every account brings its own.
+    pub allow_default_credentials: bool,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -234,6 +237,7 @@ mod tests {
         assert_eq!(c.retention.interval, Duration::from_secs(60));
         assert_eq!(c.sweeper.lease, Duration::from_secs(30));
         assert!(!c.webhook.allow_private_networks);
+        assert!(!c.aws.allow_default_credentials);
         assert_eq!(c.webhook.timeout, Duration::from_secs(10));
         assert!(c.database.url.is_empty());
     }

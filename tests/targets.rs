@@ -372,7 +372,8 @@ async fn an_sns_target_is_created_and_its_config_validated() {
     let t = created(
         api.post(
             "/targets",
-            json!({"name": "t", "type": "sns", "config": {"topicArn": arn, "region": "us-east-1"}}),
+            json!({"name": "t", "type": "sns", "config": {"topicArn": arn, "region": "us-east-1",
+                "credentials": {"accessKeyId": "AKIAEXAMPLE", "secretAccessKey": "s3cr3t"}}}),
         )
         .await,
     )

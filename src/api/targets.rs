@@ -15,7 +15,7 @@ use super::{
 };
 use crate::{
     auth::Principal,
-    delivery::ssrf,
+    delivery::policy::OutboundPolicy,
     domain::{
         ids::TargetId,
         target::{self, Target, TargetConfig, TargetSpec},
@@ -28,25 +28,12 @@ fn parse_id(id: &str) -> ApiResult<TargetId> {
     id.parse().map_err(|_| ApiError::NotFound)
 }
 
-/// The private-network guard at creation and change time.
-pub(crate) async fn check_network(state: &AppState, config: &TargetConfig) -> ApiResult<()> {
-    if state.config.webhook.allow_private_networks {
-        return Ok(());
-    }
-    let TargetConfig::Webhook(webhook) = config else {
-        return Ok(());
-    };
-    let url = url::Url::parse(&webhook.url)
-        .map_err(|_| ApiError::field("config.url", "is not a valid URL"))?;
-    if let Some(host) = url.host() {
-        ssrf::check_host(&host).await.map_err(|e| {
-            ApiError::field(
-                "config.url",
-                format!("{e}; private networks are refused unless webhook.allow_private_networks is set"),
-            )
-        })?;
-    }
-    Ok(())
+/// The outbound rules (private networks, AWS credentials) at creation and change time.
+pub(crate) async fn check_outbound(state: &AppState, config: &TargetConfig) -> ApiResult<()> {
+    OutboundPolicy::from_config(&state.config)
+        .check(config)
+        .await
+        .map_err(ApiError::from)
 }
 
 fn respond(status: StatusCode, t: &Target, show_generated_secret: bool) -> Response {
@@ -75,7 +62,7 @@ pub async fn create(
 ) -> ApiResult<Response> {
     principal.require("targets:write")?;
     let spec: TargetSpec = target::parse_spec(&body)?;
-    check_network(&state, &spec.config).await?;
+    check_outbound(&state, &spec.config).await?;
     match store::insert_new_target(state.store.as_ref(), &principal.account, &spec, time::now())
         .await?
     {
@@ -179,10 +166,11 @@ pub async fn patch(
         ));
     }
     if let (Some(new), Some(old)) = (merged.get_mut("config"), stored.get("config")) {
-        target::restore_masked_secrets(current.config.kind(), new, old)?;
+        let sent = patch.get("config").unwrap_or(&serde_json::Value::Null);
+        target::keep_secrets(current.config.kind(), new, old, sent)?;
     }
     let spec = target::parse_spec(&merged)?;
-    check_network(&state, &spec.config).await?;
+    check_outbound(&state, &spec.config).await?;
     let now = time::now();
     let changed = Target {
         name: spec.name,

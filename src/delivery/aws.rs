@@ -8,7 +8,7 @@ use aws_config::{retry::RetryConfig, timeout::TimeoutConfig, BehaviorVersion, Re
 use aws_sdk_sqs::error::{ProvideErrorMetadata, SdkError};
 use tokio::sync::Mutex;
 
-use super::Delivered;
+use super::{guard, Delivered};
 use crate::domain::{
     retry::AttemptOutcome,
     target::{AwsCredentials, SnsConfig, SqsConfig},
@@ -36,6 +36,11 @@ impl ClientKey {
 
 pub struct AwsClients {
     timeout: Duration,
+    /// Connect through the private-network guard (off only when
+    /// `webhook.allow_private_networks` lifts the rule).
+    guarded: bool,
+    /// Whether a target without credentials may use the server's own identity.
+    allow_default_credentials: bool,
     sqs: Mutex<HashMap<ClientKey, aws_sdk_sqs::Client>>,
     sns: Mutex<HashMap<ClientKey, aws_sdk_sns::Client>>,
 }
@@ -49,9 +54,11 @@ pub struct SqsEntry<'a> {
 }
 
 impl AwsClients {
-    pub fn new(timeout: Duration) -> Self {
+    pub fn new(timeout: Duration, guarded: bool, allow_default_credentials: bool) -> Self {
         Self {
             timeout,
+            guarded,
+            allow_default_credentials,
             sqs: Mutex::default(),
             sns: Mutex::default(),
         }
@@ -73,6 +80,15 @@ impl AwsClients {
             );
         if let Some(endpoint) = &key.endpoint {
             loader = loader.endpoint_url(endpoint);
+        }
+        if self.guarded {
+            // Every connection the SDK makes resolves through the guard.
+            use aws_smithy_http_client::tls::{rustls_provider::CryptoMode, Provider};
+            loader = loader.http_client(
+                aws_smithy_http_client::Builder::new()
+                    .tls_provider(Provider::Rustls(CryptoMode::AwsLc))
+                    .build_with_resolver(guard::GuardedResolver),
+            );
         }
         if let Some((id, secret)) = &key.credentials {
             loader = loader.credentials_provider(aws_sdk_sqs::config::Credentials::new(
@@ -104,8 +120,35 @@ impl AwsClients {
         self.sns.lock().await.entry(key).or_insert(client).clone()
     }
 
+    /// Why this target may not be sent to at all: a private IP literal as its
+    /// endpoint (names are judged by the resolver), or no credentials where
+    /// the server lends none.
+    fn refusal(
+        &self,
+        endpoint: &Option<String>,
+        credentials: &Option<AwsCredentials>,
+    ) -> Option<Delivered> {
+        if credentials.is_none() && !self.allow_default_credentials {
+            return Some(Delivered::failure(
+                AttemptOutcome::NonRetryableFailure,
+                "the target has no AWS credentials and this server lends none \
+                 (aws.allow_default_credentials is false)",
+            ));
+        }
+        let url = endpoint.as_deref().and_then(|e| url::Url::parse(e).ok())?;
+        if !self.guarded {
+            return None;
+        }
+        guard::refuse_literal(&url).err().map(|refused| {
+            Delivered::failure(AttemptOutcome::NonRetryableFailure, refused.to_string())
+        })
+    }
+
     pub async fn send_sqs(&self, c: &SqsConfig, entry: &SqsEntry<'_>) -> Delivered {
         use aws_sdk_sqs::types::MessageAttributeValue;
+        if let Some(refused) = self.refusal(&c.endpoint_url, &c.credentials) {
+            return refused;
+        }
         let client = self.sqs_client(c).await;
         let mut request = client
             .send_message()
@@ -142,6 +185,9 @@ impl AwsClients {
     /// SendMessageBatch with up to 10 entries; one result per entry, in order.
     pub async fn send_sqs_batch(&self, c: &SqsConfig, entries: &[SqsEntry<'_>]) -> Vec<Delivered> {
         use aws_sdk_sqs::types::{MessageAttributeValue, SendMessageBatchRequestEntry};
+        if let Some(refused) = self.refusal(&c.endpoint_url, &c.credentials) {
+            return vec![refused; entries.len()];
+        }
         let client = self.sqs_client(c).await;
         let fifo = c.queue_url.ends_with(".fifo");
         let mut request = client.send_message_batch().queue_url(&c.queue_url);
@@ -226,6 +272,9 @@ impl AwsClients {
 
     pub async fn publish_sns(&self, c: &SnsConfig, entry: &SqsEntry<'_>) -> Delivered {
         use aws_sdk_sns::types::MessageAttributeValue;
+        if let Some(refused) = self.refusal(&c.endpoint_url, &c.credentials) {
+            return refused;
+        }
         let client = self.sns_client(c).await;
         let mut request = client
             .publish()
@@ -306,7 +355,7 @@ fn is_retryable_code(code: &str) -> bool {
 fn classify<E, R>(service: &str, e: &SdkError<E, R>) -> Delivered
 where
     E: ProvideErrorMetadata + std::error::Error + 'static,
-    R: std::fmt::Debug + HasStatus,
+    R: std::fmt::Debug + HasStatus + 'static,
 {
     match e {
         SdkError::TimeoutError(_) => Delivered::failure(
@@ -314,6 +363,12 @@ where
             format!("{service}: timeout"),
         ),
         SdkError::DispatchFailure(f) => {
+            if let Some(refused) = guard::find_refusal(e) {
+                return Delivered::failure(
+                    AttemptOutcome::NonRetryableFailure,
+                    format!("{service}: {refused}"),
+                );
+            }
             let kind = if f.is_timeout() {
                 "timeout"
             } else if f.is_io() {

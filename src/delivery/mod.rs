@@ -1,9 +1,10 @@
 //! Delivery to targets: one attempt in, one classified result out.
 
 pub mod aws;
+pub mod guard;
 pub mod oauth;
+pub mod policy;
 pub mod signing;
-pub mod ssrf;
 pub mod webhook;
 
 use std::time::Duration;

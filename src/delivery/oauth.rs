@@ -22,6 +22,19 @@ use crate::domain::{retry::AttemptOutcome, target::OAuthClientCredentials};
 /// How long a token without `expires_in` is reused.
 const DEFAULT_LIFETIME: Duration = Duration::from_secs(300);
 
+/// The most of a token endpoint's answer that is read: a token response is
+/// a few hundred bytes, and a receiver must not make us buffer more.
+pub const MAX_TOKEN_RESPONSE: usize = 64 * 1024;
+
+/// Why the token request itself failed.
+#[derive(Debug, thiserror::Error)]
+enum FetchError {
+    #[error(transparent)]
+    Http(#[from] reqwest::Error),
+    #[error("the token endpoint answered more than {MAX_TOKEN_RESPONSE} bytes")]
+    TooLarge,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct Key {
     token_url: String,
@@ -122,8 +135,8 @@ impl ReceiverTokens {
                     for (name, value) in response.headers() {
                         builder = builder.header(name, value);
                     }
-                    let body = response.bytes().await?.to_vec();
-                    Ok::<_, reqwest::Error>(
+                    let body = read_capped(response).await?;
+                    Ok::<_, FetchError>(
                         builder
                             .body(body)
                             .expect("a response rebuilt from valid parts"),
@@ -166,9 +179,15 @@ impl ReceiverTokens {
                     error: format!("token endpoint refused: {} (HTTP {status})", r.error()),
                 })
             }
-            Err(RequestTokenError::Request(e)) => Err(TokenFailure {
-                outcome: AttemptOutcome::RetryableFailure,
-                error: format!("token endpoint unreachable: {e}"),
+            Err(RequestTokenError::Request(e)) => Err(match super::guard::find_refusal(&e) {
+                Some(refused) => TokenFailure {
+                    outcome: AttemptOutcome::NonRetryableFailure,
+                    error: format!("token endpoint {refused}"),
+                },
+                None => TokenFailure {
+                    outcome: AttemptOutcome::RetryableFailure,
+                    error: format!("token endpoint unreachable: {e}"),
+                },
             }),
             Err(e) => Err(TokenFailure {
                 outcome: if refused_client {
@@ -180,4 +199,22 @@ impl ReceiverTokens {
             }),
         }
     }
+}
+
+/// The response body, refused past `MAX_TOKEN_RESPONSE` bytes.
+async fn read_capped(mut response: reqwest::Response) -> Result<Vec<u8>, FetchError> {
+    if response
+        .content_length()
+        .is_some_and(|n| n > MAX_TOKEN_RESPONSE as u64)
+    {
+        return Err(FetchError::TooLarge);
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await? {
+        if body.len() + chunk.len() > MAX_TOKEN_RESPONSE {
+            return Err(FetchError::TooLarge);
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
 }

@@ -1,10 +1,10 @@
 //! Webhook delivery over one shared keep-alive HTTP client.
 
-use std::{error::Error as _, time::Duration};
+use std::time::Duration;
 
 use reqwest::{header, redirect, Client, StatusCode};
 
-use super::{oauth::ReceiverTokens, signing, ssrf, Delivered};
+use super::{guard, oauth::ReceiverTokens, signing, Delivered};
 use crate::domain::{ids::MessageId, retry::AttemptOutcome, target::WebhookConfig};
 
 /// Bytes of the response kept in the attempt record.
@@ -35,7 +35,7 @@ impl WebhookClient {
             .pool_idle_timeout(Duration::from_secs(60))
             .pool_max_idle_per_host(512);
         if !allow_private {
-            builder = builder.dns_resolver(ssrf::resolver());
+            builder = builder.dns_resolver(guard::resolver());
         }
         let client = builder.build().expect("a TLS-capable HTTP client builds");
         let tokens = ReceiverTokens::new(client.clone());
@@ -131,12 +131,8 @@ impl WebhookClient {
         if self.allow_private {
             return None;
         }
-        let ip = literal_ip(url)?;
-        ssrf::is_forbidden(ip).then(|| {
-            Delivered::failure(
-                AttemptOutcome::NonRetryableFailure,
-                format!("refused: the non-public address {ip}"),
-            )
+        guard::refuse_literal(url).err().map(|refused| {
+            Delivered::failure(AttemptOutcome::NonRetryableFailure, refused.to_string())
         })
     }
 
@@ -174,14 +170,6 @@ impl WebhookClient {
             Ok(response) => classify_response(response).await,
             Err(e) => classify_error(&e, timeout),
         }
-    }
-}
-
-fn literal_ip(url: &reqwest::Url) -> Option<std::net::IpAddr> {
-    match url.host()? {
-        url::Host::Ipv4(v4) => Some(v4.into()),
-        url::Host::Ipv6(v6) => Some(v6.into()),
-        url::Host::Domain(_) => None,
     }
 }
 
@@ -231,12 +219,8 @@ async fn classify_response(mut response: reqwest::Response) -> Delivered {
 }
 
 fn classify_error(e: &reqwest::Error, timeout: Duration) -> Delivered {
-    let mut source = e.source();
-    while let Some(s) = source {
-        if let Some(refused) = s.downcast_ref::<ssrf::PrivateAddressRefused>() {
-            return Delivered::failure(AttemptOutcome::NonRetryableFailure, refused.to_string());
-        }
-        source = s.source();
+    if let Some(refused) = guard::find_refusal(e) {
+        return Delivered::failure(AttemptOutcome::NonRetryableFailure, refused.to_string());
     }
     let message = if e.is_timeout() {
         format!("timeout after {}ms", timeout.as_millis())

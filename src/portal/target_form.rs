@@ -351,7 +351,7 @@ pub fn fields(session: &Session, f: &TargetForm, errors: &[FieldError], editing:
             legend { "AWS" }
             (f_("region", "Region", &f.region, Some("For example eu-north-1."), "text"))
             (f_("endpointUrl", "Endpoint URL", &f.endpoint_url, Some("Empty: AWS itself."), "url"))
-            (f_("accessKeyId", "Access key id", &f.access_key_id, Some("Empty: the server's default AWS credentials."), "text"))
+            (f_("accessKeyId", "Access key id", &f.access_key_id, Some("Required, unless the operator lends this server's own AWS identity."), "text"))
             (f_("secretAccessKey", "Secret access key", &f.secret_access_key, keep, "password"))
             (f_("messageGroupId", "Message group id (FIFO)", &f.message_group_id, Some("Empty: the target id."), "text"))
         }

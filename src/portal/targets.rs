@@ -15,7 +15,7 @@ use super::{
     PortalError, PortalForm, PortalResult,
 };
 use crate::{
-    api::{error::ApiError, AppState},
+    api::AppState,
     domain::{
         ids::{MessageId, TargetId},
         message::{Message, State as MsgState},
@@ -185,13 +185,13 @@ pub async fn new(session: Session, Query(q): Query<NoticeQuery>) -> Html<String>
     )
 }
 
-/// The API's private-network rule, as field errors.
+/// The outbound rules every door applies, as field errors.
 async fn network_errors(state: &AppState, config: &TargetConfig) -> Vec<FieldError> {
-    match crate::api::targets::check_network(state, config).await {
-        Ok(()) => Vec::new(),
-        Err(ApiError::Validation(errors)) => errors,
-        Err(_) => vec![FieldError::new("config.url", "could not be checked")],
-    }
+    crate::delivery::policy::OutboundPolicy::from_config(&state.config)
+        .check(config)
+        .await
+        .err()
+        .unwrap_or_default()
 }
 
 fn invalid(
@@ -359,7 +359,9 @@ pub async fn update(
     let stored = current.config.to_stored_json();
     let parsed = f.to_document(true).and_then(|mut doc| {
         if let Some(config) = doc.get_mut("config") {
-            target::restore_masked_secrets(current.config.kind(), config, &stored)?;
+            // The form holds every field: a secret not shown as *** was typed in.
+            let sent = config.clone();
+            target::keep_secrets(current.config.kind(), config, &stored, &sent)?;
         }
         target::parse_spec(&doc)
     });

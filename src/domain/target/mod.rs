@@ -11,8 +11,10 @@ use serde_json::{json, Value};
 use super::ids::TargetId;
 
 mod parse;
+mod secrets;
 
 pub use parse::parse_spec;
+pub use secrets::keep_secrets;
 
 /// What a response shows in place of a secret.
 pub const MASK: &str = "***";
@@ -161,7 +163,7 @@ impl TargetConfig {
     }
 }
 
-fn secret_paths(kind: &str) -> &'static [&'static [&'static str]] {
+pub(crate) fn secret_paths(kind: &str) -> &'static [&'static [&'static str]] {
     match kind {
         "webhook" => &[&["signingSecret"], &["auth", "clientSecret"]],
         _ => &[&["credentials", "secretAccessKey"]],
@@ -179,74 +181,6 @@ fn mask_path(v: &mut Value, path: &[&str]) {
     if cur.is_string() {
         *cur = Value::String(MASK.into());
     }
-}
-
-/// Where a merged PATCH document still holds `***` for a secret, the client
-/// echoed a masked response back: keep the secret it stands for. Secrets
-/// that travel to an address (header values to `url`, the OAuth client
-/// secret to `tokenUrl`) are kept only while that address is unchanged, so
-/// that a patch cannot send them somewhere new; a `***` left over then is
-/// an error naming the field to send again.
-pub fn restore_masked_secrets(
-    kind: &str,
-    merged: &mut Value,
-    stored: &Value,
-) -> Result<(), Vec<FieldError>> {
-    let same = |path: &[&str], merged: &Value| pointer(merged, path) == pointer(stored, path);
-    let url_unchanged = same(&["url"], merged);
-    let token_url_unchanged = same(&["auth", "tokenUrl"], merged);
-    for path in secret_paths(kind) {
-        let travels = *path == ["auth", "clientSecret"] && !token_url_unchanged;
-        let (Some(new), Some(old)) = (pointer_mut(merged, path), pointer(stored, path)) else {
-            continue;
-        };
-        if new.as_str() == Some(MASK) && !travels {
-            *new = old.clone();
-        }
-    }
-    if let (Some(Value::Object(new)), Some(Value::Object(old))) =
-        (merged.get_mut("headers"), stored.get("headers"))
-    {
-        for (name, value) in new.iter_mut() {
-            if value.as_str() == Some(MASK) && url_unchanged {
-                if let Some(old_value) = old.get(name) {
-                    *value = old_value.clone();
-                }
-            }
-        }
-    }
-    let mut errors = Vec::new();
-    for path in secret_paths(kind) {
-        if pointer(merged, path).and_then(Value::as_str) == Some(MASK) {
-            errors.push(FieldError::new(
-                format!("config.{}", path.join(".")),
-                "must be sent in full: it is not kept when the address it goes to changes",
-            ));
-        }
-    }
-    if let Some(Value::Object(headers)) = merged.get("headers") {
-        for (name, value) in headers {
-            if value.as_str() == Some(MASK) {
-                errors.push(FieldError::new(
-                    format!("config.headers.{name}"),
-                    "must be sent in full: header values are not kept when the url changes",
-                ));
-            }
-        }
-    }
-    if errors.is_empty() {
-        Ok(())
-    } else {
-        Err(errors)
-    }
-}
-
-fn pointer<'a>(v: &'a Value, path: &[&str]) -> Option<&'a Value> {
-    path.iter().try_fold(v, |cur, key| cur.get(*key))
-}
-
-fn pointer_mut<'a>(v: &'a mut Value, path: &[&str]) -> Option<&'a mut Value> {
-    path.iter().try_fold(v, |cur, key| cur.get_mut(*key))
 }
 
 /// A fresh Standard Webhooks secret: `whsec_` and 24 random bytes in base64.
@@ -364,30 +298,64 @@ mod tests {
     }
 
     #[test]
-    fn echoed_masks_keep_the_stored_secrets() {
-        let stored = json!({"signingSecret": "whsec_old", "headers": {"A": "1", "B": "2"}});
-        let mut merged = json!({"signingSecret": "***", "headers": {"A": "***", "B": "3"}});
-        restore_masked_secrets("webhook", &mut merged, &stored).unwrap();
-        assert_eq!(
-            merged,
-            json!({"signingSecret": "whsec_old", "headers": {"A": "1", "B": "3"}})
-        );
-        // A new header sent as *** has nothing to stand for.
-        let mut merged = json!({"signingSecret": "***", "headers": {"C": "***"}});
-        let errors = restore_masked_secrets("webhook", &mut merged, &stored).unwrap_err();
-        assert_eq!(errors[0].field, "config.headers.C");
+    fn headers_are_limited_in_number_and_size() {
+        let many: serde_json::Map<String, Value> =
+            (0..33).map(|i| (format!("X-H{i}"), json!("v"))).collect();
+        let err = webhook(json!({"url": "https://e.com", "headers": many})).unwrap_err();
+        assert_eq!(fields(err), vec!["config.headers"]);
+        let big = json!({"X-A": "a".repeat(4096), "X-B": "b".repeat(4096)});
+        let err = webhook(json!({"url": "https://e.com", "headers": big})).unwrap_err();
+        assert_eq!(fields(err), vec!["config.headers"]);
+        let at_limit: serde_json::Map<String, Value> = (0..32)
+            .map(|i| (format!("X-H{i:02}"), json!("v".repeat(250))))
+            .collect();
+        assert!(webhook(json!({"url": "https://e.com", "headers": at_limit})).is_ok());
     }
 
     #[test]
-    fn secrets_are_not_kept_when_their_destination_changes() {
-        let stored = json!({"url": "https://a.example/hook", "signingSecret": "whsec_old", "headers": {"K": "key"},
-                            "auth": {"tokenUrl": "https://id.example/token", "clientSecret": "s"}});
-        let mut merged = json!({"url": "https://evil.example/hook", "signingSecret": "***", "headers": {"K": "***"},
-                                "auth": {"tokenUrl": "https://evil.example/token", "clientSecret": "***"}});
-        let errors = restore_masked_secrets("webhook", &mut merged, &stored).unwrap_err();
-        let fields: Vec<_> = errors.iter().map(|e| e.field.as_str()).collect();
-        assert_eq!(fields, vec!["config.auth.clientSecret", "config.headers.K"]);
-        // The signing secret never leaves Dispatch: it is kept.
-        assert_eq!(merged["signingSecret"], "whsec_old");
+    fn every_reserved_header_is_refused_in_any_case() {
+        for name in [
+            "Host",
+            "content-length",
+            "Content-Type",
+            "TRANSFER-ENCODING",
+            "Connection",
+            "user-agent",
+            "Webhook-Id",
+            "webhook-timestamp",
+            "webhook-signature",
+        ] {
+            let err = webhook(json!({"url": "https://e.com", "headers": {name: "x"}})).unwrap_err();
+            assert_eq!(fields(err), vec![format!("config.headers.{name}")]);
+        }
+    }
+
+    #[test]
+    fn authorization_is_refused_only_alongside_oauth() {
+        assert!(
+            webhook(json!({"url": "https://e.com", "headers": {"Authorization": "Bearer k"}}))
+                .is_ok()
+        );
+        let err = webhook(
+            json!({"url": "https://e.com", "headers": {"authorization": "Bearer k"},
+            "auth": {"type": "oauth2ClientCredentials", "tokenUrl": "https://id.example/token",
+                     "clientId": "c", "clientSecret": "s"}}),
+        )
+        .unwrap_err();
+        assert_eq!(fields(err), vec!["config.headers.authorization"]);
+    }
+
+    #[test]
+    fn u0000_anywhere_is_named() {
+        let err = parse_spec(&json!({"name": "a\0b", "type": "webhook",
+            "config": {"url": "https://e.com", "headers": {"X-A": "v\0"},
+                       "auth": {"scopes": ["ok", "x\0"]}}}))
+        .unwrap_err();
+        assert_eq!(
+            fields(err),
+            vec!["name", "config.headers.X-A", "config.auth.scopes[1]"]
+        );
+        let err = webhook(json!({"url": "https://e.com", "headers": {"X\0": "v"}})).unwrap_err();
+        assert_eq!(fields(err), vec!["config.headers.X\\u0000"]);
     }
 }

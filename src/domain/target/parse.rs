@@ -23,12 +23,53 @@ const RESERVED_HEADERS: &[&str] = &[
     "connection",
 ];
 
+/// At most this many custom headers, and this many bytes of their names and
+/// values together: they are sent with every attempt.
+pub const MAX_HEADERS: usize = 32;
+pub const MAX_HEADER_BYTES: usize = 8 * 1024;
+
+/// Names every string of the document (values and keys) that holds U+0000:
+/// no store keeps it, and no receiver expects it.
+fn nul_errors(v: &Value, path: &str, errors: &mut Vec<FieldError>) {
+    let join = |key: &str| {
+        if path.is_empty() {
+            key.to_string()
+        } else {
+            format!("{path}.{key}")
+        }
+    };
+    match v {
+        Value::String(s) if s.contains('\0') => {
+            errors.push(FieldError::new(path, "must not contain U+0000"))
+        }
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                nul_errors(item, &format!("{path}[{i}]"), errors);
+            }
+        }
+        Value::Object(map) => {
+            for (key, value) in map {
+                let field = join(&key.replace('\0', "\\u0000"));
+                if key.contains('\0') {
+                    errors.push(FieldError::new(&field, "must not contain U+0000"));
+                }
+                nul_errors(value, &field, errors);
+            }
+        }
+        _ => {}
+    }
+}
+
 /// Parses a create request body (`{"name", "type", "config", "enabled"?}`).
 pub fn parse_spec(body: &Value) -> Result<TargetSpec, Vec<FieldError>> {
     let mut errors = Vec::new();
     let Some(obj) = body.as_object() else {
         return Err(vec![FieldError::new("", "the body must be a JSON object")]);
     };
+    nul_errors(body, "", &mut errors);
+    if !errors.is_empty() {
+        return Err(errors);
+    }
     let name = match obj.get("name") {
         Some(Value::String(s)) if !s.trim().is_empty() && s.chars().count() <= 200 => s.clone(),
         Some(Value::String(_)) => {
@@ -229,6 +270,21 @@ fn parse_webhook(
     match obj.get("headers") {
         None | Some(Value::Null) => {}
         Some(Value::Object(h)) => {
+            let bytes: usize = h
+                .iter()
+                .map(|(name, value)| name.len() + value.as_str().map_or(0, str::len))
+                .sum();
+            if h.len() > MAX_HEADERS {
+                f.err(
+                    "headers",
+                    &format!("must hold at most {MAX_HEADERS} headers"),
+                );
+            } else if bytes > MAX_HEADER_BYTES {
+                f.err(
+                    "headers",
+                    &format!("names and values must add up to at most {MAX_HEADER_BYTES} bytes"),
+                );
+            }
             for (name, value) in h {
                 let field = format!("config.headers.{name}");
                 let valid_name = axum::http::HeaderName::from_bytes(name.as_bytes()).is_ok();
@@ -341,6 +397,17 @@ fn parse_webhook(
             None
         }
     };
+    if auth.is_some() {
+        // With OAuth, Dispatch sends the bearer token itself.
+        for name in headers.keys() {
+            if name.eq_ignore_ascii_case("authorization") {
+                f.errors.push(FieldError::new(
+                    format!("config.headers.{name}"),
+                    "is set by Dispatch when auth is set and cannot be overridden",
+                ));
+            }
+        }
+    }
     Some(WebhookConfig {
         url: url?,
         headers,
