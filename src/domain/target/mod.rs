@@ -11,6 +11,7 @@ use serde_json::{json, Value};
 use super::ids::TargetId;
 
 mod parse;
+mod secrets;
 
 pub use parse::parse_spec;
 
