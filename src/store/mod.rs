@@ -10,6 +10,10 @@
 //!   the message, or it was cancelled/rescheduled) is dropped whole.
 //! - `cancel`/`reschedule` refuse (Conflict) while an attempt holds a live lease.
 //! - Another account's rows are invisible: they answer `None`/NotFound.
+//! - Given a sealer (`with_sealer`), target secrets and signing keys are
+//!   written encrypted and read back plain; a secret no configured key opens
+//!   is an error naming its row, and a claim leaves its messages leased
+//!   rather than dead-lettered (see `sealed`).
 
 pub mod coalesce;
 pub mod portal;
