@@ -46,10 +46,12 @@ impl Backend {
 
 /// Opens the configured store and applies its migrations: `postgres://…`,
 /// `sqlite://PATH`, or (empty) the embedded store under `./data`.
+/// Target secrets and signing keys are sealed when `secrets.encryption_key` is set.
 pub async fn open_store(config: &Config) -> anyhow::Result<Backend> {
     let url = config.database.url.trim();
+    let sealer = config.secrets.sealer()?;
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        let store = PgStore::connect(
+        let mut store = PgStore::connect(
             url,
             config.database.max_connections,
             config.sweeper.poll_interval,
@@ -57,6 +59,9 @@ pub async fn open_store(config: &Config) -> anyhow::Result<Backend> {
         .await
         .context("connecting to PostgreSQL")?;
         store.migrate().await.context("applying migrations")?;
+        if let Some(sealer) = sealer {
+            store = store.with_sealer(sealer);
+        }
         return Ok(Backend::Postgres(store));
     }
     let path = if url.is_empty() {
@@ -66,9 +71,12 @@ pub async fn open_store(config: &Config) -> anyhow::Result<Backend> {
             format!("database.url must be postgres://… or sqlite://PATH, not `{url}`")
         })?
     };
-    let store = SqliteStore::open(&path)
+    let mut store = SqliteStore::open(&path)
         .await
         .with_context(|| format!("opening the embedded store {}", path.display()))?;
+    if let Some(sealer) = sealer {
+        store = store.with_sealer(sealer);
+    }
     Ok(Backend::Sqlite(store))
 }
 

@@ -1,4 +1,5 @@
-//! The command line: `serve` (default), `migrate`, `clients create`.
+//! The command line: `serve` (default), `migrate`, `clients create`,
+//! `targets create`, `users create`, `secrets rotate`.
 
 use std::path::PathBuf;
 
@@ -42,6 +43,16 @@ pub enum Command {
     /// Manage the people who sign in to the web portal.
     #[command(subcommand)]
     Users(UsersCommand),
+    /// Secrets at rest (target secrets, token-signing keys).
+    #[command(subcommand)]
+    Secrets(SecretsCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SecretsCommand {
+    /// Re-encrypt every stored secret under secrets.encryption_key, while
+    /// instances keep serving; then the keys in secrets.previous_keys can go.
+    Rotate,
 }
 
 #[derive(Debug, Subcommand)]
@@ -117,10 +128,52 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Clients(ClientsCommand::Create(args)) => create_client(config, args).await,
         Command::Targets(TargetsCommand::Create(args)) => create_target(config, args).await,
         Command::Users(UsersCommand::Create(args)) => create_user(config, args).await,
+        Command::Secrets(SecretsCommand::Rotate) => rotate_secrets(config).await,
     }
 }
 
+/// Rows re-encrypted per transaction: short, so that instances keep serving.
+const ROTATE_BATCH: u32 = 100;
+
+async fn rotate_secrets(config: Config) -> anyhow::Result<()> {
+    let Some(sealer) = config.secrets.sealer()? else {
+        anyhow::bail!(
+            "secrets rotate needs secrets.encryption_key (or secrets.encryption_key_file): \
+             the key to encrypt every stored secret under"
+        );
+    };
+    let (store, _) = app::open_store(&config).await?.into_parts();
+    let done = crate::store::reseal_all(store.as_ref(), ROTATE_BATCH)
+        .await
+        .context("re-encrypting stored secrets")?;
+    println!(
+        "re-encrypted {} rows under key id {} ({} target secrets, {} token-signing keys)",
+        done.targets + done.signing_keys,
+        sealer.current_key_id(),
+        done.targets,
+        done.signing_keys
+    );
+    if done.unsettled > 0 {
+        anyhow::bail!(
+            "{} rows changed while they were being re-encrypted; is an instance still writing \
+             under another key? Give every instance the new key, then run rotate again",
+            done.unsettled
+        );
+    }
+    Ok(())
+}
+
 async fn serve(config: Config) -> anyhow::Result<()> {
+    match config.secrets.sealer()? {
+        None => tracing::warn!(
+            "secrets are stored unencrypted; set secrets.encryption_key (or \
+             secrets.encryption_key_file) to encrypt target secrets and token-signing keys at rest"
+        ),
+        Some(sealer) => tracing::info!(
+            key_id = sealer.current_key_id(),
+            "secrets at rest are encrypted"
+        ),
+    }
     let backend = app::open_store(&config).await?;
     let embedded_default = backend.is_embedded() && config.database.url.trim().is_empty();
     let listener = tokio::net::TcpListener::bind(config.server.listen)

@@ -1,12 +1,19 @@
 //! Typed configuration: `config/default.toml` < `--config FILE` < `DISPATCH_<SECTION>__<KEY>`.
 
-use std::{net::SocketAddr, path::Path, time::Duration};
+use std::{
+    fmt,
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    time::Duration,
+};
 
 use figment::{
     providers::{Env, Format, Serialized, Toml},
     Figment,
 };
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::auth::sealing::{Sealer, SealingKey};
 
 /// The defaults compiled into the binary, identical to `config/default.toml`,
 /// so that the binary runs from any working directory.
@@ -24,6 +31,8 @@ pub struct Config {
     pub aws: AwsConfig,
     pub log: LogConfig,
     pub portal: PortalConfig,
+    #[serde(default)]
+    pub secrets: SecretsConfig,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -139,6 +148,87 @@ pub struct PortalConfig {
     pub login_window: Duration,
 }
 
+/// Encryption of target secrets and token-signing keys at rest (API.md §2).
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+pub struct SecretsConfig {
+    /// 32 bytes in base64: what new secrets are sealed with.
+    #[serde(default)]
+    pub encryption_key: Option<KeyText>,
+    /// A file holding the base64 text of the key, instead of `encryption_key`.
+    #[serde(default)]
+    pub encryption_key_file: Option<PathBuf>,
+    /// Keys that still open what they sealed, until `dispatch secrets rotate` has run.
+    #[serde(default)]
+    pub previous_keys: Vec<KeyText>,
+}
+
+/// Key material as configured (base64 text). `Debug` never shows it.
+#[derive(Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(transparent)]
+pub struct KeyText(String);
+
+impl KeyText {
+    pub fn new(base64: impl Into<String>) -> Self {
+        Self(base64.into())
+    }
+
+    fn is_blank(&self) -> bool {
+        self.0.trim().is_empty()
+    }
+}
+
+impl fmt::Debug for KeyText {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("KeyText(***)")
+    }
+}
+
+impl SecretsConfig {
+    /// The sealer the configured keys make; None without a current key (an
+    /// empty value counts as unset). Reads `encryption_key_file`. An error
+    /// names the setting at fault and never repeats its value.
+    pub fn sealer(&self) -> Result<Option<Sealer>, ConfigError> {
+        let invalid = |key: &str, why: String| ConfigError::Invalid(format!("{key} {why}"));
+        let inline = self.encryption_key.as_ref().filter(|k| !k.is_blank());
+        let current = match (inline, &self.encryption_key_file) {
+            (Some(_), Some(_)) => {
+                return Err(ConfigError::Invalid(
+                    "set secrets.encryption_key or secrets.encryption_key_file, not both".into(),
+                ))
+            }
+            (Some(k), None) => Some(
+                SealingKey::from_base64(&k.0)
+                    .map_err(|why| invalid("secrets.encryption_key", why))?,
+            ),
+            (None, Some(path)) => {
+                let key = "secrets.encryption_key_file";
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    invalid(key, format!("({}) cannot be read: {e}", path.display()))
+                })?;
+                Some(
+                    SealingKey::from_base64(&text)
+                        .map_err(|why| invalid(key, format!("({}) {why}", path.display())))?,
+                )
+            }
+            (None, None) => None,
+        };
+        let mut previous = Vec::with_capacity(self.previous_keys.len());
+        for (i, k) in self.previous_keys.iter().enumerate() {
+            previous.push(
+                SealingKey::from_base64(&k.0)
+                    .map_err(|why| invalid(&format!("secrets.previous_keys[{i}]"), why))?,
+            );
+        }
+        match current {
+            Some(current) => Ok(Some(Sealer::new(current, previous))),
+            None if previous.is_empty() => Ok(None),
+            None => Err(ConfigError::Invalid(
+                "secrets.previous_keys needs a current key: set secrets.encryption_key".into(),
+            )),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Deserialize, Serialize)]
 pub struct LogConfig {
     pub format: String,
@@ -196,6 +286,7 @@ impl Config {
         if self.retention.batch_size == 0 {
             return invalid("retention.batch_size must be at least 1");
         }
+        self.secrets.sealer()?;
         Ok(())
     }
 }
@@ -257,6 +348,106 @@ mod tests {
             assert_eq!(c.database.url, "postgres://x@localhost/db");
             Ok(())
         });
+    }
+
+    const KEY_A: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+    const KEY_B: &str = "ICEiIyQlJicoKSorLC0uLzAxMjM0NTY3ODk6Ozw9Pj8=";
+
+    #[test]
+    fn without_a_key_secrets_are_not_sealed() {
+        let c = Config::defaults();
+        assert!(c.secrets.sealer().unwrap().is_none());
+        assert!(c.secrets.previous_keys.is_empty());
+    }
+
+    #[test]
+    fn a_key_from_the_environment_or_a_file_makes_a_sealer_with_its_previous_keys() {
+        figment::Jail::expect_with(|jail| {
+            jail.set_env("DISPATCH_SECRETS__ENCRYPTION_KEY", KEY_A);
+            let c = Config::load(None).map_err(|e| e.to_string())?;
+            let from_env = c.secrets.sealer().unwrap().unwrap();
+            assert!(!format!("{c:?}").contains(KEY_A), "Debug hides the key");
+
+            jail.clear_env();
+            jail.create_file("key.b64", &format!("{KEY_A}\n"))?;
+            jail.create_file(
+                "extra.toml",
+                &format!(
+                    "[secrets]\nencryption_key_file = \"key.b64\"\nprevious_keys = [\"{KEY_B}\"]\n"
+                ),
+            )?;
+            let c = Config::load(Some(Path::new("extra.toml"))).map_err(|e| e.to_string())?;
+            let from_file = c.secrets.sealer().unwrap().unwrap();
+            assert_eq!(from_file.current_key_id(), from_env.current_key_id());
+            let old = Sealer::new(SealingKey::from_base64(KEY_B).unwrap(), vec![]);
+            let sealed = old.seal(b"s", b"row");
+            assert_eq!(
+                from_file
+                    .open(&sealed.key_id, &sealed.bytes, b"row")
+                    .unwrap(),
+                b"s"
+            );
+            assert!(
+                !format!("{c:?}").contains(KEY_B),
+                "Debug hides previous keys"
+            );
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn bad_keys_are_refused_naming_the_setting_and_not_the_value() {
+        let refused = |secrets: SecretsConfig| -> String {
+            let mut c = Config::defaults();
+            c.secrets = secrets;
+            c.validate().unwrap_err().to_string()
+        };
+        let short = "c2hvcnQ=";
+        let err = refused(SecretsConfig {
+            encryption_key: Some(KeyText::new(short)),
+            ..Default::default()
+        });
+        assert!(
+            err.contains("secrets.encryption_key must be 32 bytes"),
+            "{err}"
+        );
+        assert!(!err.contains(short), "{err}");
+        let err = refused(SecretsConfig {
+            encryption_key: Some(KeyText::new("not base64!")),
+            ..Default::default()
+        });
+        assert!(
+            err.contains("secrets.encryption_key is not valid base64"),
+            "{err}"
+        );
+        let err = refused(SecretsConfig {
+            encryption_key: Some(KeyText::new(KEY_A)),
+            encryption_key_file: Some("key.b64".into()),
+            ..Default::default()
+        });
+        assert!(err.contains("not both"), "{err}");
+        let err = refused(SecretsConfig {
+            encryption_key: Some(KeyText::new(KEY_A)),
+            previous_keys: vec![KeyText::new(KEY_B), KeyText::new(short)],
+            ..Default::default()
+        });
+        assert!(
+            err.contains("secrets.previous_keys[1] must be 32 bytes"),
+            "{err}"
+        );
+        let err = refused(SecretsConfig {
+            encryption_key_file: Some("/nonexistent/dispatch.key".into()),
+            ..Default::default()
+        });
+        assert!(
+            err.contains("secrets.encryption_key_file (/nonexistent/dispatch.key) cannot be read"),
+            "{err}"
+        );
+        let err = refused(SecretsConfig {
+            previous_keys: vec![KeyText::new(KEY_B)],
+            ..Default::default()
+        });
+        assert!(err.contains("needs a current key"), "{err}");
     }
 
     #[test]

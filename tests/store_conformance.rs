@@ -167,6 +167,10 @@ async fn sqlite_store() -> (tempfile::TempDir, Arc<dyn Store>) {
 
 conformance!(sqlite, sqlite_store());
 
+/// Secrets at rest: checks that open one database with several keys.
+#[path = "store_conformance/sealing.rs"]
+mod sealing;
+
 // ---------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 //! Authentication: client secrets, access tokens we issue, tokens of an
-//! external issuer, and scopes.
+//! external issuer, scopes, and the sealing of secrets at rest.
 
 pub mod jwks;
+pub mod sealing;
 pub mod secrets;
 pub mod tokens;
 

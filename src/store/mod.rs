@@ -10,11 +10,18 @@
 //!   the message, or it was cancelled/rescheduled) is dropped whole.
 //! - `cancel`/`reschedule` refuse (Conflict) while an attempt holds a live lease.
 //! - Another account's rows are invisible: they answer `None`/NotFound.
+//! - Given a sealer (`with_sealer`), target secrets and signing keys are
+//!   written encrypted and read back plain; a secret no configured key opens
+//!   is an error naming its row, and a claim leaves its messages leased
+//!   rather than dead-lettered (see `sealed`).
 
 pub mod coalesce;
 pub mod portal;
 pub mod postgres;
+mod sealed;
 pub mod sqlite;
+
+pub use sealed::{reseal_all, ResealPage, Resealed};
 
 use std::time::Duration;
 
@@ -50,6 +57,17 @@ pub enum StoreError {
     /// One failure answered to every request of a group commit.
     #[error(transparent)]
     Shared(std::sync::Arc<StoreError>),
+    /// A stored secret does not open with the configured keys. `row` names
+    /// the row (`target DI-T-…`, `signing key …`), never a secret.
+    #[error("the secrets of {row} cannot be read")]
+    Sealing {
+        row: String,
+        #[source]
+        source: crate::auth::sealing::SealError,
+    },
+    /// Re-sealing needs `secrets.encryption_key`.
+    #[error("no encryption key is configured (secrets.encryption_key)")]
+    NoEncryptionKey,
 }
 
 impl StoreError {
@@ -58,6 +76,16 @@ impl StoreError {
         match self {
             StoreError::Unavailable(_) | StoreError::ShuttingDown => true,
             StoreError::Shared(e) => e.is_unavailable(),
+            _ => false,
+        }
+    }
+
+    /// A secret sealed under a key this instance is not configured with:
+    /// the row may be fine, and readable by an instance that has the key.
+    pub fn is_unknown_key(&self) -> bool {
+        match self {
+            StoreError::Sealing { source, .. } => source.is_unknown_key(),
+            StoreError::Shared(e) => e.is_unknown_key(),
             _ => false,
         }
     }
@@ -238,6 +266,17 @@ pub trait Store: Send + Sync + 'static {
     /// The keys tokens are signed with, newest first; one is created when there is none.
     async fn signing_keys(&self) -> StoreResult<Vec<SigningKey>>;
 
+    /// Rotation (`dispatch secrets rotate`): seals again, under the current
+    /// key, the secrets of up to `limit` targets whose id follows `after`
+    /// and that are stored plain or under another key, in one short
+    /// transaction, each row only if it is unchanged since it was read. A row
+    /// sealed under a key this store does not have fails the call, naming
+    /// the row. Without a key: `NoEncryptionKey`.
+    async fn reseal_targets(&self, after: Option<&str>, limit: u32) -> StoreResult<ResealPage>;
+    /// As `reseal_targets`, for the token-signing keys (by kid).
+    async fn reseal_signing_keys(&self, after: Option<&str>, limit: u32)
+        -> StoreResult<ResealPage>;
+
     async fn insert_target(&self, target: &Target) -> StoreResult<bool>;
     async fn get_target(&self, account: &str, id: &TargetId) -> StoreResult<Option<Target>>;
     async fn list_targets(
@@ -378,6 +417,18 @@ pub async fn insert_new_target(
         }
     }
     Ok(None)
+}
+
+/// An error and its sources, as one line (for a dead letter's reason).
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
 }
 
 /// Attempt texts (errors, response excerpts) are kept with U+0000 replaced

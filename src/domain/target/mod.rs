@@ -12,6 +12,7 @@ use super::ids::TargetId;
 
 mod parse;
 mod secrets;
+mod split;
 
 pub use parse::parse_spec;
 pub use secrets::keep_secrets;
@@ -161,6 +162,11 @@ impl TargetConfig {
         }
         v
     }
+}
+
+/// The value at `path` in a JSON document.
+pub(crate) fn pointer<'a>(v: &'a Value, path: &[&str]) -> Option<&'a Value> {
+    path.iter().try_fold(v, |cur, key| cur.get(*key))
 }
 
 pub(crate) fn secret_paths(kind: &str) -> &'static [&'static [&'static str]] {

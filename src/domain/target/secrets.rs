@@ -12,7 +12,7 @@
 use serde_json::Value;
 use url::Url;
 
-use super::{FieldError, MASK};
+use super::{pointer, FieldError, MASK};
 
 /// Applies the secret rule to `merged`, the stored config with the change
 /// applied. `stored` is the config as stored, with its secrets; `sent` is
@@ -102,10 +102,6 @@ fn same_origin(a: &Value, b: &Value, path: &[&str]) -> bool {
         (Some(Some(x)), Some(Some(y))) => x == y,
         _ => false,
     }
-}
-
-fn pointer<'a>(v: &'a Value, path: &[&str]) -> Option<&'a Value> {
-    path.iter().try_fold(v, |cur, key| cur.get(*key))
 }
 
 fn pointer_mut<'a>(v: &'a mut Value, path: &[&str]) -> Option<&'a mut Value> {

@@ -1,7 +1,7 @@
 //! The sweeper's and retention's side of the PostgreSQL store: claims with
 //! leases, batched recording, batched purges.
 
-use std::time::Duration;
+use std::{collections::HashMap, time::Duration};
 
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
@@ -11,8 +11,9 @@ use crate::{
     domain::{
         ids::{MessageId, TargetId},
         retry::Next,
+        target::TargetConfig,
     },
-    store::*,
+    store::{sealed::open_config, *},
 };
 
 impl PgStore {
@@ -31,8 +32,8 @@ impl PgStore {
              UPDATE messages m SET claim_at = $1 + make_interval(secs => $3::double precision / 1000), \
                lease_token = $4 \
              FROM due, targets t WHERE m.id = due.id AND t.id = m.target_id \
-             RETURNING m.id, m.target_id, t.kind, t.config, m.payload, m.delivery_time, m.attempt_count, \
-               m.ladder_attempts",
+             RETURNING m.id, m.target_id, t.kind, t.config, t.secrets_key_id, t.sealed_secrets, m.payload, \
+               m.delivery_time, m.attempt_count, m.ladder_attempts",
         )
         .bind(now)
         .bind(i64::from(limit))
@@ -43,12 +44,39 @@ impl PgStore {
         .map_err(map_err)?;
         let mut claimed = Vec::with_capacity(rows.len());
         let (mut bad_ids, mut bad_reasons) = (Vec::new(), Vec::new());
+        // Each message carries its target's row; a target is opened once a claim.
+        let mut configs: HashMap<String, Result<TargetConfig, StoreError>> = HashMap::new();
+        let mut unopened: Vec<String> = Vec::new();
         for r in rows {
             let id = r.id;
+            let config = configs.entry(r.target_id.clone()).or_insert_with(|| {
+                open_config(
+                    self.sealer(),
+                    &r.target_id,
+                    &r.kind,
+                    r.config,
+                    r.secrets_key_id.as_deref(),
+                    r.sealed_secrets.as_deref(),
+                )
+            });
+            let target = match config {
+                Ok(c) => c.clone(),
+                // Sealed under a key this instance lacks: leave the message
+                // leased, for an instance that has the key once the lease ends.
+                Err(e) if e.is_unknown_key() => {
+                    unopened.push(r.target_id);
+                    continue;
+                }
+                Err(e) => {
+                    bad_ids.push(id);
+                    bad_reasons.push(error_chain(e));
+                    continue;
+                }
+            };
             let read = || -> StoreResult<Claimed> {
                 Ok(Claimed {
                     id: MessageId(r.id),
-                    target: config_from_row(&r.kind, r.config)?,
+                    target,
                     target_id: TargetId::from_trusted(r.target_id),
                     payload: payload_from_bytes(r.payload)?.into_inner(),
                     delivery_time: r.delivery_time,
@@ -64,6 +92,16 @@ impl PgStore {
                     bad_reasons.push(e.to_string());
                 }
             }
+        }
+        if !unopened.is_empty() {
+            unopened.sort_unstable();
+            unopened.dedup();
+            tracing::error!(
+                count = unopened.len(),
+                targets = %unopened.join(","),
+                "messages left leased: their targets' secrets are sealed under a key this instance \
+                 is not configured with (secrets.encryption_key, secrets.previous_keys)"
+            );
         }
         if !bad_ids.is_empty() {
             // A row that cannot be read cannot be delivered: dead-letter it,

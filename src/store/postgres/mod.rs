@@ -23,13 +23,13 @@ pub mod listen;
 mod messages;
 mod portal;
 mod rows;
+mod secrets;
 mod targets;
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use rand::Rng;
 use sqlx::{
     postgres::{PgConnectOptions, PgPoolOptions},
     PgPool, Postgres, Transaction,
@@ -38,6 +38,7 @@ use uuid::Uuid;
 
 use self::rows::*;
 use super::*;
+use crate::auth::sealing::Sealer;
 
 /// The channel other instances LISTEN on.
 pub const WAKE_CHANNEL: &str = "dispatch_wake";
@@ -49,6 +50,8 @@ pub struct PgStore {
     pool: PgPool,
     /// A scheduled message due sooner than this after now notifies other instances.
     wake_horizon: chrono::TimeDelta,
+    /// Seals target secrets and signing keys when an encryption key is set.
+    sealer: Option<Arc<Sealer>>,
 }
 
 impl PgStore {
@@ -69,7 +72,19 @@ impl PgStore {
             pool,
             wake_horizon: chrono::TimeDelta::from_std(wake_horizon)
                 .unwrap_or(chrono::TimeDelta::seconds(5)),
+            sealer: None,
         })
+    }
+
+    /// Secrets written from now on are sealed with `sealer`'s current key;
+    /// secrets sealed under it or its previous keys read.
+    pub fn with_sealer(mut self, sealer: Sealer) -> Self {
+        self.sealer = Some(Arc::new(sealer));
+        self
+    }
+
+    fn sealer(&self) -> Option<&Sealer> {
+        self.sealer.as_deref()
     }
 
     pub fn pool(&self) -> &PgPool {
@@ -223,29 +238,19 @@ impl Store for PgStore {
     }
 
     async fn signing_keys(&self) -> StoreResult<Vec<SigningKey>> {
-        let fetch = || {
-            sqlx::query_as::<_, (String, Vec<u8>)>(
-                "SELECT kid, secret FROM signing_keys ORDER BY created_at DESC",
-            )
-            .fetch_all(&self.pool)
-        };
-        let mut rows = fetch().await.map_err(map_err)?;
-        if rows.is_empty() {
-            let secret: [u8; 32] = rand::rng().random();
-            let kid = Uuid::new_v4().simple().to_string();
-            // Two instances starting together may both insert; both keys are then valid.
-            sqlx::query("INSERT INTO signing_keys (kid, secret) VALUES ($1, $2)")
-                .bind(&kid)
-                .bind(&secret[..])
-                .execute(&self.pool)
-                .await
-                .map_err(map_err)?;
-            rows = fetch().await.map_err(map_err)?;
-        }
-        Ok(rows
-            .into_iter()
-            .map(|(kid, secret)| SigningKey { kid, secret })
-            .collect())
+        self.load_signing_keys().await
+    }
+
+    async fn reseal_targets(&self, after: Option<&str>, limit: u32) -> StoreResult<ResealPage> {
+        self.reseal_target_page(after, limit).await
+    }
+
+    async fn reseal_signing_keys(
+        &self,
+        after: Option<&str>,
+        limit: u32,
+    ) -> StoreResult<ResealPage> {
+        self.reseal_key_page(after, limit).await
     }
 
     async fn insert_target(&self, t: &Target) -> StoreResult<bool> {

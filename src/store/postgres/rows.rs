@@ -5,19 +5,21 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::{
+    auth::sealing::Sealer,
     domain::{
         ids::{MessageId, TargetId},
         message::{Attempt, Message},
         payload::Payload,
-        target::{Target, TargetConfig},
+        target::Target,
     },
-    store::{outcome_from_str, state_from_str, StoreError, StoreResult},
+    store::{outcome_from_str, sealed::open_config, state_from_str, StoreError, StoreResult},
 };
 
 pub const MESSAGE_COLUMNS: &str = "id, account, target_id, state, payload, delivery_time, next_attempt_at, \
      attempt_count, delivered_at, cancelled_at, dead_lettered_at, last_error, created_at, updated_at";
 
-pub const TARGET_COLUMNS: &str = "id, account, name, kind, enabled, config, created_at, updated_at";
+pub const TARGET_COLUMNS: &str =
+    "id, account, name, kind, enabled, config, secrets_key_id, sealed_secrets, created_at, updated_at";
 
 pub const ATTEMPT_COLUMNS: &str =
     "attempt, started_at, finished_at, duration_ms, outcome, status_code, error, response_body";
@@ -70,15 +72,24 @@ pub struct TargetRow {
     kind: String,
     enabled: bool,
     config: Value,
+    secrets_key_id: Option<String>,
+    sealed_secrets: Option<Vec<u8>>,
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
 }
 
-impl TryFrom<TargetRow> for Target {
-    type Error = StoreError;
-    fn try_from(r: TargetRow) -> StoreResult<Target> {
+impl TargetRow {
+    pub fn into_target(self, sealer: Option<&Sealer>) -> StoreResult<Target> {
+        let r = self;
         Ok(Target {
-            config: config_from_row(&r.kind, r.config)?,
+            config: open_config(
+                sealer,
+                &r.id,
+                &r.kind,
+                r.config,
+                r.secrets_key_id.as_deref(),
+                r.sealed_secrets.as_deref(),
+            )?,
             id: TargetId::from_trusted(r.id),
             account: r.account,
             name: r.name,
@@ -87,11 +98,6 @@ impl TryFrom<TargetRow> for Target {
             updated_at: r.updated_at,
         })
     }
-}
-
-pub fn config_from_row(kind: &str, config: Value) -> StoreResult<TargetConfig> {
-    TargetConfig::from_stored_json(kind, config)
-        .map_err(|e| StoreError::Corrupt(format!("target config: {e}")))
 }
 
 #[derive(sqlx::FromRow)]
@@ -128,6 +134,8 @@ pub struct ClaimRow {
     pub target_id: String,
     pub kind: String,
     pub config: Value,
+    pub secrets_key_id: Option<String>,
+    pub sealed_secrets: Option<Vec<u8>>,
     pub payload: Vec<u8>,
     pub delivery_time: DateTime<Utc>,
     pub attempt_count: i32,

@@ -4,7 +4,7 @@
 use chrono::{DateTime, Utc};
 
 use super::{map_err, rows::*, PgStore};
-use crate::store::*;
+use crate::store::{sealed::seal_config, *};
 
 impl PgStore {
     pub(super) async fn store_target(&self, t: &Target) -> StoreResult<bool> {
@@ -14,16 +14,20 @@ impl PgStore {
             .execute(&mut *tx)
             .await
             .map_err(map_err)?;
+        let stored = seal_config(self.sealer(), t.id.as_str(), &t.config);
         let inserted = sqlx::query(
-            "INSERT INTO targets (id, account, name, kind, enabled, config, created_at, updated_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (id) DO NOTHING",
+            "INSERT INTO targets (id, account, name, kind, enabled, config, secrets_key_id, sealed_secrets, \
+               created_at, updated_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT (id) DO NOTHING",
         )
         .bind(t.id.as_str())
         .bind(&t.account)
         .bind(&t.name)
         .bind(t.config.kind())
         .bind(t.enabled)
-        .bind(t.config.to_stored_json())
+        .bind(&stored.config)
+        .bind(stored.key_id())
+        .bind(stored.sealed_bytes())
         .bind(t.created_at)
         .bind(t.updated_at)
         .execute(&mut *tx)
@@ -48,7 +52,7 @@ impl PgStore {
         .fetch_optional(&self.pool)
         .await
         .map_err(map_err)?;
-        row.map(Target::try_from).transpose()
+        row.map(|r| r.into_target(self.sealer())).transpose()
     }
 
     pub(super) async fn load_targets(
@@ -70,23 +74,29 @@ impl PgStore {
         .fetch_all(&self.pool)
         .await
         .map_err(map_err)?;
-        rows.into_iter().map(Target::try_from).collect()
+        rows.into_iter()
+            .map(|r| r.into_target(self.sealer()))
+            .collect()
     }
 
     pub(super) async fn save_target(&self, t: &Target) -> StoreResult<Option<Target>> {
+        let stored = seal_config(self.sealer(), t.id.as_str(), &t.config);
         let row: Option<TargetRow> = sqlx::query_as(&format!(
-            "UPDATE targets SET name = $3, config = $4, updated_at = $5 WHERE id = $1 AND account = $2 \
+            "UPDATE targets SET name = $3, config = $4, secrets_key_id = $5, sealed_secrets = $6, \
+               updated_at = $7 WHERE id = $1 AND account = $2 \
              RETURNING {TARGET_COLUMNS}"
         ))
         .bind(t.id.as_str())
         .bind(&t.account)
         .bind(&t.name)
-        .bind(t.config.to_stored_json())
+        .bind(&stored.config)
+        .bind(stored.key_id())
+        .bind(stored.sealed_bytes())
         .bind(t.updated_at)
         .fetch_optional(&self.pool)
         .await
         .map_err(map_err)?;
-        row.map(Target::try_from).transpose()
+        row.map(|r| r.into_target(self.sealer())).transpose()
     }
 
     pub(super) async fn switch_target(
@@ -131,8 +141,10 @@ impl PgStore {
                 self.notify_if_soon(&mut tx, now, now).await?;
             }
         }
+        // Read before commit: a row this instance cannot open changes nothing.
+        let target = row.into_target(self.sealer())?;
         tx.commit().await.map_err(map_err)?;
-        Target::try_from(row).map(Some)
+        Ok(Some(target))
     }
 
     pub(super) async fn remove_target(

@@ -43,27 +43,44 @@ impl SqliteStore {
             let mut ids: Vec<&str> = rows.iter().map(|r| r.target_id.as_str()).collect();
             ids.sort_unstable();
             ids.dedup();
-            let mut q =
-                QueryBuilder::<Sqlite>::new("SELECT id, kind, config FROM targets WHERE id IN (");
+            let mut q = QueryBuilder::<Sqlite>::new(
+                "SELECT id, kind, config, secrets_key_id, sealed_secrets FROM targets WHERE id IN (",
+            );
             let mut list = q.separated(", ");
             for id in &ids {
                 list.push_bind(*id);
             }
             q.push(")");
-            let found: Vec<(String, String, String)> = q
+            type Found = (String, String, String, Option<String>, Option<Vec<u8>>);
+            let found: Vec<Found> = q
                 .build_query_as()
                 .fetch_all(&mut *tx)
                 .await
                 .map_err(map_err)?;
-            for (id, kind, config) in found {
-                targets.insert(id, config_from_row(&kind, &config));
+            for (id, kind, config, key_id, sealed) in found {
+                let config = config_from_row(
+                    self.sealer(),
+                    &id,
+                    &kind,
+                    &config,
+                    key_id.as_deref(),
+                    sealed.as_deref(),
+                );
+                targets.insert(id, config);
             }
         }
         let mut claimed: Vec<(i64, Claimed)> = Vec::with_capacity(rows.len());
+        let mut unopened: Vec<String> = Vec::new();
         for r in rows {
             let read = match targets.get(&r.target_id) {
                 Some(Ok(target)) => parse_id(&r.id).map(|id| (id, target.clone())),
-                Some(Err(e)) => Err(StoreError::Corrupt(e.to_string())),
+                // Sealed under a key this instance lacks: leave the message
+                // leased; it is delivered once the key is configured.
+                Some(Err(e)) if e.is_unknown_key() => {
+                    unopened.push(r.target_id);
+                    continue;
+                }
+                Some(Err(e)) => Err(StoreError::Corrupt(error_chain(e))),
                 None => Err(StoreError::Corrupt(format!(
                     "message without target {}",
                     r.target_id
@@ -101,6 +118,16 @@ impl SqliteStore {
             }
         }
         tx.commit().await.map_err(map_err)?;
+        if !unopened.is_empty() {
+            unopened.sort_unstable();
+            unopened.dedup();
+            tracing::error!(
+                count = unopened.len(),
+                targets = %unopened.join(","),
+                "messages left leased: their targets' secrets are sealed under a key this instance \
+                 is not configured with (secrets.encryption_key, secrets.previous_keys)"
+            );
+        }
         // RETURNING has no order; hand out the oldest due first.
         claimed.sort_by_key(|(due, _)| *due);
         Ok(claimed.into_iter().map(|(_, c)| c).collect())

@@ -8,25 +8,26 @@ mod filter;
 mod messages;
 mod portal;
 mod rows;
+mod secrets;
 mod targets;
 
 use std::{
     fs::File,
     path::{Path, PathBuf},
+    sync::Arc,
     time::Duration,
 };
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use rand::Rng;
 use sqlx::{
     sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous},
     Sqlite, SqlitePool, Transaction,
 };
-use uuid::Uuid;
 
 use self::rows::*;
 use super::*;
+use crate::auth::sealing::Sealer;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
 
@@ -34,6 +35,8 @@ pub struct SqliteStore {
     writer: SqlitePool,
     reader: SqlitePool,
     path: PathBuf,
+    /// Seals target secrets and signing keys when an encryption key is set.
+    sealer: Option<Arc<Sealer>>,
     /// Held for the store's lifetime: one process per database file.
     _lock: File,
 }
@@ -96,8 +99,20 @@ impl SqliteStore {
             writer,
             reader,
             path: path.to_path_buf(),
+            sealer: None,
             _lock: lock,
         })
+    }
+
+    /// Secrets written from now on are sealed with `sealer`'s current key;
+    /// secrets sealed under it or its previous keys read.
+    pub fn with_sealer(mut self, sealer: Sealer) -> Self {
+        self.sealer = Some(Arc::new(sealer));
+        self
+    }
+
+    fn sealer(&self) -> Option<&Sealer> {
+        self.sealer.as_deref()
     }
 
     /// `sqlite://PATH` (or `sqlite:PATH`) to a path.
@@ -223,29 +238,19 @@ impl Store for SqliteStore {
     }
 
     async fn signing_keys(&self) -> StoreResult<Vec<SigningKey>> {
-        let mut tx = self.begin().await?;
-        let mut rows: Vec<(String, Vec<u8>)> =
-            sqlx::query_as("SELECT kid, secret FROM signing_keys ORDER BY created_at DESC, kid")
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(map_err)?;
-        if rows.is_empty() {
-            let secret: [u8; 32] = rand::rng().random();
-            let kid = Uuid::new_v4().simple().to_string();
-            sqlx::query("INSERT INTO signing_keys (kid, secret, created_at) VALUES (?, ?, ?)")
-                .bind(&kid)
-                .bind(&secret[..])
-                .bind(ms(Utc::now()))
-                .execute(&mut *tx)
-                .await
-                .map_err(map_err)?;
-            rows.push((kid, secret.to_vec()));
-        }
-        tx.commit().await.map_err(map_err)?;
-        Ok(rows
-            .into_iter()
-            .map(|(kid, secret)| SigningKey { kid, secret })
-            .collect())
+        self.load_signing_keys().await
+    }
+
+    async fn reseal_targets(&self, after: Option<&str>, limit: u32) -> StoreResult<ResealPage> {
+        self.reseal_target_page(after, limit).await
+    }
+
+    async fn reseal_signing_keys(
+        &self,
+        after: Option<&str>,
+        limit: u32,
+    ) -> StoreResult<ResealPage> {
+        self.reseal_key_page(after, limit).await
     }
 
     async fn insert_target(&self, t: &Target) -> StoreResult<bool> {

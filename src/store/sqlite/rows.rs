@@ -2,22 +2,25 @@
 //! milliseconds since the epoch; ids and JSON are text.
 
 use chrono::{DateTime, TimeZone, Utc};
+use serde_json::Value;
 use uuid::Uuid;
 
 use crate::{
+    auth::sealing::Sealer,
     domain::{
         ids::{MessageId, TargetId},
         message::{Attempt, Message},
         payload::Payload,
         target::{Target, TargetConfig},
     },
-    store::{outcome_from_str, state_from_str, StoreError, StoreResult},
+    store::{outcome_from_str, sealed::open_config, state_from_str, StoreError, StoreResult},
 };
 
 pub const MESSAGE_COLUMNS: &str = "id, account, target_id, state, payload, delivery_time, next_attempt_at, \
      attempt_count, delivered_at, cancelled_at, dead_lettered_at, last_error, created_at, updated_at";
 
-pub const TARGET_COLUMNS: &str = "id, account, name, kind, enabled, config, created_at, updated_at";
+pub const TARGET_COLUMNS: &str =
+    "id, account, name, kind, enabled, config, secrets_key_id, sealed_secrets, created_at, updated_at";
 
 pub const ATTEMPT_COLUMNS: &str =
     "attempt, started_at, finished_at, duration_ms, outcome, status_code, error, response_body";
@@ -44,11 +47,20 @@ pub fn parse_id(s: &str) -> StoreResult<MessageId> {
         .map_err(|e| StoreError::Corrupt(format!("message id {s}: {e}")))
 }
 
-pub fn config_from_row(kind: &str, config: &str) -> StoreResult<TargetConfig> {
-    let value = serde_json::from_str(config)
-        .map_err(|e| StoreError::Corrupt(format!("target config: {e}")))?;
-    TargetConfig::from_stored_json(kind, value)
-        .map_err(|e| StoreError::Corrupt(format!("target config: {e}")))
+pub fn config_json(config: &str) -> StoreResult<Value> {
+    serde_json::from_str(config).map_err(|e| StoreError::Corrupt(format!("target config: {e}")))
+}
+
+/// A target's configuration from its row's columns (see `store::sealed`).
+pub fn config_from_row(
+    sealer: Option<&Sealer>,
+    id: &str,
+    kind: &str,
+    config: &str,
+    key_id: Option<&str>,
+    sealed: Option<&[u8]>,
+) -> StoreResult<TargetConfig> {
+    open_config(sealer, id, kind, config_json(config)?, key_id, sealed)
 }
 
 #[derive(sqlx::FromRow)]
@@ -99,15 +111,24 @@ pub struct TargetRow {
     kind: String,
     enabled: bool,
     config: String,
+    secrets_key_id: Option<String>,
+    sealed_secrets: Option<Vec<u8>>,
     created_at: i64,
     updated_at: i64,
 }
 
-impl TryFrom<TargetRow> for Target {
-    type Error = StoreError;
-    fn try_from(r: TargetRow) -> StoreResult<Target> {
+impl TargetRow {
+    pub fn into_target(self, sealer: Option<&Sealer>) -> StoreResult<Target> {
+        let r = self;
         Ok(Target {
-            config: config_from_row(&r.kind, &r.config)?,
+            config: config_from_row(
+                sealer,
+                &r.id,
+                &r.kind,
+                &r.config,
+                r.secrets_key_id.as_deref(),
+                r.sealed_secrets.as_deref(),
+            )?,
             id: TargetId::from_trusted(r.id),
             account: r.account,
             name: r.name,

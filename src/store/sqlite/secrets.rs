@@ -1,0 +1,164 @@
+//! Token-signing keys and the rotation of sealed secrets in the embedded
+//! store (see `store::sealed` for how secrets are kept).
+
+use chrono::Utc;
+use rand::Rng;
+use uuid::Uuid;
+
+use super::{map_err, rows::*, SqliteStore};
+use crate::store::{sealed::*, *};
+
+/// id, kind, config, secrets_key_id, sealed_secrets
+type SealedTargetRow = (String, String, String, Option<String>, Option<Vec<u8>>);
+
+impl SqliteStore {
+    pub(super) async fn load_signing_keys(&self) -> StoreResult<Vec<SigningKey>> {
+        let mut tx = self.begin().await?;
+        let mut rows: Vec<(String, Vec<u8>, Option<String>)> = sqlx::query_as(
+            "SELECT kid, secret, key_id FROM signing_keys ORDER BY created_at DESC, kid",
+        )
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        if rows.is_empty() {
+            let secret: [u8; 32] = rand::rng().random();
+            let kid = Uuid::new_v4().simple().to_string();
+            let (stored, key_id) = seal_signing_key(self.sealer(), &kid, &secret);
+            sqlx::query(
+                "INSERT INTO signing_keys (kid, secret, key_id, created_at) VALUES (?, ?, ?, ?)",
+            )
+            .bind(&kid)
+            .bind(&stored)
+            .bind(&key_id)
+            .bind(ms(Utc::now()))
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?;
+            rows.push((kid, stored, key_id));
+        }
+        tx.commit().await.map_err(map_err)?;
+        rows.into_iter()
+            .map(|(kid, secret, key_id)| {
+                let secret = open_signing_key(self.sealer(), &kid, secret, key_id.as_deref())?;
+                Ok(SigningKey { kid, secret })
+            })
+            .collect()
+    }
+
+    pub(super) async fn reseal_target_page(
+        &self,
+        after: Option<&str>,
+        limit: u32,
+    ) -> StoreResult<ResealPage> {
+        let sealer = self.sealer().ok_or(StoreError::NoEncryptionKey)?;
+        let rows: Vec<SealedTargetRow> = sqlx::query_as(
+            "SELECT id, kind, config, secrets_key_id, sealed_secrets FROM targets \
+             WHERE id > ?1 AND secrets_key_id IS NOT ?2 ORDER BY id LIMIT ?3",
+        )
+        .bind(after.unwrap_or(""))
+        .bind(sealer.current_key_id())
+        .bind(i64::from(limit))
+        .fetch_all(&self.reader)
+        .await
+        .map_err(map_err)?;
+        let mut page = ResealPage {
+            last: rows.last().map(|r| r.0.clone()),
+            ..ResealPage::default()
+        };
+        // Every row opens before any is written: a row under a missing key
+        // stops the page whole, naming it.
+        let mut updates = Vec::with_capacity(rows.len());
+        for (id, kind, config, key_id, sealed) in rows {
+            let value = config_json(&config)?;
+            let fresh = reseal_config(
+                sealer,
+                &id,
+                &kind,
+                value,
+                key_id.as_deref(),
+                sealed.as_deref(),
+            )?;
+            if let Some(fresh) = fresh {
+                updates.push((id, fresh, config, key_id, sealed));
+            }
+        }
+        let mut tx = self.begin().await?;
+        for (id, fresh, config, key_id, sealed) in &updates {
+            let done = sqlx::query(
+                "UPDATE targets SET config = ?2, secrets_key_id = ?3, sealed_secrets = ?4 \
+                 WHERE id = ?1 AND config = ?5 AND secrets_key_id IS ?6 AND sealed_secrets IS ?7",
+            )
+            .bind(id)
+            .bind(fresh.config.to_string())
+            .bind(fresh.key_id())
+            .bind(fresh.sealed_bytes())
+            .bind(config)
+            .bind(key_id)
+            .bind(sealed)
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?
+            .rows_affected();
+            if done == 1 {
+                page.resealed += 1;
+            } else {
+                page.changed += 1;
+            }
+        }
+        tx.commit().await.map_err(map_err)?;
+        Ok(page)
+    }
+
+    pub(super) async fn reseal_key_page(
+        &self,
+        after: Option<&str>,
+        limit: u32,
+    ) -> StoreResult<ResealPage> {
+        let sealer = self.sealer().ok_or(StoreError::NoEncryptionKey)?;
+        let rows: Vec<(String, Vec<u8>, Option<String>)> = sqlx::query_as(
+            "SELECT kid, secret, key_id FROM signing_keys \
+             WHERE kid > ?1 AND key_id IS NOT ?2 ORDER BY kid LIMIT ?3",
+        )
+        .bind(after.unwrap_or(""))
+        .bind(sealer.current_key_id())
+        .bind(i64::from(limit))
+        .fetch_all(&self.reader)
+        .await
+        .map_err(map_err)?;
+        let mut page = ResealPage {
+            last: rows.last().map(|r| r.0.clone()),
+            ..ResealPage::default()
+        };
+        let mut updates = Vec::with_capacity(rows.len());
+        for (kid, secret, key_id) in rows {
+            if let Some(fresh) =
+                reseal_signing_key(sealer, &kid, secret.clone(), key_id.as_deref())?
+            {
+                updates.push((kid, fresh, secret, key_id));
+            }
+        }
+        let mut tx = self.begin().await?;
+        for (kid, (sealed, new_key_id), secret, key_id) in &updates {
+            let done = sqlx::query(
+                "UPDATE signing_keys SET secret = ?2, key_id = ?3 \
+                 WHERE kid = ?1 AND secret = ?4 AND key_id IS ?5",
+            )
+            .bind(kid)
+            .bind(sealed)
+            .bind(new_key_id)
+            .bind(secret)
+            .bind(key_id)
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?
+            .rows_affected();
+            if done == 1 {
+                page.resealed += 1;
+            } else {
+                page.changed += 1;
+            }
+        }
+        tx.commit().await.map_err(map_err)?;
+        Ok(page)
+    }
+}
