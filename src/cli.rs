@@ -149,7 +149,7 @@ async fn announce_development_client(running: &app::Running) -> anyhow::Result<(
             client_id: client_id.clone(),
             account: "dev".into(),
             name: "development".into(),
-            secret_hash: secrets::hash_secret(&secret),
+            secret_hash: secrets::hash_client_secret(&secret),
             scopes: SCOPES.iter().map(|s| s.to_string()).collect(),
         })
         .await?;
@@ -181,7 +181,7 @@ async fn create_client(config: Config, args: CreateClient) -> anyhow::Result<()>
         client_id: client_id.clone(),
         account: account.to_string(),
         name: args.name,
-        secret_hash: secrets::hash_secret(&secret),
+        secret_hash: secrets::hash_client_secret(&secret),
         scopes: scopes.clone(),
     };
     store
