@@ -4,6 +4,8 @@
 
 mod common;
 
+#[path = "auth/own_keys.rs"]
+mod own_keys;
 #[path = "auth/token_abuse.rs"]
 mod token_abuse;
 
