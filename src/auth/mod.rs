@@ -2,6 +2,7 @@
 //! external issuer, and scopes.
 
 pub mod jwks;
+pub mod revocations;
 pub mod secrets;
 pub mod tokens;
 
