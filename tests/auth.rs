@@ -6,6 +6,8 @@ mod common;
 
 #[path = "auth/own_keys.rs"]
 mod own_keys;
+#[path = "auth/rate_limit.rs"]
+mod rate_limit;
 #[path = "auth/token_abuse.rs"]
 mod token_abuse;
 
