@@ -9,7 +9,7 @@ use tracing::info;
 
 use crate::{
     api::{self, AppState},
-    auth::{secrets::VerifiedSecrets, tokens::TokenService},
+    auth::tokens::TokenService,
     config::Config,
     delivery::{aws::AwsClients, webhook::WebhookClient, Deliverer},
     domain::retry::RetryPolicy,
@@ -138,7 +138,7 @@ pub async fn start_with(
     let state = AppState {
         store: store.clone(),
         tokens: Arc::new(tokens),
-        verified_secrets: Arc::new(VerifiedSecrets::default()),
+        limits: Arc::new(api::limits::ApiLimits::new(&config)),
         config: config.clone(),
         wake: wake.clone(),
         metrics: metrics::handle(),

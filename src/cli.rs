@@ -1,4 +1,4 @@
-//! The command line: `serve` (default), `migrate`, `clients create`,
+//! The command line: `serve` (default), `migrate`, `clients create|list|revoke`,
 //! `targets create`, `users create`, `secrets rotate`.
 
 use std::path::PathBuf;
@@ -11,7 +11,7 @@ use crate::{
     app,
     auth::{parse_scopes, secrets, SCOPES},
     config::Config,
-    store::ClientRecord,
+    store::{ClientRecord, ClientSummary},
 };
 
 #[derive(Debug, Parser)]
@@ -101,6 +101,24 @@ pub struct CreateTarget {
 pub enum ClientsCommand {
     /// Create a client; prints its id and secret once, as JSON.
     Create(CreateClient),
+    /// List an account's clients, revoked ones too, as a JSON array.
+    List(ListClients),
+    /// Revoke a client: its token requests are refused at once, the tokens
+    /// it holds within seconds on every instance.
+    Revoke(RevokeClient),
+}
+
+#[derive(Debug, Args)]
+pub struct ListClients {
+    #[arg(long)]
+    pub account: String,
+}
+
+#[derive(Debug, Args)]
+pub struct RevokeClient {
+    /// The id of the client to revoke.
+    #[arg(value_name = "CLIENT_ID")]
+    pub client_id: String,
 }
 
 #[derive(Debug, Args)]
@@ -126,6 +144,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Clients(ClientsCommand::Create(args)) => create_client(config, args).await,
+        Command::Clients(ClientsCommand::List(args)) => list_clients(config, args).await,
+        Command::Clients(ClientsCommand::Revoke(args)) => revoke_client(config, args).await,
         Command::Targets(TargetsCommand::Create(args)) => create_target(config, args).await,
         Command::Users(UsersCommand::Create(args)) => create_user(config, args).await,
         Command::Secrets(SecretsCommand::Rotate) => rotate_secrets(config).await,
@@ -202,7 +222,7 @@ async fn announce_development_client(running: &app::Running) -> anyhow::Result<(
             client_id: client_id.clone(),
             account: "dev".into(),
             name: "development".into(),
-            secret_hash: secrets::hash_secret(&secret),
+            secret_hash: secrets::hash_client_secret(&secret),
             scopes: SCOPES.iter().map(|s| s.to_string()).collect(),
         })
         .await?;
@@ -234,7 +254,7 @@ async fn create_client(config: Config, args: CreateClient) -> anyhow::Result<()>
         client_id: client_id.clone(),
         account: account.to_string(),
         name: args.name,
-        secret_hash: secrets::hash_secret(&secret),
+        secret_hash: secrets::hash_client_secret(&secret),
         scopes: scopes.clone(),
     };
     store
@@ -254,6 +274,46 @@ fn invalid_target(errors: Vec<crate::domain::target::FieldError>) -> anyhow::Err
         .map(|e| format!("{} {}", e.field, e.message))
         .collect();
     anyhow::anyhow!("invalid target: {}", lines.join("; "))
+}
+
+fn client_json(c: &ClientSummary) -> serde_json::Value {
+    use crate::domain::time::format;
+    json!({
+        "clientId": c.client_id,
+        "name": c.name,
+        "account": c.account,
+        "scopes": c.scopes,
+        "createdAt": format(&c.created_at),
+        "revokedAt": c.revoked_at.as_ref().map(format),
+    })
+}
+
+async fn list_clients(config: Config, args: ListClients) -> anyhow::Result<()> {
+    let (store, _) = app::open_store(&config).await?.into_parts();
+    let clients = store
+        .list_clients(args.account.trim())
+        .await
+        .context("listing the clients")?;
+    let out: Vec<serde_json::Value> = clients.iter().map(client_json).collect();
+    println!("{}", serde_json::Value::Array(out));
+    Ok(())
+}
+
+async fn revoke_client(config: Config, args: RevokeClient) -> anyhow::Result<()> {
+    let (store, _) = app::open_store(&config).await?.into_parts();
+    let Some(revoked) = store
+        .revoke_client(&args.client_id, crate::domain::time::now())
+        .await
+        .context("revoking the client")?
+    else {
+        anyhow::bail!("there is no client with the id {}", args.client_id);
+    };
+    println!("{}", client_json(&revoked));
+    eprintln!(
+        "{} is revoked: its token requests are refused, and its tokens within seconds",
+        revoked.client_id
+    );
+    Ok(())
 }
 
 async fn create_target(config: Config, args: CreateTarget) -> anyhow::Result<()> {

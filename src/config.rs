@@ -24,6 +24,7 @@ pub struct Config {
     pub server: ServerConfig,
     pub database: DatabaseConfig,
     pub auth: AuthConfig,
+    pub api: ApiConfig,
     pub retry: RetryConfig,
     pub retention: RetentionConfig,
     pub sweeper: SweeperConfig,
@@ -56,6 +57,18 @@ pub struct AuthConfig {
     pub audience: String,
     #[serde(default)]
     pub external: Option<ExternalIssuerConfig>,
+    /// Failed token requests allowed per client id in `token_window` (five
+    /// times as many per source address) before 429.
+    pub token_attempts: u32,
+    #[serde(with = "duration")]
+    pub token_window: Duration,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct ApiConfig {
+    /// Requests a second per client on authenticated endpoints (bursts of
+    /// twice that); 0: no limit.
+    pub rate_limit: u32,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -283,6 +296,9 @@ impl Config {
         if self.portal.login_attempts == 0 || self.portal.login_window.is_zero() {
             return invalid("portal.login_attempts and portal.login_window must be above zero");
         }
+        if self.auth.token_attempts == 0 || self.auth.token_window.is_zero() {
+            return invalid("auth.token_attempts and auth.token_window must be above zero");
+        }
         if self.retention.batch_size == 0 {
             return invalid("retention.batch_size must be at least 1");
         }
@@ -331,6 +347,9 @@ mod tests {
         assert!(!c.aws.allow_default_credentials);
         assert_eq!(c.webhook.timeout, Duration::from_secs(10));
         assert!(c.database.url.is_empty());
+        assert_eq!(c.auth.token_attempts, 10);
+        assert_eq!(c.auth.token_window, Duration::from_secs(60));
+        assert_eq!(c.api.rate_limit, 0);
     }
 
     #[test]

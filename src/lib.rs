@@ -7,6 +7,7 @@ pub mod cli;
 pub mod config;
 pub mod delivery;
 pub mod domain;
+pub mod limits;
 pub mod metrics;
 pub mod portal;
 pub mod retention;

@@ -4,6 +4,15 @@
 
 mod common;
 
+#[path = "auth/jwks_outages.rs"]
+mod jwks_outages;
+#[path = "auth/own_keys.rs"]
+mod own_keys;
+#[path = "auth/rate_limit.rs"]
+mod rate_limit;
+#[path = "auth/token_abuse.rs"]
+mod token_abuse;
+
 use std::{
     sync::{
         atomic::{AtomicUsize, Ordering},
@@ -730,20 +739,32 @@ fn ec_key(kid: &str) -> SigningKeyPair {
 struct Jwks {
     keys: Arc<RwLock<Vec<Value>>>,
     fetches: Arc<AtomicUsize>,
+    /// While set, the endpoint answers 503.
+    down: Arc<std::sync::atomic::AtomicBool>,
+    /// Characters of an extra member that pads the document.
+    padding: Arc<AtomicUsize>,
     url: String,
 }
 
 impl Jwks {
     async fn serve(keys: Vec<Value>) -> Self {
-        async fn jwks(State(jwks): State<Jwks>) -> Json<Value> {
+        async fn jwks(State(jwks): State<Jwks>) -> Result<Json<Value>, StatusCode> {
             jwks.fetches.fetch_add(1, Ordering::SeqCst);
-            Json(json!({"keys": *jwks.keys.read().unwrap()}))
+            if jwks.down.load(Ordering::SeqCst) {
+                return Err(StatusCode::SERVICE_UNAVAILABLE);
+            }
+            let padding = "x".repeat(jwks.padding.load(Ordering::SeqCst));
+            Ok(Json(
+                json!({"keys": *jwks.keys.read().unwrap(), "padding": padding}),
+            ))
         }
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let this = Self {
             keys: Arc::new(RwLock::new(keys)),
             fetches: Arc::new(AtomicUsize::new(0)),
+            down: Arc::default(),
+            padding: Arc::default(),
             url: format!("http://{addr}/.well-known/jwks.json"),
         };
         let router = Router::new()
@@ -763,6 +784,11 @@ impl Jwks {
 }
 
 async fn spawn_trusting(jwks: &Jwks) -> TestApp {
+    spawn_trusting_for(jwks, Duration::from_secs(300)).await
+}
+
+/// Trusting `jwks`, whose set is fetched again after `ttl`.
+async fn spawn_trusting_for(jwks: &Jwks, ttl: Duration) -> TestApp {
     let url = jwks.url.clone();
     TestApp::spawn_with(move |c| {
         c.auth.external = Some(ExternalIssuerConfig {
@@ -770,7 +796,7 @@ async fn spawn_trusting(jwks: &Jwks) -> TestApp {
             audience: EXT_AUDIENCE.into(),
             jwks_url: url,
             account_claim: "account".into(),
-            jwks_ttl: Duration::from_secs(300),
+            jwks_ttl: ttl,
         });
     })
     .await
@@ -1062,7 +1088,7 @@ async fn a_client_created_on_the_command_line_has_only_its_secret_hash_stored() 
         "the secret is stored: {stored:?}"
     );
     let hash = stored.secret_hash;
-    assert!(hash.starts_with("$argon2"), "a password hash: {hash}");
+    assert!(hash.starts_with("sha256$"), "a hash of the secret: {hash}");
 
     // The printed secret is the one that works.
     let r = token_request(

@@ -3,6 +3,9 @@
 
 mod common;
 
+#[path = "cli/clients.rs"]
+mod clients;
+
 use std::{process::Stdio, time::Duration};
 
 use tokio::io::AsyncBufReadExt;

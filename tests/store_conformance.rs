@@ -14,6 +14,10 @@
 
 mod common;
 
+#[path = "store_conformance/clients.rs"]
+mod clients;
+use clients::*;
+
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
     sync::Arc,
@@ -50,6 +54,10 @@ macro_rules! conformance {
         conformance!(@tests $backend, $factory;
             ping_answers_while_the_store_is_reachable,
             a_created_client_is_found_by_id_and_an_unknown_id_answers_none,
+            a_secret_hash_is_replaced_only_while_it_is_the_stored_one,
+            clients_are_listed_per_account_oldest_first_with_their_revocation,
+            a_revoked_client_is_not_found_and_revoking_again_keeps_the_first_time,
+            clients_revoked_since_a_time_are_those_revoked_at_or_after_it,
             signing_keys_are_created_once_and_stay_the_same_across_calls,
             an_inserted_target_reads_back_unchanged_and_a_duplicate_id_is_refused,
             a_target_is_invisible_to_another_account,

@@ -32,6 +32,9 @@ pub enum ApiError {
     PayloadTooLarge,
     #[error("unsupported media type")]
     UnsupportedMediaType(&'static str),
+    /// Over `api.rate_limit`; retry after this many seconds.
+    #[error("rate limited")]
+    RateLimited { retry_after: u64 },
     #[error("service unavailable")]
     Unavailable,
     #[error("internal error")]
@@ -70,6 +73,7 @@ impl ApiError {
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -122,6 +126,13 @@ impl ApiError {
                 "unsupported-media-type",
                 "Unsupported media type",
                 format!("the body must be {expected}"),
+            ),
+            ApiError::RateLimited { retry_after } => (
+                "rate-limited",
+                "Too many requests",
+                format!(
+                    "this client is over its rate of requests a second; retry in {retry_after} s"
+                ),
             ),
             ApiError::Unavailable => (
                 "unavailable",
@@ -200,6 +211,9 @@ impl IntoResponse for ApiError {
                 )) {
                     headers.insert(header::WWW_AUTHENTICATE, v);
                 }
+            }
+            ApiError::RateLimited { retry_after } => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from(*retry_after));
             }
             ApiError::Unavailable => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));

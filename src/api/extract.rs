@@ -59,6 +59,7 @@ impl FromRequest<AppState> for JsonBody {
     }
 }
 
+/// A valid bearer token, within its client's `api.rate_limit`.
 impl FromRequestParts<AppState> for Principal {
     type Rejection = ApiError;
 
@@ -84,7 +85,15 @@ impl FromRequestParts<AppState> for Principal {
             });
         }
         match state.tokens.validate(token).await {
-            Ok(principal) => Ok(principal),
+            Ok(principal) => {
+                state
+                    .limits
+                    .request(&principal.account, &principal.subject)
+                    .map_err(|wait| ApiError::RateLimited {
+                        retry_after: crate::limits::retry_after_secs(wait),
+                    })?;
+                Ok(principal)
+            }
             Err(TokenError::Invalid(reason)) => {
                 tracing::debug!(%reason, "token refused");
                 Err(ApiError::Unauthorized {

@@ -3,6 +3,7 @@
 pub mod batch;
 pub mod error;
 pub mod extract;
+pub mod limits;
 pub mod messages;
 pub mod oauth;
 pub mod ops;
@@ -23,17 +24,14 @@ use tower_http::{
     trace::TraceLayer,
 };
 
-use crate::{
-    auth::{secrets::VerifiedSecrets, tokens::TokenService},
-    config::Config,
-    store::Store,
-};
+use crate::{auth::tokens::TokenService, config::Config, store::Store};
 
 #[derive(Clone)]
 pub struct AppState {
     pub store: Arc<dyn Store>,
     pub tokens: Arc<TokenService>,
-    pub verified_secrets: Arc<VerifiedSecrets>,
+    /// Token request failures and request rates, per client and address.
+    pub limits: Arc<limits::ApiLimits>,
     pub config: Arc<Config>,
     /// Wakes this instance's sweeper when something may have fallen due.
     pub wake: Arc<crate::wake::Wake>,

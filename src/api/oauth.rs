@@ -1,8 +1,10 @@
 //! `POST /oauth/token`: the client credentials grant (RFC 6749 §4.4).
 
+use std::{net::SocketAddr, time::Duration};
+
 use axum::{
     body::Bytes,
-    extract::State,
+    extract::{ConnectInfo, State},
     http::{header, HeaderMap, HeaderValue, StatusCode},
     response::{IntoResponse, Response},
     Json,
@@ -13,13 +15,23 @@ use super::{
     wire::{OAuthErrorOut, TokenOut},
     AppState,
 };
-use crate::auth::{parse_scopes, tokens::TokenError};
+use crate::{
+    auth::{
+        parse_scopes,
+        secrets::{self, ClientSecretCheck},
+        tokens::TokenError,
+    },
+    limits::retry_after_secs,
+    store::ClientRecord,
+};
 
 struct OAuthError {
     status: StatusCode,
     error: &'static str,
     description: String,
     basic_challenge: bool,
+    /// Whole seconds, with 429.
+    retry_after: Option<u64>,
 }
 
 impl OAuthError {
@@ -29,7 +41,20 @@ impl OAuthError {
             error,
             description: description.into(),
             basic_challenge: false,
+            retry_after: None,
         }
+    }
+
+    /// 429: too many failed attempts for this client id or from this address.
+    fn held_back(wait: Duration) -> Self {
+        let secs = retry_after_secs(wait);
+        let mut e = Self::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "slow_down",
+            format!("too many failed attempts; try again in {secs} s"),
+        );
+        e.retry_after = Some(secs);
+        e
     }
 
     fn invalid_request(description: impl Into<String>) -> Self {
@@ -46,6 +71,9 @@ impl IntoResponse for OAuthError {
         let mut response = (self.status, Json(body)).into_response();
         let headers = response.headers_mut();
         headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        if let Some(secs) = self.retry_after {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
         if self.status == StatusCode::UNAUTHORIZED {
             let challenge = if self.basic_challenge {
                 "Basic realm=\"dispatch\""
@@ -70,11 +98,22 @@ impl IntoResponse for OAuthError {
     responses(
         (status = 200, description = "An access token", body = TokenOut),
         (status = 400, description = "invalid_request, unsupported_grant_type or invalid_scope", body = OAuthErrorOut),
-        (status = 401, description = "invalid_client", body = OAuthErrorOut),
+        (status = 401, description = "invalid_client: an unknown, revoked or wrongly authenticated client", body = OAuthErrorOut),
+        (status = 429, description = "slow_down: too many failed attempts for this client id (`auth.token_attempts` in `auth.token_window`) or from this address (five times as many); see Retry-After",
+            body = OAuthErrorOut, headers(("Retry-After" = u64, description = "Seconds to wait"))),
     )
 )]
-pub async fn token(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
-    match issue(&state, &headers, &body).await {
+pub async fn token(
+    State(state): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if let Some(wait) = state.limits.token_address_held(peer.ip()) {
+        tracing::warn!(address = %peer.ip(), "token requests from this address held back");
+        return OAuthError::held_back(wait).into_response();
+    }
+    match issue(&state, peer, &headers, &body).await {
         Ok(token) => {
             let mut response = Json(token).into_response();
             response
@@ -89,7 +128,12 @@ pub async fn token(State(state): State<AppState>, headers: HeaderMap, body: Byte
     }
 }
 
-async fn issue(state: &AppState, headers: &HeaderMap, body: &[u8]) -> Result<TokenOut, OAuthError> {
+async fn issue(
+    state: &AppState,
+    peer: SocketAddr,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<TokenOut, OAuthError> {
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -128,6 +172,7 @@ async fn issue(state: &AppState, headers: &HeaderMap, body: &[u8]) -> Result<Tok
         (Some(creds), None, None) => creds,
         (None, Some(id), Some(secret)) => (id, secret),
         (None, _, _) => {
+            state.limits.token_failed(None, peer.ip());
             let mut e = OAuthError::new(
                 StatusCode::UNAUTHORIZED,
                 "invalid_client",
@@ -141,35 +186,20 @@ async fn issue(state: &AppState, headers: &HeaderMap, body: &[u8]) -> Result<Tok
         return Err(OAuthError::invalid_request("grant_type is required"));
     };
 
-    let invalid_client = || {
+    if let Some(wait) = state.limits.token_client_held(&client_id) {
+        tracing::warn!(client_id, "token requests for this client held back");
+        return Err(OAuthError::held_back(wait));
+    }
+    let Some(client) = authenticate(state, &client_id, secret).await? else {
+        state.limits.token_failed(Some(&client_id), peer.ip());
         let mut e = OAuthError::new(
             StatusCode::UNAUTHORIZED,
             "invalid_client",
             "client authentication failed",
         );
         e.basic_challenge = used_basic;
-        e
+        return Err(e);
     };
-    let client = state
-        .store
-        .find_client(&client_id)
-        .await
-        .map_err(|_| {
-            OAuthError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "temporarily_unavailable",
-                "try again shortly",
-            )
-        })?
-        .ok_or_else(invalid_client)?;
-    let store_secrets = state.verified_secrets.clone();
-    let (hash, id, s) = (client.secret_hash.clone(), client.client_id.clone(), secret);
-    let verified = tokio::task::spawn_blocking(move || store_secrets.verify(&id, &s, &hash))
-        .await
-        .unwrap_or(false);
-    if !verified {
-        return Err(invalid_client());
-    }
     if grant_type != "client_credentials" {
         return Err(OAuthError::new(
             StatusCode::BAD_REQUEST,
@@ -202,11 +232,7 @@ async fn issue(state: &AppState, headers: &HeaderMap, body: &[u8]) -> Result<Tok
         .issue(&client, &scopes)
         .await
         .map_err(|e| match e {
-            TokenError::Invalid(_) | TokenError::Unavailable(_) => OAuthError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "temporarily_unavailable",
-                "try again shortly",
-            ),
+            TokenError::Invalid(_) | TokenError::Unavailable(_) => unavailable(),
         })?;
     Ok(TokenOut {
         access_token: issued.access_token,
@@ -214,6 +240,50 @@ async fn issue(state: &AppState, headers: &HeaderMap, body: &[u8]) -> Result<Tok
         expires_in: issued.expires_in,
         scope: issued.scope,
     })
+}
+
+fn unavailable() -> OAuthError {
+    OAuthError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "temporarily_unavailable",
+        "try again shortly",
+    )
+}
+
+/// The client, if `secret` is its secret. An unknown (or revoked) client id
+/// costs the same work as a wrong secret, and answers the same.
+async fn authenticate(
+    state: &AppState,
+    client_id: &str,
+    secret: String,
+) -> Result<Option<ClientRecord>, OAuthError> {
+    let client = state
+        .store
+        .find_client(client_id)
+        .await
+        .map_err(|_| unavailable())?;
+    let Some(client) = client else {
+        secrets::verify_against_nothing(&secret);
+        return Ok(None);
+    };
+    let stored = client.secret_hash.clone();
+    let check = if secrets::is_slow_hash(&stored) {
+        tokio::task::spawn_blocking(move || secrets::verify_client_secret(&secret, &stored))
+            .await
+            .unwrap_or(ClientSecretCheck::Wrong)
+    } else {
+        secrets::verify_client_secret(&secret, &stored)
+    };
+    if let ClientSecretCheck::RightUpgrade(fast) = &check {
+        let replaced = state
+            .store
+            .replace_client_secret_hash(client_id, &client.secret_hash, fast)
+            .await;
+        if let Err(e) = replaced {
+            tracing::warn!(error = %e, client_id, "could not store the fast form of a secret hash");
+        }
+    }
+    Ok(check.is_right().then_some(client))
 }
 
 /// HTTP Basic credentials; id and secret are form-urlencoded inside (RFC 6749 §2.3.1).

@@ -75,6 +75,51 @@ impl Modify for BearerAuth {
     }
 }
 
+/// Every operation that needs a token may answer 429 beyond `api.rate_limit`.
+struct RateLimitedResponses;
+
+impl Modify for RateLimitedResponses {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::{
+            header::HeaderBuilder, schema::Type, Content, ObjectBuilder, Ref, ResponseBuilder,
+        };
+        let response = ResponseBuilder::new()
+            .description(
+                "Rate limited: over `api.rate_limit` requests a second for this client \
+                 (bursts of twice that); retry after the Retry-After delay",
+            )
+            .header(
+                "Retry-After",
+                HeaderBuilder::new()
+                    .schema(ObjectBuilder::new().schema_type(Type::Integer))
+                    .description(Some("Seconds to wait"))
+                    .build(),
+            )
+            .content(
+                "application/problem+json",
+                Content::new(Some(Ref::from_schema_name("Problem"))),
+            )
+            .build();
+        for item in openapi.paths.paths.values_mut() {
+            let operations = [
+                &mut item.get,
+                &mut item.put,
+                &mut item.post,
+                &mut item.delete,
+                &mut item.patch,
+            ];
+            for operation in operations.into_iter().flatten() {
+                if operation.security.as_ref().is_some_and(|s| !s.is_empty()) {
+                    operation
+                        .responses
+                        .responses
+                        .insert("429".into(), response.clone().into());
+                }
+            }
+        }
+    }
+}
+
 #[derive(OpenApi)]
 #[openapi(
     info(title = "Dispatch", description = "Scheduled delivery to webhooks, Amazon SQS and Amazon SNS, with a retry ladder and dead letters."),
@@ -86,7 +131,7 @@ impl Modify for BearerAuth {
         super::messages::cancel, super::messages::reschedule,
         live, ready, metrics, openapi,
     ),
-    modifiers(&BearerAuth),
+    modifiers(&BearerAuth, &RateLimitedResponses),
     tags(
         (name = "auth", description = "OAuth 2 client credentials"),
         (name = "targets", description = "Where messages go"),

@@ -2,6 +2,7 @@
 //! external issuer, scopes, and the sealing of secrets at rest.
 
 pub mod jwks;
+pub mod revocations;
 pub mod sealing;
 pub mod secrets;
 pub mod tokens;

@@ -1,15 +1,21 @@
 //! Access tokens: HS256 JWTs this server issues (keys shared by every
 //! instance through the store) and, optionally, an external issuer's tokens.
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc,
+    },
+    time::{Duration, Instant},
+};
 
 use jsonwebtoken::{
     decode, decode_header, encode, Algorithm, DecodingKey, EncodingKey, Header, Validation,
 };
 use serde::{Deserialize, Serialize};
-use tokio::sync::RwLock;
+use tokio::sync::{Mutex, RwLock};
 
-use super::{jwks::ExternalIssuer, Principal};
+use super::{jwks::ExternalIssuer, revocations::Revocations, Principal};
 use crate::{
     config::AuthConfig,
     store::{ClientRecord, SigningKey, Store, StoreError},
@@ -37,9 +43,18 @@ struct Claims {
     jti: String,
 }
 
+/// Tokens naming a key we do not know make us reload the keys (another
+/// instance may have made one) at most this often, whoever sends them.
+const MIN_RELOAD: Duration = Duration::from_secs(1);
+
 pub struct TokenService {
     store: Arc<dyn Store>,
     keys: RwLock<Vec<SigningKey>>,
+    /// When the keys were last reloaded; held while a reload is under way,
+    /// so that concurrent requests wait for it rather than reload too.
+    last_reload: Mutex<Option<Instant>>,
+    reloads: AtomicU64,
+    revocations: Revocations,
     issuer: String,
     audience: String,
     ttl: Duration,
@@ -55,9 +70,13 @@ pub struct IssuedToken {
 impl TokenService {
     pub async fn new(store: Arc<dyn Store>, config: &AuthConfig) -> Result<Self, StoreError> {
         let keys = store.signing_keys().await?;
+        let revocations = Revocations::load(store.clone(), config.token_ttl).await?;
         Ok(Self {
             store,
             keys: RwLock::new(keys),
+            last_reload: Mutex::new(None),
+            reloads: AtomicU64::new(0),
+            revocations,
             issuer: config.issuer.clone(),
             audience: config.audience.clone(),
             ttl: config.token_ttl,
@@ -114,27 +133,10 @@ impl TokenService {
 
     async fn validate_own(&self, token: &str, kid: Option<&str>) -> Result<Principal, TokenError> {
         let kid = kid.ok_or_else(|| TokenError::Invalid("token has no kid".into()))?;
-        let mut secret = self
-            .keys
-            .read()
-            .await
-            .iter()
-            .find(|k| k.kid == kid)
-            .map(|k| k.secret.clone());
-        if secret.is_none() {
-            // Another instance may have created a key since we loaded ours.
-            let fresh = self
-                .store
-                .signing_keys()
-                .await
-                .map_err(TokenError::Unavailable)?;
-            secret = fresh
-                .iter()
-                .find(|k| k.kid == kid)
-                .map(|k| k.secret.clone());
-            *self.keys.write().await = fresh;
-        }
-        let secret = secret.ok_or_else(|| TokenError::Invalid("unknown key".into()))?;
+        let secret = match self.known_key(kid).await {
+            Some(secret) => secret,
+            None => self.reload_for(kid).await?,
+        };
         let mut validation = Validation::new(Algorithm::HS256);
         validation.set_issuer(&[&self.issuer]);
         validation.set_audience(&[&self.audience]);
@@ -144,10 +146,51 @@ impl TokenService {
         let data = decode::<Claims>(token, &DecodingKey::from_secret(&secret), &validation)
             .map_err(|e| TokenError::Invalid(e.to_string()))?;
         let c = data.claims;
+        if self.revocations.is_revoked(&c.sub).await {
+            return Err(TokenError::Invalid("the client was revoked".into()));
+        }
         Ok(Principal {
             account: c.account,
             subject: c.sub,
             scopes: c.scope.split_whitespace().map(String::from).collect(),
         })
+    }
+
+    async fn known_key(&self, kid: &str) -> Option<Vec<u8>> {
+        self.keys
+            .read()
+            .await
+            .iter()
+            .find(|k| k.kid == kid)
+            .map(|k| k.secret.clone())
+    }
+
+    /// Another instance may have created a key since we loaded ours: reload,
+    /// unless a reload ended less than `MIN_RELOAD` ago.
+    async fn reload_for(&self, kid: &str) -> Result<Vec<u8>, TokenError> {
+        let unknown = || TokenError::Invalid("unknown key".into());
+        let mut last = self.last_reload.lock().await;
+        // It may have come with the reload we waited for.
+        if let Some(secret) = self.known_key(kid).await {
+            return Ok(secret);
+        }
+        if last.is_some_and(|at| at.elapsed() < MIN_RELOAD) {
+            return Err(unknown());
+        }
+        self.reloads.fetch_add(1, Ordering::Relaxed);
+        let fresh = self.store.signing_keys().await;
+        *last = Some(Instant::now());
+        let fresh = fresh.map_err(TokenError::Unavailable)?;
+        let secret = fresh
+            .iter()
+            .find(|k| k.kid == kid)
+            .map(|k| k.secret.clone());
+        *self.keys.write().await = fresh;
+        secret.ok_or_else(unknown)
+    }
+
+    /// How many times the signing keys were reloaded for an unknown key id.
+    pub fn key_reloads(&self) -> u64 {
+        self.reloads.load(Ordering::Relaxed)
     }
 }

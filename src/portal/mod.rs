@@ -15,8 +15,6 @@ mod target_form;
 mod targets;
 mod when;
 
-use std::{num::NonZeroU32, time::Duration};
-
 use axum::{
     extract::Request,
     http::{header, HeaderValue, StatusCode},
@@ -25,44 +23,30 @@ use axum::{
     routing::{get, post},
     Router,
 };
-use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use maud::html;
 
-use crate::{api::AppState, config::PortalConfig, store::StoreError};
+use crate::{
+    api::AppState,
+    config::PortalConfig,
+    limits::{self, Limiter},
+    store::StoreError,
+};
 
 pub use session::{hash_password, new_user};
 
 /// What the portal keeps in memory: sign-in rate limits.
 pub struct Runtime {
-    by_email: DefaultKeyedRateLimiter<String>,
-    by_address: DefaultKeyedRateLimiter<std::net::IpAddr>,
+    by_email: Limiter<String>,
+    by_address: Limiter<std::net::IpAddr>,
 }
 
 impl Runtime {
     pub fn new(config: &PortalConfig) -> Self {
-        let quota = |attempts: u32| {
-            let attempts = NonZeroU32::new(attempts.max(1)).expect("at least one");
-            let period = (config.login_window / attempts.get()).max(Duration::from_millis(1));
-            Quota::with_period(period)
-                .expect("a positive period")
-                .allow_burst(attempts)
-        };
+        let quota = |attempts: u32| limits::per_window(attempts, config.login_window);
         Self {
-            by_email: RateLimiter::keyed(quota(config.login_attempts)),
+            by_email: Limiter::new(quota(config.login_attempts)),
             // Several people may share an address (an office, a proxy).
-            by_address: RateLimiter::keyed(quota(config.login_attempts.saturating_mul(5))),
-        }
-    }
-}
-
-impl Runtime {
-    /// Keys whose limit has fully recovered carry no information: dropping
-    /// them keeps sign-ins with ever-new emails from growing the maps.
-    fn forget_idle_keys(&self) {
-        const KEEP: usize = 10_000;
-        if self.by_email.len() > KEEP || self.by_address.len() > KEEP {
-            self.by_email.retain_recent();
-            self.by_address.retain_recent();
+            by_address: Limiter::new(quota(config.login_attempts.saturating_mul(5))),
         }
     }
 }

@@ -226,10 +226,7 @@ pub async fn login(
     let email = form.email.trim().to_lowercase();
     let next = safe_next(Some(&form.next));
     let runtime = &state.portal;
-    runtime.forget_idle_keys();
-    if runtime.by_address.check_key(&peer.ip()).is_err()
-        || runtime.by_email.check_key(&email).is_err()
-    {
+    if runtime.by_address.check(&peer.ip()).is_err() || runtime.by_email.check(&email).is_err() {
         tracing::warn!(address = %peer.ip(), "portal sign-in rate limited");
         let page = login_form(
             &form.csrf,

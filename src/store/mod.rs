@@ -102,6 +102,17 @@ pub struct ClientRecord {
     pub scopes: Vec<String>,
 }
 
+/// A client as `clients list` shows it: no secret hash.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientSummary {
+    pub client_id: String,
+    pub account: String,
+    pub name: String,
+    pub scopes: Vec<String>,
+    pub created_at: DateTime<Utc>,
+    pub revoked_at: Option<DateTime<Utc>>,
+}
+
 #[derive(Debug, Clone)]
 pub struct SigningKey {
     pub kid: String,
@@ -260,8 +271,28 @@ pub trait Store: Send + Sync + 'static {
     async fn ping(&self) -> StoreResult<()>;
 
     async fn create_client(&self, client: &ClientRecord) -> StoreResult<()>;
+    /// A client that has not been revoked.
     async fn find_client(&self, client_id: &str) -> StoreResult<Option<ClientRecord>>;
     async fn count_clients(&self) -> StoreResult<u64>;
+    /// Stores `new` as the client's secret hash if it is still `old` and the
+    /// client is not revoked; false otherwise.
+    async fn replace_client_secret_hash(
+        &self,
+        client_id: &str,
+        old: &str,
+        new: &str,
+    ) -> StoreResult<bool>;
+    /// The clients of `account`, revoked ones too, oldest first.
+    async fn list_clients(&self, account: &str) -> StoreResult<Vec<ClientSummary>>;
+    /// Revokes a client (again: it keeps its first revocation time); None
+    /// when there is no such client.
+    async fn revoke_client(
+        &self,
+        client_id: &str,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Option<ClientSummary>>;
+    /// The ids of the clients revoked at or after `since`.
+    async fn clients_revoked_since(&self, since: DateTime<Utc>) -> StoreResult<Vec<String>>;
     async fn ensure_account(&self, account: &str) -> StoreResult<()>;
     /// The keys tokens are signed with, newest first; one is created when there is none.
     async fn signing_keys(&self) -> StoreResult<Vec<SigningKey>>;

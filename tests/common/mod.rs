@@ -202,7 +202,7 @@ impl TestApp {
                 client_id: client_id.clone(),
                 account: account.into(),
                 name: "test".into(),
-                secret_hash: secrets::hash_secret(&secret),
+                secret_hash: secrets::hash_client_secret(&secret),
                 scopes,
             })
             .await

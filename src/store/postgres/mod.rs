@@ -17,6 +17,7 @@
 //! the index's first entry even on an empty table.
 
 mod batch;
+mod clients;
 mod delivery;
 mod filter;
 pub mod listen;
@@ -204,7 +205,7 @@ impl Store for PgStore {
 
     async fn find_client(&self, client_id: &str) -> StoreResult<Option<ClientRecord>> {
         let row: Option<(String, String, String, String, Vec<String>)> =
-            sqlx::query_as("SELECT client_id, account, name, secret_hash, scopes FROM clients WHERE client_id = $1")
+            sqlx::query_as("SELECT client_id, account, name, secret_hash, scopes FROM clients WHERE client_id = $1 AND revoked_at IS NULL")
                 .bind(client_id)
                 .fetch_optional(&self.pool)
                 .await
@@ -226,6 +227,31 @@ impl Store for PgStore {
             .await
             .map_err(map_err)?;
         Ok(n.max(0) as u64)
+    }
+
+    async fn replace_client_secret_hash(
+        &self,
+        client_id: &str,
+        old: &str,
+        new: &str,
+    ) -> StoreResult<bool> {
+        self.replace_secret_hash(client_id, old, new).await
+    }
+
+    async fn list_clients(&self, account: &str) -> StoreResult<Vec<ClientSummary>> {
+        self.clients_of(account).await
+    }
+
+    async fn revoke_client(
+        &self,
+        client_id: &str,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Option<ClientSummary>> {
+        self.revoke(client_id, now).await
+    }
+
+    async fn clients_revoked_since(&self, since: DateTime<Utc>) -> StoreResult<Vec<String>> {
+        self.revoked_since(since).await
     }
 
     async fn ensure_account(&self, account: &str) -> StoreResult<()> {

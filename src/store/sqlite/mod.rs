@@ -3,6 +3,7 @@
 //! store relies on its one writer serialising claims and on the in-process
 //! wake-up; a lock file keeps a second process away.
 
+mod clients;
 mod delivery;
 mod filter;
 mod messages;
@@ -199,7 +200,7 @@ impl Store for SqliteStore {
 
     async fn find_client(&self, client_id: &str) -> StoreResult<Option<ClientRecord>> {
         let row: Option<(String, String, String, String, String)> = sqlx::query_as(
-            "SELECT client_id, account, name, secret_hash, scopes FROM clients WHERE client_id = ?",
+            "SELECT client_id, account, name, secret_hash, scopes FROM clients WHERE client_id = ? AND revoked_at IS NULL",
         )
         .bind(client_id)
         .fetch_optional(&self.reader)
@@ -225,6 +226,31 @@ impl Store for SqliteStore {
             .await
             .map_err(map_err)?;
         Ok(n.max(0) as u64)
+    }
+
+    async fn replace_client_secret_hash(
+        &self,
+        client_id: &str,
+        old: &str,
+        new: &str,
+    ) -> StoreResult<bool> {
+        self.replace_secret_hash(client_id, old, new).await
+    }
+
+    async fn list_clients(&self, account: &str) -> StoreResult<Vec<ClientSummary>> {
+        self.clients_of(account).await
+    }
+
+    async fn revoke_client(
+        &self,
+        client_id: &str,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Option<ClientSummary>> {
+        self.revoke(client_id, now).await
+    }
+
+    async fn clients_revoked_since(&self, since: DateTime<Utc>) -> StoreResult<Vec<String>> {
+        self.revoked_since(since).await
     }
 
     async fn ensure_account(&self, account: &str) -> StoreResult<()> {
