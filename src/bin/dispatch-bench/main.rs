@@ -7,7 +7,8 @@
 //! Scenarios: `burst` (N messages due at one instant), `steady` (messages due
 //! at a fixed rate), `backlog` (steady behind far-future messages), `ingest`
 //! (POST /messages), `batch` (POST /messages/batch), `sqs` (N messages due at
-//! one instant for one SQS queue on moto). Lateness is arrival at the receiver (for SQS: the acknowledged send)
+//! one instant for one SQS queue on moto), `token` (POST /oauth/token for a
+//! valid client, then floods of wrong secrets and unknown ids). Lateness is arrival at the receiver (for SQS: the acknowledged send)
 //! minus the scheduled time. Every scenario checks that every message arrived
 //! and counts duplicates.
 
@@ -21,6 +22,7 @@ use std::{
 use anyhow::bail;
 
 mod service;
+mod token;
 
 use axum::{body::Bytes, extract::State, routing::post, Router};
 use chrono::{DateTime, TimeDelta, Utc};
@@ -44,7 +46,7 @@ struct Args {
         default_value = "postgres://postgres@127.0.0.1:5432/postgres"
     )]
     pg: String,
-    /// Scenarios to run: burst, steady, backlog, ingest, batch, sqs (comma-separated).
+    /// Scenarios to run: burst, steady, backlog, ingest, batch, sqs, token (comma-separated).
     #[arg(long, default_value = "burst,steady,backlog,ingest,batch")]
     scenarios: String,
     /// The store Dispatch runs on: postgres or sqlite (the embedded store).
@@ -89,6 +91,9 @@ struct Args {
     /// Runs of each scenario; the table shows the median.
     #[arg(long, default_value_t = 1)]
     runs: usize,
+    /// Seconds the token scenario asks for tokens with a valid client.
+    #[arg(long, default_value_t = 5)]
+    token_seconds: u64,
     /// The dispatch binary (default: beside this one).
     #[arg(long)]
     dispatch: Option<PathBuf>,
@@ -385,6 +390,10 @@ async fn main() -> anyhow::Result<()> {
         .filter(|s| !s.is_empty())
     {
         for run in 1..=args.runs {
+            if scenario == "token" {
+                token::run(&args, run).await?;
+                continue;
+            }
             let r = run_scenario(&args, scenario, run).await?;
             eprintln!("{}", serde_json::to_string(&r)?);
             results.push(r);

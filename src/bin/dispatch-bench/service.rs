@@ -27,6 +27,8 @@ pub(crate) struct Service {
     pub(crate) child: tokio::process::Child,
     pub(crate) base: String,
     pub(crate) token: String,
+    /// The client the token was issued to: (id, secret).
+    pub(crate) client: (String, String),
     pub(crate) db_url: String,
     /// The PostgreSQL database to drop afterwards, if any.
     pub(crate) db_name: Option<String>,
@@ -136,6 +138,13 @@ pub(crate) async fn start_service(args: &Args) -> anyhow::Result<Service> {
             .as_str()
             .unwrap_or_default()
             .to_string(),
+        client: (
+            client["clientId"].as_str().unwrap_or_default().to_string(),
+            client["clientSecret"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+        ),
         db_url,
         db_name,
         _dir: dir,
@@ -143,6 +152,26 @@ pub(crate) async fn start_service(args: &Args) -> anyhow::Result<Service> {
 }
 
 impl Service {
+    /// CPU seconds (user and system) the service has used so far.
+    pub(crate) fn cpu_seconds(&self) -> f64 {
+        let Some(pid) = self.child.id() else {
+            return 0.0;
+        };
+        // Fields 14 and 15 of /proc/PID/stat, in clock ticks (100 a second
+        // on Linux); the command name in field 2 may hold spaces, so count
+        // from the closing parenthesis.
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| {
+                let rest = s.rsplit_once(')')?.1;
+                let fields: Vec<&str> = rest.split_whitespace().collect();
+                let utime: f64 = fields.get(11)?.parse().ok()?;
+                let stime: f64 = fields.get(12)?.parse().ok()?;
+                Some((utime + stime) / 100.0)
+            })
+            .unwrap_or(0.0)
+    }
+
     pub(crate) fn peak_rss_mb(&self) -> f64 {
         let Some(pid) = self.child.id() else {
             return 0.0;
