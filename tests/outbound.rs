@@ -535,3 +535,48 @@ async fn u0000_in_any_string_of_a_target_answers_400_on_every_store() {
     assert_eq!(shown["name"], "hook");
     app.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_receivers_token_endpoint_cannot_make_dispatch_read_more_than_64_kib() {
+    use common::receiver::Reply;
+    let app = TestApp::spawn().await;
+    let api = app.api("acme").await;
+    let tokens = Receiver::start().await;
+    let big =
+        json!({"access_token": "t", "token_type": "bearer", "padding": "p".repeat(70 * 1024)});
+    tokens.always(
+        Reply::status(200)
+            .header("content-type", "application/json")
+            .body(big.to_string()),
+    );
+    let hook = Receiver::start().await;
+    let t = created(
+        api.post(
+            "/targets",
+            json!({"name": "h", "type": "webhook", "config": {"url": hook.url("/hook"),
+                "auth": {"type": "oauth2ClientCredentials", "tokenUrl": tokens.url("/token"),
+                         "clientId": "c", "clientSecret": "s"}}}),
+        )
+        .await,
+    )
+    .await;
+    let m = api.schedule(&id(&t), &in_ms(0), "ping").await;
+    let mid = m["messageId"].as_str().unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let attempts = loop {
+        let attempts = api.attempts(mid).await;
+        if !attempts.is_empty() {
+            break attempts;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no attempt was made"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let error = attempts[0]["error"].as_str().unwrap();
+    assert!(error.contains("more than 65536 bytes"), "{error}");
+    assert!(tokens.count() >= 1);
+    assert_eq!(hook.count(), 0, "no token, no delivery");
+    app.shutdown().await;
+}

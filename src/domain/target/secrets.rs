@@ -71,8 +71,10 @@ pub fn keep_secrets(
             keep(merged, &["auth", "clientSecret"], token_url_kept);
         }
         _ => {
-            let aws_kept = pointer(merged, &["endpointUrl"]) == pointer(stored, &["endpointUrl"])
-                && pointer(merged, &["region"]) == pointer(stored, &["region"]);
+            // A merge patch removes a key sent as null: absent and null are the same.
+            let value = |v: &Value, key: &str| pointer(v, &[key]).filter(|v| !v.is_null()).cloned();
+            let aws_kept = value(merged, "endpointUrl") == value(stored, "endpointUrl")
+                && value(merged, "region") == value(stored, "region");
             keep(merged, &["credentials", "secretAccessKey"], aws_kept);
         }
     }
@@ -226,6 +228,15 @@ mod tests {
             "sqs",
             stored.clone(),
             json!({"credentials": {"secretAccessKey": "***"}}),
+        )
+        .unwrap();
+        assert_eq!(kept["credentials"]["secretAccessKey"], "SK");
+        // The whole config echoed back: its null endpointUrl is no change.
+        let kept = patch(
+            "sqs",
+            stored.clone(),
+            json!({"endpointUrl": null, "region": "eu-north-1",
+                   "credentials": {"accessKeyId": "AK", "secretAccessKey": "***"}}),
         )
         .unwrap();
         assert_eq!(kept["credentials"]["secretAccessKey"], "SK");
