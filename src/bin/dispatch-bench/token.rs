@@ -20,6 +20,9 @@ use super::{
 
 const CONNECTIONS: usize = 16;
 
+/// The client id and secret of request `i`, given a client id of the service.
+type Credentials = fn(&str, usize) -> (String, String);
+
 /// Sends `n` token requests (or as many as fit in `budget`), `CONNECTIONS`
 /// at a time; credentials come from `creds(i)`. Returns the count per status
 /// and the elapsed time.
@@ -133,7 +136,7 @@ pub(crate) async fn run(args: &Args, run: usize) -> anyhow::Result<()> {
         describe(&valid)
     );
 
-    let floods: [(&str, fn(&str, usize) -> (String, String)); 2] = [
+    let floods: [(&str, Credentials); 2] = [
         ("wrong secrets for one client id", |id, i| {
             (id.to_string(), format!("wrong-secret-{i}"))
         }),
