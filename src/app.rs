@@ -44,10 +44,22 @@ impl Backend {
     }
 }
 
-/// Opens the configured store and applies its migrations: `postgres://…`,
-/// `sqlite://PATH`, or (empty) the embedded store under `./data`.
-/// Target secrets and signing keys are sealed when `secrets.encryption_key` is set.
+/// Opens the configured store to serve it and applies its migrations:
+/// `postgres://…`, `sqlite://PATH`, or (empty) the embedded store under
+/// `./data`, which then admits no second serving process. Target secrets
+/// and signing keys are sealed when `secrets.encryption_key` is set.
 pub async fn open_store(config: &Config) -> anyhow::Result<Backend> {
+    open_store_as(config, true).await
+}
+
+/// Opens the configured store for an admin command (clients, users,
+/// targets, secrets), which may run while an instance serves the same
+/// embedded store.
+pub async fn open_store_admin(config: &Config) -> anyhow::Result<Backend> {
+    open_store_as(config, false).await
+}
+
+async fn open_store_as(config: &Config, serving: bool) -> anyhow::Result<Backend> {
     let url = config.database.url.trim();
     let sealer = config.secrets.sealer()?;
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
@@ -71,9 +83,13 @@ pub async fn open_store(config: &Config) -> anyhow::Result<Backend> {
             format!("database.url must be postgres://… or sqlite://PATH, not `{url}`")
         })?
     };
-    let mut store = SqliteStore::open(&path)
-        .await
-        .with_context(|| format!("opening the embedded store {}", path.display()))?;
+    let opened = if serving {
+        SqliteStore::open(&path).await
+    } else {
+        SqliteStore::open_admin(&path).await
+    };
+    let mut store =
+        opened.with_context(|| format!("opening the embedded store {}", path.display()))?;
     if let Some(sealer) = sealer {
         store = store.with_sealer(sealer);
     }

@@ -162,7 +162,7 @@ async fn rotate_secrets(config: Config) -> anyhow::Result<()> {
              the key to encrypt every stored secret under"
         );
     };
-    let (store, _) = app::open_store(&config).await?.into_parts();
+    let (store, _) = app::open_store_admin(&config).await?.into_parts();
     let done = crate::store::reseal_all(store.as_ref(), ROTATE_BATCH)
         .await
         .context("re-encrypting stored secrets")?;
@@ -248,7 +248,7 @@ async fn create_client(config: Config, args: CreateClient) -> anyhow::Result<()>
             anyhow::anyhow!("unknown scope {s}; known scopes: {}", SCOPES.join(", "))
         })?
     };
-    let (store, _) = app::open_store(&config).await?.into_parts();
+    let (store, _) = app::open_store_admin(&config).await?.into_parts();
     let (client_id, secret) = secrets::generate_client_credentials();
     let record = ClientRecord {
         client_id: client_id.clone(),
@@ -289,7 +289,7 @@ fn client_json(c: &ClientSummary) -> serde_json::Value {
 }
 
 async fn list_clients(config: Config, args: ListClients) -> anyhow::Result<()> {
-    let (store, _) = app::open_store(&config).await?.into_parts();
+    let (store, _) = app::open_store_admin(&config).await?.into_parts();
     let clients = store
         .list_clients(args.account.trim())
         .await
@@ -300,7 +300,7 @@ async fn list_clients(config: Config, args: ListClients) -> anyhow::Result<()> {
 }
 
 async fn revoke_client(config: Config, args: RevokeClient) -> anyhow::Result<()> {
-    let (store, _) = app::open_store(&config).await?.into_parts();
+    let (store, _) = app::open_store_admin(&config).await?.into_parts();
     let Some(revoked) = store
         .revoke_client(&args.client_id, crate::domain::time::now())
         .await
@@ -327,7 +327,7 @@ async fn create_target(config: Config, args: CreateTarget) -> anyhow::Result<()>
         .check(&spec.config)
         .await
         .map_err(invalid_target)?;
-    let (store, _) = app::open_store(&config).await?.into_parts();
+    let (store, _) = app::open_store_admin(&config).await?.into_parts();
     let Some(target) = crate::store::insert_new_target(
         store.as_ref(),
         &args.account,
@@ -396,7 +396,7 @@ async fn create_user(config: Config, args: CreateUser) -> anyhow::Result<()> {
         anyhow::bail!("--email must be an email address, such as ops@example.com");
     }
     let (password, generated) = choose_password(&args)?;
-    let (store, _) = app::open_store(&config).await?.into_parts();
+    let (store, _) = app::open_store_admin(&config).await?.into_parts();
     let user = crate::portal::new_user(account, &email, &password);
     if !store.create_user(&user).await.context("saving the user")? {
         anyhow::bail!("a portal user with the email {email} exists already");

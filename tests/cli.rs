@@ -5,6 +5,8 @@ mod common;
 
 #[path = "cli/clients.rs"]
 mod clients;
+#[path = "cli/embedded_admin.rs"]
+mod embedded_admin;
 
 use std::{process::Stdio, time::Duration};
 
@@ -107,7 +109,10 @@ async fn clients_create_without_scopes_grants_all_four_and_refuses_unknown_ones(
 /// Runs `dispatch serve` with no configuration but the port (0: its own
 /// choice) in `dir`; reads stderr until `until` matches a line, and returns
 /// the lines read.
-async fn serve_in(dir: &std::path::Path, until: &str) -> (tokio::process::Child, Vec<String>) {
+pub(crate) async fn serve_in(
+    dir: &std::path::Path,
+    until: &str,
+) -> (tokio::process::Child, Vec<String>) {
     let mut child = dispatch()
         .arg("serve")
         .current_dir(dir)
@@ -138,7 +143,7 @@ async fn serve_in(dir: &std::path::Path, until: &str) -> (tokio::process::Child,
     (child, lines)
 }
 
-fn after<'a>(lines: &'a [String], prefix: &str) -> &'a str {
+pub(crate) fn after<'a>(lines: &'a [String], prefix: &str) -> &'a str {
     lines
         .iter()
         .find_map(|l| l.trim().strip_prefix(prefix))

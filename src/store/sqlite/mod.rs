@@ -1,7 +1,10 @@
 //! The embedded store: SQLite in WAL mode with a single writer connection,
 //! for one process. Where PostgreSQL uses `SKIP LOCKED` and `NOTIFY`, this
 //! store relies on its one writer serialising claims and on the in-process
-//! wake-up; a lock file keeps a second process away.
+//! wake-up; a lock file keeps a second serving process away. The admin
+//! commands (clients, users, targets, secrets) open the same file without
+//! the lock, beside a running server: SQLite's own locking orders their few
+//! short writes with the server's.
 
 mod clients;
 mod delivery;
@@ -38,8 +41,9 @@ pub struct SqliteStore {
     path: PathBuf,
     /// Seals target secrets and signing keys when an encryption key is set.
     sealer: Option<Arc<Sealer>>,
-    /// Held for the store's lifetime: one process per database file.
-    _lock: File,
+    /// Held for the store's lifetime by a serving process: one per database
+    /// file. None for an admin command.
+    _lock: Option<File>,
 }
 
 fn map_err(e: sqlx::Error) -> StoreError {
@@ -53,13 +57,8 @@ fn map_err(e: sqlx::Error) -> StoreError {
 }
 
 impl SqliteStore {
-    /// Opens (creating if needed) the database at `path`, takes its lock and
-    /// applies the migrations.
-    pub async fn open(path: &Path) -> StoreResult<Self> {
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| StoreError::Locked(format!("cannot create {}: {e}", dir.display())))?;
-        }
+    /// The lock that keeps a second serving process away.
+    fn lock(path: &Path) -> StoreResult<File> {
         let lock_path = PathBuf::from(format!("{}.lock", path.display()));
         let lock = File::options()
             .create(true)
@@ -75,6 +74,31 @@ impl SqliteStore {
                 lock_path.display()
             )));
         }
+        Ok(lock)
+    }
+
+    /// Opens (creating if needed) the database at `path` to serve it: takes
+    /// its lock and applies the migrations.
+    pub async fn open(path: &Path) -> StoreResult<Self> {
+        Self::open_as(path, true).await
+    }
+
+    /// Opens the database beside a process that may be serving it, for a
+    /// short admin command: no lock is taken.
+    pub async fn open_admin(path: &Path) -> StoreResult<Self> {
+        Self::open_as(path, false).await
+    }
+
+    async fn open_as(path: &Path, exclusive: bool) -> StoreResult<Self> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| StoreError::Locked(format!("cannot create {}: {e}", dir.display())))?;
+        }
+        let lock = if exclusive {
+            Some(Self::lock(path)?)
+        } else {
+            None
+        };
         let options = SqliteConnectOptions::new()
             .filename(path)
             .create_if_missing(true)
