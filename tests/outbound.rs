@@ -48,6 +48,32 @@ async fn deliver(api: &Api, target_id: &str, state: &str) -> Value {
     api.wait_for_state(id, state, Duration::from_secs(10)).await
 }
 
+/// This machine's host name and what its resolver answers for it: a
+/// loopback or private address (from /etc/hosts on Linux machines), so a
+/// name the guard can only refuse by its DNS answer.
+async fn private_name() -> (String, Vec<std::net::IpAddr>) {
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
+        .expect("this test reads the machine's host name from /proc/sys/kernel/hostname")
+        .trim()
+        .to_string();
+    let answer: Vec<std::net::IpAddr> = tokio::net::lookup_host((name.as_str(), 0))
+        .await
+        .unwrap_or_else(|e| {
+            panic!("the host name {name} does not resolve ({e}): add it to /etc/hosts")
+        })
+        .map(|a| a.ip())
+        .collect();
+    assert!(
+        !answer.is_empty()
+            && answer
+                .iter()
+                .all(|ip| !dispatch::delivery::guard::is_public(*ip)),
+        "this test needs the host name {name} to resolve to a non-public address, not {answer:?}"
+    );
+    (name, answer)
+}
+
 /// Stores a target as it is, past the checks of the API: what a target
 /// whose name resolved to a public address at creation looks like once its
 /// DNS answer has changed.
@@ -303,8 +329,22 @@ async fn a_name_that_resolves_inside_at_connection_time_is_refused_and_not_repor
     // The receiver listens on loopback; the stored targets name it by a
     // name (judged from its DNS answer) and by an IP literal.
     let creds = json!({"accessKeyId": "AK", "secretAccessKey": "SK"});
+    // This machine's own name resolves inside too, by its DNS answer rather
+    // than its spelling: the resolvers must judge the answer.
+    let (host, answer) = private_name().await;
     // (kind, config, whether the address is a name whose answer must stay unsaid)
     let cases = [
+        (
+            "webhook",
+            json!({"url": format!("http://{host}:{port}/hook")}),
+            true,
+        ),
+        (
+            "sqs",
+            json!({"queueUrl": "https://sqs.us-east-1.amazonaws.com/1/q",
+            "region": "us-east-1", "endpointUrl": format!("http://{host}:{port}/"), "credentials": creds}),
+            true,
+        ),
         (
             "webhook",
             json!({"url": format!("http://localhost:{port}/hook")}),
@@ -353,6 +393,9 @@ async fn a_name_that_resolves_inside_at_connection_time_is_refused_and_not_repor
                 !error.contains("127.0.0.1") && !error.contains("::1"),
                 "{error}"
             );
+            for ip in &answer {
+                assert!(!error.contains(&ip.to_string()), "{error}");
+            }
         }
     }
     assert_eq!(rx.count(), 0, "nothing reached the private address");
