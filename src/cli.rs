@@ -241,12 +241,14 @@ async fn create_client(config: Config, args: CreateClient) -> anyhow::Result<()>
     if account.is_empty() || account.len() > 200 {
         anyhow::bail!("--account must be 1 to 200 characters");
     }
-    let scopes = if args.scopes.is_empty() {
+    let scopes: Vec<String> = if args.scopes.is_empty() {
         SCOPES.iter().map(|s| s.to_string()).collect()
     } else {
-        parse_scopes(&args.scopes.join(" ")).map_err(|s| {
-            anyhow::anyhow!("unknown scope {s}; known scopes: {}", SCOPES.join(", "))
-        })?
+        parse_scopes(&args.scopes.join(" "))
+            .map_err(|s| anyhow::anyhow!("unknown scope {s}; known scopes: {}", SCOPES.join(", ")))?
+            .iter()
+            .map(|s| s.to_string())
+            .collect()
     };
     let (store, _) = app::open_store_admin(&config).await?.into_parts();
     let (client_id, secret) = secrets::generate_client_credentials();

@@ -15,7 +15,7 @@ use super::{
     AppState,
 };
 use crate::{
-    auth::Principal,
+    auth::{Principal, Scope},
     domain::{target::FieldError, time},
     metrics as m,
     store::{BatchItem, InsertOutcome},
@@ -115,7 +115,7 @@ pub async fn create(
     principal: Principal,
     JsonBody(body): JsonBody,
 ) -> ApiResult<Json<BatchOut>> {
-    principal.require("messages:write")?;
+    principal.require(Scope::MessagesWrite)?;
     let list = match body.get("messages") {
         Some(Value::Array(list)) if !list.is_empty() && list.len() <= MAX_BATCH => list,
         Some(Value::Array(list)) => {

@@ -12,7 +12,7 @@ use base64::{engine::general_purpose::URL_SAFE_NO_PAD as B64URL, Engine};
 use serde_json::Value;
 
 use super::{error::ApiError, AppState};
-use crate::auth::{tokens::TokenError, Principal};
+use crate::auth::{tokens::TokenError, Principal, Scope};
 
 /// A JSON body (`application/json` or any `+json` type) parsed into a Value.
 pub struct JsonBody(pub Value);
@@ -106,11 +106,12 @@ impl FromRequestParts<AppState> for Principal {
 }
 
 impl Principal {
-    pub fn require(&self, scope: &'static str) -> Result<(), ApiError> {
+    /// The one place a scope is checked; a missing one answers 403.
+    pub fn require(&self, scope: Scope) -> Result<(), ApiError> {
         if self.has_scope(scope) {
             Ok(())
         } else {
-            Err(ApiError::Forbidden(scope))
+            Err(ApiError::Forbidden(scope.as_str()))
         }
     }
 }

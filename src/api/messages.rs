@@ -16,7 +16,7 @@ use super::{
     AppState,
 };
 use crate::{
-    auth::Principal,
+    auth::{Principal, Scope},
     domain::{
         ids::{MessageId, TargetId},
         message::{Message, State as MsgState},
@@ -96,7 +96,7 @@ pub async fn create(
     headers: HeaderMap,
     JsonBody(body): JsonBody,
 ) -> ApiResult<Response> {
-    principal.require("messages:write")?;
+    principal.require(Scope::MessagesWrite)?;
     let mut errors = Vec::new();
     let key = match headers.get("idempotency-key").map(|v| v.to_str()) {
         None => None,
@@ -233,7 +233,7 @@ pub async fn list(
     principal: Principal,
     q: QueryParams,
 ) -> ApiResult<Json<List<MessageOut>>> {
-    principal.require("messages:read")?;
+    principal.require(Scope::MessagesRead)?;
     let mut errors = Vec::new();
     let target_id = q.get("targetId").and_then(|s| match s.parse::<TargetId>() {
         Ok(t) => Some(t),
@@ -311,7 +311,7 @@ pub async fn get(
     principal: Principal,
     Path(id): Path<String>,
 ) -> ApiResult<Json<MessageOut>> {
-    principal.require("messages:read")?;
+    principal.require(Scope::MessagesRead)?;
     let id = parse_id(&id)?;
     let m = state
         .store
@@ -334,7 +334,7 @@ pub async fn attempts(
     Path(id): Path<String>,
     q: QueryParams,
 ) -> ApiResult<Json<List<AttemptOut>>> {
-    principal.require("messages:read")?;
+    principal.require(Scope::MessagesRead)?;
     let id = parse_id(&id)?;
     let limit = q.limit()?;
     let after = q
@@ -389,7 +389,7 @@ pub async fn cancel(
     principal: Principal,
     Path(id): Path<String>,
 ) -> ApiResult<Json<MessageOut>> {
-    principal.require("messages:write")?;
+    principal.require(Scope::MessagesWrite)?;
     let id = parse_id(&id)?;
     transition_result(
         state
@@ -415,7 +415,7 @@ pub async fn reschedule(
     Path(id): Path<String>,
     JsonBody(body): JsonBody,
 ) -> ApiResult<Json<MessageOut>> {
-    principal.require("messages:write")?;
+    principal.require(Scope::MessagesWrite)?;
     let id = parse_id(&id)?;
     let mut errors = Vec::new();
     let Some(at) = delivery_time(&body, &mut errors) else {

@@ -17,7 +17,7 @@ use super::{
 };
 use crate::{
     auth::{
-        parse_scopes,
+        known_scopes, parse_scopes,
         secrets::{self, ClientSecretCheck},
         tokens::TokenError,
     },
@@ -207,8 +207,9 @@ async fn issue(
             "only client_credentials is supported",
         ));
     }
+    let granted = known_scopes(client.scopes.iter().map(String::as_str));
     let scopes = match scope.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
-        None => client.scopes.clone(),
+        None => granted,
         Some(requested) => {
             let requested = parse_scopes(requested).map_err(|unknown| {
                 OAuthError::new(
@@ -217,7 +218,7 @@ async fn issue(
                     format!("unknown scope {unknown}"),
                 )
             })?;
-            if let Some(missing) = requested.iter().find(|s| !client.scopes.contains(s)) {
+            if let Some(missing) = requested.iter().find(|s| !granted.contains(s)) {
                 return Err(OAuthError::new(
                     StatusCode::BAD_REQUEST,
                     "invalid_scope",

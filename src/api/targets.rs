@@ -14,7 +14,7 @@ use super::{
     AppState,
 };
 use crate::{
-    auth::Principal,
+    auth::{Principal, Scope},
     delivery::policy::OutboundPolicy,
     domain::{
         ids::TargetId,
@@ -60,7 +60,7 @@ pub async fn create(
     principal: Principal,
     JsonBody(body): JsonBody,
 ) -> ApiResult<Response> {
-    principal.require("targets:write")?;
+    principal.require(Scope::TargetsWrite)?;
     let spec: TargetSpec = target::parse_spec(&body)?;
     check_outbound(&state, &spec.config).await?;
     match store::insert_new_target(state.store.as_ref(), &principal.account, &spec, time::now())
@@ -83,7 +83,7 @@ pub async fn list(
     principal: Principal,
     q: QueryParams,
 ) -> ApiResult<Json<List<TargetOut>>> {
-    principal.require("targets:read")?;
+    principal.require(Scope::TargetsRead)?;
     let limit = q.limit()?;
     let after = q
         .cursor()?
@@ -131,7 +131,7 @@ pub async fn get(
     principal: Principal,
     Path(id): Path<String>,
 ) -> ApiResult<Response> {
-    principal.require("targets:read")?;
+    principal.require(Scope::TargetsRead)?;
     let t = load(&state, &principal, &id).await?;
     Ok(respond(StatusCode::OK, &t, false))
 }
@@ -154,7 +154,7 @@ pub async fn patch(
     Path(id): Path<String>,
     JsonBody(patch): JsonBody,
 ) -> ApiResult<Response> {
-    principal.require("targets:write")?;
+    principal.require(Scope::TargetsWrite)?;
     let current = load(&state, &principal, &id).await?;
     let stored = target::patchable_document(&current);
     let mut merged = stored.clone();
@@ -206,7 +206,7 @@ async fn set_enabled(
     id: String,
     enabled: bool,
 ) -> ApiResult<Response> {
-    principal.require("targets:write")?;
+    principal.require(Scope::TargetsWrite)?;
     let id = parse_id(&id)?;
     let t = state
         .store
@@ -259,7 +259,7 @@ pub async fn delete(
     principal: Principal,
     Path(id): Path<String>,
 ) -> ApiResult<StatusCode> {
-    principal.require("targets:write")?;
+    principal.require(Scope::TargetsWrite)?;
     let id = parse_id(&id)?;
     match state.store.delete_target(&principal.account, &id).await? {
         DeleteTarget::Deleted => Ok(StatusCode::NO_CONTENT),

@@ -19,7 +19,7 @@ use jsonwebtoken::{
 };
 use serde_json::Value;
 
-use super::{tokens::TokenError, Principal, SCOPES};
+use super::{known_scopes, tokens::TokenError, Principal};
 use crate::config::ExternalIssuerConfig;
 
 const MIN_REFETCH: Duration = Duration::from_secs(1);
@@ -219,17 +219,15 @@ impl ExternalIssuer {
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_string();
-        let mut scopes: Vec<String> = match (claims.get("scope"), claims.get("scp")) {
+        let scopes = match (claims.get("scope"), claims.get("scp")) {
             (Some(Value::String(s)), _) | (None, Some(Value::String(s))) => {
-                s.split_whitespace().map(String::from).collect()
+                known_scopes(s.split_whitespace())
             }
-            (None, Some(Value::Array(items))) => items
-                .iter()
-                .filter_map(|v| v.as_str().map(String::from))
-                .collect(),
+            (None, Some(Value::Array(items))) => {
+                known_scopes(items.iter().filter_map(Value::as_str))
+            }
             _ => Vec::new(),
         };
-        scopes.retain(|s| SCOPES.contains(&s.as_str()));
         Ok(Principal {
             account,
             subject,

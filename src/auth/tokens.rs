@@ -15,7 +15,9 @@ use jsonwebtoken::{
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Mutex, RwLock};
 
-use super::{jwks::ExternalIssuer, revocations::Revocations, Principal};
+use super::{
+    join_scopes, jwks::ExternalIssuer, known_scopes, revocations::Revocations, Principal, Scope,
+};
 use crate::{
     config::AuthConfig,
     store::{ClientRecord, SigningKey, Store, StoreError},
@@ -87,14 +89,14 @@ impl TokenService {
     pub async fn issue(
         &self,
         client: &ClientRecord,
-        scopes: &[String],
+        scopes: &[Scope],
     ) -> Result<IssuedToken, TokenError> {
         let keys = self.keys.read().await;
         let key = keys
             .first()
             .ok_or_else(|| TokenError::Invalid("no signing key".into()))?;
         let now = chrono::Utc::now().timestamp();
-        let scope = scopes.join(" ");
+        let scope = join_scopes(scopes);
         let claims = Claims {
             iss: self.issuer.clone(),
             aud: self.audience.clone(),
@@ -152,7 +154,7 @@ impl TokenService {
         Ok(Principal {
             account: c.account,
             subject: c.sub,
-            scopes: c.scope.split_whitespace().map(String::from).collect(),
+            scopes: known_scopes(c.scope.split_whitespace()),
         })
     }
 
