@@ -29,6 +29,7 @@ pub const MAX_BATCH: usize = 1000;
 #[allow(dead_code)]
 pub struct BatchIn {
     /// 1 to 1,000 messages.
+    #[schema(min_items = 1, max_items = 1000)]
     pub messages: Vec<BatchMessageIn>,
 }
 

@@ -1,6 +1,7 @@
 //! The HTTP API: one module per resource, one router.
 
 pub mod batch;
+mod doc;
 pub mod error;
 pub mod extract;
 pub mod limits;

@@ -12,7 +12,11 @@ use utoipa::{
     Modify, OpenApi,
 };
 
-use super::{error::ApiError, AppState};
+use super::{
+    doc::{CommonResponses, Links},
+    error::ApiError,
+    AppState,
+};
 
 /// 200 while the process runs.
 #[utoipa::path(get, path = "/health/live", tag = "operations", responses((status = 200, description = "Alive")))]
@@ -51,7 +55,8 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
 #[utoipa::path(get, path = "/openapi.json", tag = "operations",
     responses((status = 200, description = "The OpenAPI 3.1 document")))]
 pub async fn openapi() -> Response {
-    Json(ApiDoc::openapi()).into_response()
+    static DOCUMENT: std::sync::OnceLock<serde_json::Value> = std::sync::OnceLock::new();
+    Json(DOCUMENT.get_or_init(super::doc::document)).into_response()
 }
 
 pub async fn not_found() -> ApiError {
@@ -75,51 +80,6 @@ impl Modify for BearerAuth {
     }
 }
 
-/// Every operation that needs a token may answer 429 beyond `api.rate_limit`.
-struct RateLimitedResponses;
-
-impl Modify for RateLimitedResponses {
-    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
-        use utoipa::openapi::{
-            header::HeaderBuilder, schema::Type, Content, ObjectBuilder, Ref, ResponseBuilder,
-        };
-        let response = ResponseBuilder::new()
-            .description(
-                "Rate limited: over `api.rate_limit` requests a second for this client \
-                 (bursts of twice that); retry after the Retry-After delay",
-            )
-            .header(
-                "Retry-After",
-                HeaderBuilder::new()
-                    .schema(ObjectBuilder::new().schema_type(Type::Integer))
-                    .description(Some("Seconds to wait"))
-                    .build(),
-            )
-            .content(
-                "application/problem+json",
-                Content::new(Some(Ref::from_schema_name("Problem"))),
-            )
-            .build();
-        for item in openapi.paths.paths.values_mut() {
-            let operations = [
-                &mut item.get,
-                &mut item.put,
-                &mut item.post,
-                &mut item.delete,
-                &mut item.patch,
-            ];
-            for operation in operations.into_iter().flatten() {
-                if operation.security.as_ref().is_some_and(|s| !s.is_empty()) {
-                    operation
-                        .responses
-                        .responses
-                        .insert("429".into(), response.clone().into());
-                }
-            }
-        }
-    }
-}
-
 #[derive(OpenApi)]
 #[openapi(
     info(title = "Dispatch", description = "Scheduled delivery to webhooks, Amazon SQS and Amazon SNS, with a retry ladder and dead letters."),
@@ -131,7 +91,7 @@ impl Modify for RateLimitedResponses {
         super::messages::cancel, super::messages::reschedule,
         live, ready, metrics, openapi,
     ),
-    modifiers(&BearerAuth, &RateLimitedResponses),
+    modifiers(&BearerAuth, &CommonResponses, &Links),
     tags(
         (name = "auth", description = "OAuth 2 client credentials"),
         (name = "targets", description = "Where messages go"),

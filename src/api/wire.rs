@@ -57,14 +57,25 @@ impl TargetOut {
     }
 }
 
+/// What a target is.
+#[derive(Debug, ToSchema)]
+#[schema(rename_all = "lowercase")]
+#[allow(dead_code)]
+pub enum TargetKindIn {
+    Webhook,
+    Sqs,
+    Sns,
+}
+
 /// Create a target. `config` depends on `type`: see the README.
 #[derive(Debug, ToSchema)]
 #[allow(dead_code)]
 pub struct TargetIn {
+    /// 1 to 200 characters, not only spaces.
+    #[schema(min_length = 1, max_length = 200, pattern = "\\S")]
     pub name: String,
-    /// webhook, sqs or sns
     #[schema(rename = "type")]
-    pub kind: String,
+    pub kind: TargetKindIn,
     #[schema(value_type = Object)]
     pub config: Value,
     /// Defaults to true.
@@ -134,13 +145,13 @@ impl MessageOut {
 #[serde(rename_all = "camelCase")]
 #[allow(dead_code)]
 pub struct MessageIn {
-    #[schema(example = "DI-T-aabbcc1122")]
+    #[schema(example = "DI-T-aabbcc1122", pattern = "^DI-T-[0-9a-f]{10}$")]
     pub target_id: String,
     /// RFC 3339 with an offset; a past time is delivered at once.
-    #[schema(example = "2020-07-01T12:34:00Z")]
+    #[schema(example = "2020-07-01T12:34:00Z", format = DateTime)]
     pub delivery_time: String,
     /// At most 61,440 characters.
-    #[schema(example = "Hello, World!")]
+    #[schema(example = "Hello, World!", max_length = 61440)]
     pub payload: String,
 }
 

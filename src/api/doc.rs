@@ -1,0 +1,235 @@
+//! What every operation of the OpenAPI document shares, added in one place
+//! rather than repeated on each handler: the answers of the extractors
+//! (401, 403, 429 for a token; 400, 413, 415 for a JSON body; 404 for an id
+//! in the path), the bounds of `limit` and the values of `state`, and links from the operations that
+//! create ids to those that take them.
+
+use utoipa::{
+    openapi::{
+        header::HeaderBuilder,
+        link::LinkBuilder,
+        path::{Operation, ParameterIn},
+        schema::{ObjectBuilder, Type},
+        Content, OpenApi, Ref, RefOr, Response, ResponseBuilder,
+    },
+    Modify,
+};
+
+use super::extract::MAX_LIMIT;
+
+fn problem(description: &str) -> ResponseBuilder {
+    ResponseBuilder::new().description(description).content(
+        "application/problem+json",
+        Content::new(Some(Ref::from_schema_name("Problem"))),
+    )
+}
+
+fn integer_header(description: &str) -> utoipa::openapi::header::Header {
+    HeaderBuilder::new()
+        .schema(ObjectBuilder::new().schema_type(Type::Integer))
+        .description(Some(description))
+        .build()
+}
+
+fn add(op: &mut Operation, status: &str, response: &Response) {
+    op.responses
+        .responses
+        .entry(status.to_string())
+        .or_insert_with(|| response.clone().into());
+}
+
+/// The document as served. utoipa (5.5) writes a link's fields in
+/// snake_case (`operation_ref`); OpenAPI spells them in camelCase.
+pub fn document() -> serde_json::Value {
+    use utoipa::OpenApi as _;
+    let mut doc =
+        serde_json::to_value(super::ops::ApiDoc::openapi()).expect("the document serializes");
+    if let Some(paths) = doc.get_mut("paths").and_then(|p| p.as_object_mut()) {
+        let responses = paths
+            .values_mut()
+            .filter_map(|item| item.as_object_mut())
+            .flat_map(|item| item.values_mut())
+            .filter_map(|op| op.get_mut("responses").and_then(|r| r.as_object_mut()))
+            .flat_map(|r| r.values_mut());
+        for response in responses {
+            let links = response.get_mut("links").and_then(|l| l.as_object_mut());
+            for link in links.into_iter().flat_map(|l| l.values_mut()) {
+                let Some(link) = link.as_object_mut() else {
+                    continue;
+                };
+                for (snake, camel) in [
+                    ("operation_ref", "operationRef"),
+                    ("operation_id", "operationId"),
+                    ("request_body", "requestBody"),
+                ] {
+                    if let Some(v) = link.remove(snake) {
+                        link.insert(camel.to_string(), v);
+                    }
+                }
+            }
+        }
+    }
+    doc
+}
+
+pub struct CommonResponses;
+
+impl Modify for CommonResponses {
+    fn modify(&self, openapi: &mut OpenApi) {
+        let unauthorized = problem(
+            "No token, or a malformed, expired or revoked one (WWW-Authenticate says which)",
+        )
+        .header(
+            "WWW-Authenticate",
+            HeaderBuilder::new()
+                .schema(ObjectBuilder::new().schema_type(Type::String))
+                .description(Some(
+                    "Bearer, with error=\"invalid_token\" when a token was sent",
+                ))
+                .build(),
+        )
+        .build();
+        let forbidden = problem("The token lacks the scope this operation needs").build();
+        let rate_limited = problem(
+            "Rate limited: over `api.rate_limit` requests a second for this client \
+             (bursts of twice that); retry after the Retry-After delay",
+        )
+        .header("Retry-After", integer_header("Seconds to wait"))
+        .build();
+        let invalid = problem("Invalid input; errors[].field names each field").build();
+        let too_large = problem("The body is over `server.max_body_bytes`").build();
+        let media_type = problem("The body is not application/json").build();
+        let not_found = problem("Unknown id, or an id of another account").build();
+
+        for (path, item) in openapi.paths.paths.iter_mut() {
+            let has_id = path.contains('{');
+            let operations = [
+                &mut item.get,
+                &mut item.put,
+                &mut item.post,
+                &mut item.delete,
+                &mut item.patch,
+            ];
+            for op in operations.into_iter().flatten() {
+                if op.security.as_ref().is_some_and(|s| !s.is_empty()) {
+                    add(op, "401", &unauthorized);
+                    add(op, "403", &forbidden);
+                    add(op, "429", &rate_limited);
+                }
+                let json_body = op
+                    .request_body
+                    .as_ref()
+                    .is_some_and(|b| b.content.keys().any(|ct| ct.contains("json")));
+                if json_body {
+                    add(op, "400", &invalid);
+                    add(op, "413", &too_large);
+                    add(op, "415", &media_type);
+                }
+                let has_query = op
+                    .parameters
+                    .as_ref()
+                    .is_some_and(|ps| ps.iter().any(|p| p.parameter_in == ParameterIn::Query));
+                if has_query {
+                    add(op, "400", &invalid);
+                }
+                if has_id && op.security.as_ref().is_some_and(|s| !s.is_empty()) {
+                    add(op, "404", &not_found);
+                }
+                for p in op.parameters.iter_mut().flatten() {
+                    if p.name == "state" && p.parameter_in == ParameterIn::Query {
+                        p.schema = Some(RefOr::T(
+                            ObjectBuilder::new()
+                                .schema_type(Type::String)
+                                .enum_values(Some([
+                                    "Scheduled",
+                                    "Delivered",
+                                    "Cancelled",
+                                    "DeadLetter",
+                                ]))
+                                .into(),
+                        ));
+                    }
+                    if p.name == "limit" && p.parameter_in == ParameterIn::Query {
+                        p.schema = Some(RefOr::T(
+                            ObjectBuilder::new()
+                                .schema_type(Type::Integer)
+                                .minimum(Some(1))
+                                .maximum(Some(MAX_LIMIT))
+                                .default(Some(super::extract::DEFAULT_LIMIT.into()))
+                                .into(),
+                        ));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Links from a created target or message to the operations that take its id,
+/// so that a client (or a fuzzer) can follow them.
+pub struct Links;
+
+impl Modify for Links {
+    fn modify(&self, openapi: &mut OpenApi) {
+        let link_all = |openapi: &mut OpenApi,
+                        from: &str,
+                        status: &str,
+                        param: &str,
+                        body_field: &str,
+                        to: &[(&str, &str, &str)]| {
+            let Some(op) = openapi
+                .paths
+                .paths
+                .get_mut(from)
+                .and_then(|i| i.post.as_mut())
+            else {
+                return;
+            };
+            let Some(RefOr::T(response)) = op.responses.responses.get_mut(status) else {
+                return;
+            };
+            for (name, path, method) in to {
+                let pointer = format!("#/paths/{}/{method}", path.replace('/', "~1"));
+                response.links.insert(
+                    name.to_string(),
+                    LinkBuilder::new()
+                        .operation_ref(pointer)
+                        .parameter(param, format!("$response.body#/{body_field}"))
+                        .build()
+                        .into(),
+                );
+            }
+        };
+        link_all(
+            openapi,
+            "/targets",
+            "201",
+            "targetId",
+            "targetId",
+            &[
+                ("GetTarget", "/targets/{targetId}", "get"),
+                ("PatchTarget", "/targets/{targetId}", "patch"),
+                ("EnableTarget", "/targets/{targetId}/enable", "post"),
+                ("DisableTarget", "/targets/{targetId}/disable", "post"),
+                ("DeleteTarget", "/targets/{targetId}", "delete"),
+            ],
+        );
+        link_all(
+            openapi,
+            "/messages",
+            "201",
+            "messageId",
+            "messageId",
+            &[
+                ("GetMessage", "/messages/{messageId}", "get"),
+                ("ListAttempts", "/messages/{messageId}/attempts", "get"),
+                ("CancelMessage", "/messages/{messageId}/cancel", "post"),
+                (
+                    "RescheduleMessage",
+                    "/messages/{messageId}/reschedule",
+                    "post",
+                ),
+            ],
+        );
+    }
+}

@@ -1,0 +1,166 @@
+//! The OpenAPI document says what each operation can answer, the bounds of
+//! its parameters, and how the ids that one operation creates reach the
+//! operations that take them (links), so that clients and fuzzers can
+//! follow them.
+
+mod common;
+
+use common::TestApp;
+use serde_json::Value;
+
+async fn document() -> Value {
+    let app = TestApp::spawn().await;
+    let doc = app
+        .http
+        .get(app.url("/openapi.json"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    app.shutdown().await;
+    doc
+}
+
+fn operations(doc: &Value) -> Vec<(String, String, Value)> {
+    let mut out = Vec::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            out.push((path.clone(), method.clone(), op.clone()));
+        }
+    }
+    out
+}
+
+fn statuses(op: &Value) -> Vec<&str> {
+    op["responses"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect()
+}
+
+#[tokio::test]
+async fn every_operation_lists_the_answers_its_extractors_can_give() {
+    let doc = document().await;
+    let mut authenticated = 0;
+    for (path, method, op) in operations(&doc) {
+        let codes = statuses(&op);
+        let needs_token = op["security"].as_array().is_some_and(|s| !s.is_empty());
+        if needs_token {
+            authenticated += 1;
+            for code in ["401", "403", "429"] {
+                assert!(
+                    codes.contains(&code),
+                    "{method} {path} lacks {code}: {codes:?}"
+                );
+            }
+            assert!(
+                op["responses"]["401"]["headers"]["WWW-Authenticate"].is_object(),
+                "{method} {path}"
+            );
+            if path.contains('{') {
+                assert!(codes.contains(&"404"), "{method} {path} lacks 404");
+            }
+        }
+        let json_body = op["requestBody"]["content"]
+            .as_object()
+            .is_some_and(|c| c.keys().any(|k| k.contains("json")));
+        if json_body {
+            for code in ["400", "413", "415"] {
+                assert!(
+                    codes.contains(&code),
+                    "{method} {path} lacks {code}: {codes:?}"
+                );
+            }
+        }
+    }
+    assert!(
+        authenticated >= 13,
+        "{authenticated} operations need a token"
+    );
+}
+
+#[tokio::test]
+async fn list_limits_and_states_are_bounded_as_the_parser_bounds_them() {
+    let doc = document().await;
+    for path in ["/messages", "/targets"] {
+        let params = doc["paths"][path]["get"]["parameters"].as_array().unwrap();
+        let limit = params.iter().find(|p| p["name"] == "limit").unwrap();
+        assert_eq!(limit["schema"]["minimum"], 1, "{path}");
+        assert_eq!(limit["schema"]["maximum"], 1000, "{path}");
+        assert_eq!(limit["schema"]["default"], 50, "{path}");
+    }
+    let params = doc["paths"]["/messages"]["get"]["parameters"]
+        .as_array()
+        .unwrap();
+    let state = params.iter().find(|p| p["name"] == "state").unwrap();
+    assert_eq!(
+        state["schema"]["enum"],
+        serde_json::json!(["Scheduled", "Delivered", "Cancelled", "DeadLetter"])
+    );
+    let batch = &doc["components"]["schemas"]["BatchIn"]["properties"]["messages"];
+    assert_eq!(
+        (batch["minItems"].as_u64(), batch["maxItems"].as_u64()),
+        (Some(1), Some(1000))
+    );
+    let message = &doc["components"]["schemas"]["MessageIn"]["properties"];
+    assert_eq!(message["payload"]["maxLength"], 61440);
+}
+
+#[tokio::test]
+async fn created_ids_link_to_the_operations_that_take_them() {
+    let doc = document().await;
+    for (from, param, targets) in [
+        (
+            "/targets",
+            "targetId",
+            &[
+                ("/targets/{targetId}", "get"),
+                ("/targets/{targetId}", "patch"),
+                ("/targets/{targetId}", "delete"),
+                ("/targets/{targetId}/enable", "post"),
+                ("/targets/{targetId}/disable", "post"),
+            ][..],
+        ),
+        (
+            "/messages",
+            "messageId",
+            &[
+                ("/messages/{messageId}", "get"),
+                ("/messages/{messageId}/attempts", "get"),
+                ("/messages/{messageId}/cancel", "post"),
+                ("/messages/{messageId}/reschedule", "post"),
+            ][..],
+        ),
+    ] {
+        let links = doc["paths"][from]["post"]["responses"]["201"]["links"]
+            .as_object()
+            .unwrap_or_else(|| panic!("POST {from} 201 has no links"));
+        let refs: Vec<&str> = links
+            .values()
+            .map(|l| {
+                assert_eq!(
+                    l["parameters"][param],
+                    format!("$response.body#/{param}"),
+                    "{l}"
+                );
+                l["operationRef"]
+                    .as_str()
+                    .expect("operationRef, in camelCase")
+            })
+            .collect();
+        for (path, method) in targets {
+            let pointer = format!("#/paths/{}/{method}", path.replace('/', "~1"));
+            assert!(
+                refs.contains(&pointer.as_str()),
+                "{pointer} not in {refs:?}"
+            );
+            // The pointer resolves in the document.
+            let resolved = doc.pointer(pointer.trim_start_matches('#')).is_some();
+            assert!(resolved, "{pointer} does not resolve");
+        }
+    }
+}
