@@ -203,6 +203,72 @@ async fn metrics_are_prometheus_text_that_counts_deliveries_and_dead_letters() {
         sample_sum(&after, &format!("{lateness}_bucket")).is_some(),
         "{after}"
     );
+    // The 410 was a failed attempt, counted by its outcome.
+    let failed = "dispatch_attempts_failed_total";
+    assert!(
+        after.contains(&format!("# TYPE {failed} counter")),
+        "{failed} is a counter:\n{after}"
+    );
+    let refused_attempts = format!("{failed}{{outcome=\"NonRetryableFailure\"}}");
+    assert!(
+        count(&after, &refused_attempts) >= count(&before, &refused_attempts) + 1.0,
+        "one attempt failed for good:\n{after}"
+    );
+    // Both attempts were timed, and the sweeper's claims measured.
+    for (histogram, moved_by) in [
+        ("dispatch_delivery_duration_seconds", 2.0),
+        ("dispatch_claim_batch_size", 1.0),
+    ] {
+        assert!(
+            after.contains(&format!("# TYPE {histogram} histogram")),
+            "{histogram} is a histogram:\n{after}"
+        );
+        assert!(
+            count(&after, &format!("{histogram}_count"))
+                >= count(&before, &format!("{histogram}_count")) + moved_by,
+            "{histogram} observed the attempts:\n{after}"
+        );
+    }
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_rows_retention_purges_are_counted_in_metrics() {
+    let app = TestApp::spawn_with(|c| {
+        c.retention.interval = Duration::from_millis(100);
+        c.retention.delivered = Duration::from_millis(100);
+    })
+    .await;
+    let api = app.api("acme").await;
+    let purged = "dispatch_retention_purged_total{kind=\"messages\"}";
+    let count = |text: &str| sample_sum(text, purged).unwrap_or(0.0);
+    let before = count(&metrics_text(&app).await);
+
+    let ok = Receiver::start().await;
+    let t = api.webhook(&ok.url("/ok")).await;
+    let m = api
+        .schedule(t["targetId"].as_str().unwrap(), &in_ms(0), "brief")
+        .await;
+    let id = m["messageId"].as_str().unwrap();
+    api.wait_for_state(id, "Delivered", Duration::from_secs(5))
+        .await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let text = metrics_text(&app).await;
+        if count(&text) >= before + 1.0 {
+            assert!(
+                text.contains("# TYPE dispatch_retention_purged_total counter"),
+                "{text}"
+            );
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the purge of the delivered message was not counted:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(api.get(&format!("/messages/{id}")).await.status(), 404);
     app.shutdown().await;
 }
 
