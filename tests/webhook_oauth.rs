@@ -21,6 +21,9 @@ use base64::{engine::general_purpose::STANDARD as B64, Engine};
 use common::{in_ms, receiver::Receiver, receiver::Reply, Api, TestApp};
 use serde_json::{json, Value};
 
+/// A token the endpoint issued: the token, when, and its lifetime in seconds.
+type Issued = (String, chrono::DateTime<chrono::Utc>, Option<u64>);
+
 /// A token endpoint that counts requests and issues t1, t2, … .
 #[derive(Clone)]
 struct TokenServer {
@@ -30,8 +33,7 @@ struct TokenServer {
     /// Answer with this status and body instead of a token.
     fail: Arc<Mutex<Option<(u16, Value)>>>,
     scopes_seen: Arc<Mutex<Vec<String>>>,
-    /// Each token issued, with when it was issued and its lifetime in seconds.
-    issued: Arc<Mutex<Vec<(String, chrono::DateTime<chrono::Utc>, Option<u64>)>>>,
+    issued: Arc<Mutex<Vec<Issued>>>,
 }
 
 async fn issue(
