@@ -340,6 +340,8 @@ mod tests {
         assert_eq!(c.retry.minute_delay, Duration::from_secs(60));
         assert_eq!(c.retry.hour_delay, Duration::from_secs(3600));
         assert_eq!(c.retention.delivered, Duration::from_secs(86400));
+        assert_eq!(c.retention.cancelled, Duration::from_secs(86400));
+        assert_eq!(c.retention.failed_attempts, Duration::from_secs(7 * 86400));
         assert_eq!(c.retention.dead_letters, Duration::from_secs(7 * 86400));
         assert_eq!(c.retention.interval, Duration::from_secs(60));
         assert_eq!(c.sweeper.lease, Duration::from_secs(30));

@@ -207,16 +207,20 @@ async fn a_fifo_queue_drops_a_redelivery_of_the_same_message() {
     app.shutdown().await;
 }
 
-async fn sns_to_queue(aws: &Aws, raw: bool) -> (String, String) {
-    let topic = aws
-        .sns
-        .create_topic()
-        .name(format!("t-{}", uuid::Uuid::new_v4().simple()))
-        .send()
-        .await
-        .unwrap();
+/// A topic with a queue subscribed to it (FIFO both, or neither); returns
+/// (topic ARN, queue URL).
+async fn sns_to_queue(aws: &Aws, raw: bool, fifo: bool) -> (String, String) {
+    let mut topic = aws.sns.create_topic().name(format!(
+        "t-{}{}",
+        uuid::Uuid::new_v4().simple(),
+        if fifo { ".fifo" } else { "" }
+    ));
+    if fifo {
+        topic = topic.attributes("FifoTopic", "true");
+    }
+    let topic = topic.send().await.unwrap();
     let topic_arn = topic.topic_arn().unwrap().to_string();
-    let queue = aws.queue(false).await;
+    let queue = aws.queue(fifo).await;
     let queue_arn = aws
         .sqs
         .get_queue_attributes()
@@ -250,7 +254,7 @@ async fn an_sns_topic_delivers_to_a_raw_sqs_subscription() {
     let aws = Aws::start().await;
     let app = TestApp::spawn().await;
     let api = app.api("acme").await;
-    let (topic, queue) = sns_to_queue(&aws, true).await;
+    let (topic, queue) = sns_to_queue(&aws, true, false).await;
     let t = target(&api, "sns", sns_config(&topic, &aws.moto.url)).await;
     let id = api.schedule(&t, &in_ms(0), "raw").await["messageId"]
         .as_str()
@@ -273,7 +277,7 @@ async fn an_sns_topic_delivers_to_a_wrapped_sqs_subscription() {
     let aws = Aws::start().await;
     let app = TestApp::spawn().await;
     let api = app.api("acme").await;
-    let (topic, queue) = sns_to_queue(&aws, false).await;
+    let (topic, queue) = sns_to_queue(&aws, false, false).await;
     let t = target(&api, "sns", sns_config(&topic, &aws.moto.url)).await;
     let id = api.schedule(&t, &in_ms(0), "wrapped").await["messageId"]
         .as_str()
@@ -295,6 +299,56 @@ async fn an_sns_topic_delivers_to_a_wrapped_sqs_subscription() {
     assert_eq!(
         notification["MessageAttributes"]["targetId"]["Value"],
         t.as_str()
+    );
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn fifo_topics_get_the_group_and_the_message_id_as_deduplication_id() {
+    let aws = Aws::start().await;
+    let app = TestApp::spawn().await;
+    let api = app.api("acme").await;
+    let (topic, queue) = sns_to_queue(&aws, true, true).await;
+    let mut grouped = sns_config(&topic, &aws.moto.url);
+    grouped["messageGroupId"] = json!("orders");
+    let with_group = target(&api, "sns", grouped).await;
+    let without_group = target(&api, "sns", sns_config(&topic, &aws.moto.url)).await;
+    let a = api.schedule(&with_group, &in_ms(0), "a").await["messageId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let b = api.schedule(&without_group, &in_ms(0), "b").await["messageId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    api.wait_for_state(&a, "Delivered", Duration::from_secs(10))
+        .await;
+    api.wait_for_state(&b, "Delivered", Duration::from_secs(10))
+        .await;
+
+    // The FIFO queue subscribed to the topic sees what SNS was given.
+    let got = aws.receive_all(&queue, 2).await;
+    assert_eq!(got.len(), 2, "{got:?}");
+    let by_id: HashMap<String, &aws_sdk_sqs::types::Message> =
+        got.iter().map(|m| (attr(m, "messageId"), m)).collect();
+    let sys =
+        |id: &str, name: MessageSystemAttributeName| by_id[id].attributes().unwrap()[&name].clone();
+    assert_eq!(
+        sys(&a, MessageSystemAttributeName::MessageGroupId),
+        "orders"
+    );
+    assert_eq!(
+        sys(&a, MessageSystemAttributeName::MessageDeduplicationId),
+        a
+    );
+    assert_eq!(
+        sys(&b, MessageSystemAttributeName::MessageGroupId),
+        without_group,
+        "the targetId by default"
+    );
+    assert_eq!(
+        sys(&b, MessageSystemAttributeName::MessageDeduplicationId),
+        b
     );
     app.shutdown().await;
 }

@@ -203,6 +203,72 @@ async fn metrics_are_prometheus_text_that_counts_deliveries_and_dead_letters() {
         sample_sum(&after, &format!("{lateness}_bucket")).is_some(),
         "{after}"
     );
+    // The 410 was a failed attempt, counted by its outcome.
+    let failed = "dispatch_attempts_failed_total";
+    assert!(
+        after.contains(&format!("# TYPE {failed} counter")),
+        "{failed} is a counter:\n{after}"
+    );
+    let refused_attempts = format!("{failed}{{outcome=\"NonRetryableFailure\"}}");
+    assert!(
+        count(&after, &refused_attempts) >= count(&before, &refused_attempts) + 1.0,
+        "one attempt failed for good:\n{after}"
+    );
+    // Both attempts were timed, and the sweeper's claims measured.
+    for (histogram, moved_by) in [
+        ("dispatch_delivery_duration_seconds", 2.0),
+        ("dispatch_claim_batch_size", 1.0),
+    ] {
+        assert!(
+            after.contains(&format!("# TYPE {histogram} histogram")),
+            "{histogram} is a histogram:\n{after}"
+        );
+        assert!(
+            count(&after, &format!("{histogram}_count"))
+                >= count(&before, &format!("{histogram}_count")) + moved_by,
+            "{histogram} observed the attempts:\n{after}"
+        );
+    }
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_rows_retention_purges_are_counted_in_metrics() {
+    let app = TestApp::spawn_with(|c| {
+        c.retention.interval = Duration::from_millis(100);
+        c.retention.delivered = Duration::from_millis(100);
+    })
+    .await;
+    let api = app.api("acme").await;
+    let purged = "dispatch_retention_purged_total{kind=\"messages\"}";
+    let count = |text: &str| sample_sum(text, purged).unwrap_or(0.0);
+    let before = count(&metrics_text(&app).await);
+
+    let ok = Receiver::start().await;
+    let t = api.webhook(&ok.url("/ok")).await;
+    let m = api
+        .schedule(t["targetId"].as_str().unwrap(), &in_ms(0), "brief")
+        .await;
+    let id = m["messageId"].as_str().unwrap();
+    api.wait_for_state(id, "Delivered", Duration::from_secs(5))
+        .await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let text = metrics_text(&app).await;
+        if count(&text) >= before + 1.0 {
+            assert!(
+                text.contains("# TYPE dispatch_retention_purged_total counter"),
+                "{text}"
+            );
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the purge of the delivered message was not counted:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(api.get(&format!("/messages/{id}")).await.status(), 404);
     app.shutdown().await;
 }
 
@@ -297,5 +363,119 @@ async fn the_operational_endpoints_answer_without_a_token() {
     }
     // The API itself does need one.
     assert_eq!(get(&app, "/targets").await.status(), 401);
+    app.shutdown().await;
+}
+
+/// Purges, until nothing more is expired, what retention would purge
+/// `later` from now: the app's own periods, the store's own purge.
+async fn purge_as_of(app: &TestApp, later: Duration) -> dispatch::store::Purged {
+    let config = app.running().state.config.retention.clone();
+    let at = chrono::Utc::now() + chrono::TimeDelta::from_std(later).unwrap();
+    let cutoffs = dispatch::retention::cutoffs(&config, at);
+    let store = app.store();
+    let mut total = dispatch::store::Purged::default();
+    loop {
+        let p = store
+            .purge_expired(&cutoffs, config.batch_size)
+            .await
+            .unwrap();
+        if p == dispatch::store::Purged::default() {
+            return total;
+        }
+        total.messages += p.messages;
+        total.attempts += p.attempts;
+        total.idempotency_keys += p.idempotency_keys;
+    }
+}
+
+#[tokio::test]
+async fn each_kind_of_row_is_purged_after_its_own_retention_period_and_not_before() {
+    const HOUR: u64 = 3600;
+    // Four different periods, in an order unlike that of the config or the purge.
+    let app = TestApp::spawn_with(|c| {
+        c.sweeper.enabled = false;
+        c.retention.interval = Duration::from_secs(HOUR); // driven by hand below
+        c.retention.cancelled = Duration::from_secs(HOUR);
+        c.retention.dead_letters = Duration::from_secs(2 * HOUR);
+        c.retention.delivered = Duration::from_secs(3 * HOUR);
+        c.retention.failed_attempts = Duration::from_secs(4 * HOUR);
+        c.retention.batch_size = 1; // several batches per kind
+    })
+    .await;
+    let ok = Receiver::start().await;
+    let gone = Receiver::start().await;
+    gone.always(Reply::status(404));
+    let flaky = Receiver::start().await;
+    flaky.always(Reply::status(500));
+    let api = app.api("acme").await;
+    let target = |v: Value| v["targetId"].as_str().unwrap().to_string();
+    let ok_t = target(api.webhook(&ok.url("/")).await);
+    let gone_t = target(api.webhook(&gone.url("/")).await);
+    let flaky_t = target(api.webhook(&flaky.url("/")).await);
+    let id = |v: Value| v["messageId"].as_str().unwrap().to_string();
+
+    let delivered = id(api.schedule(&ok_t, &in_ms(-1), "d").await);
+    let dead = id(api.schedule(&gone_t, &in_ms(-1), "x").await);
+    let retrying = id(api.schedule(&flaky_t, &in_ms(-1), "r").await);
+    let cancelled = id(api.schedule(&ok_t, &in_ms(3_600_000), "c").await);
+    let future = id(api.schedule(&ok_t, &in_ms(30 * 86_400_000), "f").await);
+    assert_eq!(
+        api.post_empty(&format!("/messages/{cancelled}/cancel"))
+            .await
+            .status(),
+        200
+    );
+    app.running().sweeper.deliver_due_now().await;
+    assert_eq!(api.message(&delivered).await["state"], "Delivered");
+    assert_eq!(api.message(&dead).await["state"], "DeadLetter");
+    // A round of two failed attempts; the next waits a minute (the default ladder).
+    assert_eq!(api.message(&retrying).await["state"], "Scheduled");
+    let failed = api.attempts(&retrying).await.len();
+    assert!(failed >= 1, "the retrying message has failed attempts");
+
+    let present = |id: String| {
+        let api = api.clone();
+        async move { api.get(&format!("/messages/{id}")).await.status() == 200 }
+    };
+    // (hours from now, [cancelled, dead letter, delivered] still there, failed attempts still there)
+    let stages: [(f64, [bool; 3], bool, u64); 5] = [
+        (0.5, [true, true, true], true, 0),
+        (1.5, [false, true, true], true, 1),
+        (2.5, [false, false, true], true, 1),
+        (3.5, [false, false, false], true, 1),
+        (4.5, [false, false, false], false, 0),
+    ];
+    for (hours, kept, attempts_kept, purged) in stages {
+        let p = purge_as_of(&app, Duration::from_secs_f64(hours * HOUR as f64)).await;
+        assert_eq!(p.messages, purged, "messages purged {hours} h from now");
+        for (what, id, kept) in [
+            ("the cancelled message (1 h)", &cancelled, kept[0]),
+            ("the dead letter (2 h)", &dead, kept[1]),
+            ("the delivered message (3 h)", &delivered, kept[2]),
+        ] {
+            assert_eq!(
+                present(id.clone()).await,
+                kept,
+                "{what} {} {hours} h from now",
+                if kept { "is kept" } else { "is purged" }
+            );
+        }
+        assert_eq!(
+            api.attempts(&retrying).await.len(),
+            if attempts_kept { failed } else { 0 },
+            "the failed attempts (4 h) {} {hours} h from now",
+            if attempts_kept {
+                "are kept"
+            } else {
+                "are purged"
+            }
+        );
+        assert_eq!(
+            api.message(&retrying).await["state"],
+            "Scheduled",
+            "a message still to be delivered is never purged"
+        );
+        assert_eq!(api.message(&future).await["state"], "Scheduled");
+    }
     app.shutdown().await;
 }

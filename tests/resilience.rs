@@ -71,11 +71,61 @@ async fn wait_until_all_delivered(api: &Api, n: usize, within: Duration) {
     }
 }
 
+/// `dispatch_messages_delivered_total` as an instance's `/metrics` reports it.
+async fn delivered_total(base: &str) -> f64 {
+    let text = reqwest::get(format!("{base}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.strip_prefix("dispatch_messages_delivered_total"))
+        .filter(|rest| rest.starts_with(' ') || rest.starts_with('{'))
+        .map(|rest| rest.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+        .sum()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_instances_deliver_2000_due_messages_each_exactly_once() {
-    let a = TestApp::spawn_postgres_with(|_| {}).await;
-    let b = TestApp::spawn_on(a.db.clone(), |_| {}).await;
+    // Each instance may have 32 attempts in flight, and each attempt takes
+    // 50 ms: one instance alone would need 3 s, so both must take part.
+    let concurrency = 32;
+    let a = TestApp::spawn_postgres_with(|c| c.sweeper.concurrency = concurrency).await;
+    // The second instance is its own process: the metrics recorder is one per
+    // process, so its /metrics counts its deliveries and nothing else.
+    let b_port = free_port();
+    let b_base = format!("http://127.0.0.1:{b_port}");
+    let mut b = tokio::process::Command::new(env!("CARGO_BIN_EXE_dispatch"))
+        .arg("serve")
+        .env("DATABASE_URL", &a.db.url)
+        .env("DISPATCH_SERVER__LISTEN", format!("127.0.0.1:{b_port}"))
+        .env("DISPATCH_WEBHOOK__ALLOW_PRIVATE_NETWORKS", "true")
+        .env("DISPATCH_SWEEPER__CONCURRENCY", concurrency.to_string())
+        .env("DISPATCH_SWEEPER__POLL_INTERVAL", "1s")
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the dispatch binary starts");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let ready = reqwest::get(format!("{b_base}/health/ready")).await;
+        if ready.is_ok_and(|r| r.status() == 200) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the second instance became ready"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(delivered_total(&b_base).await, 0.0);
+
     let rx = Receiver::start().await;
+    rx.always(Reply::status(200).delay(Duration::from_millis(50)));
     let api = a.api("acme").await;
     let target = api.webhook(&rx.url("/hook")).await["targetId"]
         .as_str()
@@ -93,7 +143,15 @@ async fn two_instances_deliver_2000_due_messages_each_exactly_once() {
         "no message is delivered twice while its lease holds: {twice:?}"
     );
     assert!(ids.iter().all(|id| seen.contains_key(id)));
-    b.shutdown().await;
+    // Each message arrived once, from one of the two: what the second did not
+    // deliver, the first did.
+    let by_b = delivered_total(&b_base).await;
+    assert!(
+        by_b > 0.0 && by_b < 2_000.0,
+        "both instances delivered: the second {by_b} of 2000, the first the rest"
+    );
+    b.start_kill().unwrap();
+    b.wait().await.unwrap();
     a.shutdown().await;
 }
 

@@ -21,6 +21,9 @@ use base64::{engine::general_purpose::STANDARD as B64, Engine};
 use common::{in_ms, receiver::Receiver, receiver::Reply, Api, TestApp};
 use serde_json::{json, Value};
 
+/// A token the endpoint issued: the token, when, and its lifetime in seconds.
+type Issued = (String, chrono::DateTime<chrono::Utc>, Option<u64>);
+
 /// A token endpoint that counts requests and issues t1, t2, … .
 #[derive(Clone)]
 struct TokenServer {
@@ -30,6 +33,7 @@ struct TokenServer {
     /// Answer with this status and body instead of a token.
     fail: Arc<Mutex<Option<(u16, Value)>>>,
     scopes_seen: Arc<Mutex<Vec<String>>>,
+    issued: Arc<Mutex<Vec<Issued>>>,
 }
 
 async fn issue(
@@ -62,9 +66,14 @@ async fn issue(
         .unwrap()
         .push(form.get("scope").cloned().unwrap_or_default());
     let mut body = json!({"access_token": format!("t{n}"), "token_type": "Bearer"});
-    if let Some(e) = *s.expires_in.lock().unwrap() {
+    let expires_in = *s.expires_in.lock().unwrap();
+    if let Some(e) = expires_in {
         body["expires_in"] = json!(e);
     }
+    s.issued
+        .lock()
+        .unwrap()
+        .push((format!("t{n}"), chrono::Utc::now(), expires_in));
     Json(body).into_response()
 }
 
@@ -77,6 +86,7 @@ impl TokenServer {
             expires_in: Arc::new(Mutex::new(Some(3600))),
             fail: Arc::default(),
             scopes_seen: Arc::default(),
+            issued: Arc::default(),
         };
         let app = Router::new()
             .route("/token", post(issue))
@@ -137,18 +147,51 @@ async fn one_token_serves_a_hundred_concurrent_deliveries() {
 async fn an_expiring_token_is_refreshed_before_it_expires() {
     let app = TestApp::spawn().await;
     let tokens = TokenServer::start().await;
-    *tokens.expires_in.lock().unwrap() = Some(1);
+    // Tokens live 5 s; Dispatch refreshes a tenth of that (500 ms) early.
+    *tokens.expires_in.lock().unwrap() = Some(5);
     let rx = Receiver::start().await;
     let api = app.api("acme").await;
     let t = oauth_target(&api, &rx, &tokens.url, "rcv-secret").await;
-    api.schedule(&t, &in_ms(0), "first").await;
-    rx.wait_for(1, Duration::from_secs(10)).await;
-    tokio::time::sleep(Duration::from_millis(1_000)).await;
-    api.schedule(&t, &in_ms(0), "second").await;
-    let got = rx.wait_for(2, Duration::from_secs(10)).await;
+    // A delivery every 100 ms or so for 6 s: several fall in the first
+    // token's last 500 ms, and the last ones a second past its expiry.
+    let n = 60;
+    let first = 1_000;
+    for i in 0..n {
+        api.schedule(&t, &in_ms(first + 100 * i), &format!("m{i}"))
+            .await;
+    }
+    let got = rx.wait_for(n as usize, Duration::from_secs(20)).await;
+    let issued = tokens.issued.lock().unwrap().clone();
+    let expiry = |token: &str| {
+        let (_, at, lifetime) = issued
+            .iter()
+            .find(|(t, _, _)| t == token)
+            .unwrap_or_else(|| panic!("{token} was issued by the token endpoint"));
+        *at + chrono::TimeDelta::seconds(lifetime.unwrap() as i64)
+    };
+    // No request carried a token past its expiry (a receiver would refuse it).
+    for r in &got {
+        let token = bearer(r).trim_start_matches("Bearer ").to_string();
+        assert!(
+            r.at < expiry(&token),
+            "a delivery at {} carried {token}, expired at {}",
+            r.at,
+            expiry(&token)
+        );
+    }
+    // The second token was fetched while the first was still valid.
+    assert!(issued.len() >= 2, "the token was refreshed: {issued:?}");
+    let (_, second_at, _) = &issued[1];
+    assert!(
+        *second_at < expiry("t1"),
+        "t2 was fetched at {second_at}, after t1 expired at {}",
+        expiry("t1")
+    );
     assert_eq!(bearer(&got[0]), "Bearer t1");
-    assert_eq!(bearer(&got[1]), "Bearer t2");
-    assert_eq!(tokens.count(), 2);
+    assert!(
+        got.iter().any(|r| bearer(r) == "Bearer t2"),
+        "later deliveries use the new token"
+    );
     app.shutdown().await;
 }
 
