@@ -10,6 +10,7 @@ mod clients;
 mod delivery;
 mod filter;
 mod messages;
+mod open;
 mod portal;
 mod rows;
 mod secrets;
@@ -24,10 +25,7 @@ use std::{
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use sqlx::{
-    sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous},
-    Sqlite, SqlitePool, Transaction,
-};
+use sqlx::{Sqlite, SqlitePool, Transaction};
 
 use self::rows::*;
 use super::*;
@@ -57,78 +55,6 @@ fn map_err(e: sqlx::Error) -> StoreError {
 }
 
 impl SqliteStore {
-    /// The lock that keeps a second serving process away.
-    fn lock(path: &Path) -> StoreResult<File> {
-        let lock_path = PathBuf::from(format!("{}.lock", path.display()));
-        let lock = File::options()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .map_err(|e| StoreError::Locked(format!("cannot open {}: {e}", lock_path.display())))?;
-        if lock.try_lock().is_err() {
-            return Err(StoreError::Locked(format!(
-                "another Dispatch process is serving {} (it holds {}). The embedded store serves one process; \
-                 to run several instances, use PostgreSQL: DATABASE_URL=postgres://user@host/dispatch",
-                path.display(),
-                lock_path.display()
-            )));
-        }
-        Ok(lock)
-    }
-
-    /// Opens (creating if needed) the database at `path` to serve it: takes
-    /// its lock and applies the migrations.
-    pub async fn open(path: &Path) -> StoreResult<Self> {
-        Self::open_as(path, true).await
-    }
-
-    /// Opens the database beside a process that may be serving it, for a
-    /// short admin command: no lock is taken.
-    pub async fn open_admin(path: &Path) -> StoreResult<Self> {
-        Self::open_as(path, false).await
-    }
-
-    async fn open_as(path: &Path, exclusive: bool) -> StoreResult<Self> {
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| StoreError::Locked(format!("cannot create {}: {e}", dir.display())))?;
-        }
-        let lock = if exclusive {
-            Some(Self::lock(path)?)
-        } else {
-            None
-        };
-        let options = SqliteConnectOptions::new()
-            .filename(path)
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(SqliteSynchronous::Normal)
-            .busy_timeout(Duration::from_secs(5))
-            .foreign_keys(true);
-        let writer = SqlitePoolOptions::new()
-            .max_connections(1)
-            .min_connections(1)
-            .acquire_timeout(Duration::from_secs(10))
-            .connect_with(options.clone())
-            .await
-            .map_err(map_err)?;
-        MIGRATOR.run(&writer).await.map_err(StoreError::Migrate)?;
-        let reader = SqlitePoolOptions::new()
-            .max_connections(4)
-            .acquire_timeout(Duration::from_secs(10))
-            .connect_with(options.read_only(true))
-            .await
-            .map_err(map_err)?;
-        Ok(Self {
-            writer,
-            reader,
-            path: path.to_path_buf(),
-            sealer: None,
-            _lock: lock,
-        })
-    }
-
     /// Secrets written from now on are sealed with `sealer`'s current key;
     /// secrets sealed under it or its previous keys read.
     pub fn with_sealer(mut self, sealer: Sealer) -> Self {
