@@ -22,6 +22,7 @@ mod delivery;
 mod filter;
 pub mod listen;
 mod messages;
+mod open;
 mod portal;
 mod rows;
 mod secrets;
@@ -31,10 +32,7 @@ use std::{sync::Arc, time::Duration};
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use sqlx::{
-    postgres::{PgConnectOptions, PgPoolOptions},
-    PgPool, Postgres, Transaction,
-};
+use sqlx::{PgPool, Postgres, Transaction};
 use uuid::Uuid;
 
 use self::rows::*;
@@ -43,8 +41,6 @@ use crate::auth::sealing::Sealer;
 
 /// The channel other instances LISTEN on.
 pub const WAKE_CHANNEL: &str = "dispatch_wake";
-
-static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
 
 #[derive(Clone)]
 pub struct PgStore {
@@ -56,44 +52,12 @@ pub struct PgStore {
 }
 
 impl PgStore {
-    pub async fn connect(
-        url: &str,
-        max_connections: u32,
-        wake_horizon: Duration,
-    ) -> StoreResult<Self> {
-        let options: PgConnectOptions = url.parse().map_err(StoreError::Unavailable)?;
-        let pool = PgPoolOptions::new()
-            .max_connections(max_connections)
-            .min_connections(1)
-            .acquire_timeout(Duration::from_secs(3))
-            .connect_with(options.application_name("dispatch"))
-            .await
-            .map_err(map_err)?;
-        Ok(Self {
-            pool,
-            wake_horizon: chrono::TimeDelta::from_std(wake_horizon)
-                .unwrap_or(chrono::TimeDelta::seconds(5)),
-            sealer: None,
-        })
-    }
-
-    /// Secrets written from now on are sealed with `sealer`'s current key;
-    /// secrets sealed under it or its previous keys read.
-    pub fn with_sealer(mut self, sealer: Sealer) -> Self {
-        self.sealer = Some(Arc::new(sealer));
-        self
-    }
-
     fn sealer(&self) -> Option<&Sealer> {
         self.sealer.as_deref()
     }
 
     pub fn pool(&self) -> &PgPool {
         &self.pool
-    }
-
-    pub async fn migrate(&self) -> StoreResult<()> {
-        MIGRATOR.run(&self.pool).await.map_err(StoreError::Migrate)
     }
 
     async fn begin(&self) -> StoreResult<Transaction<'static, Postgres>> {
