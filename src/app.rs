@@ -8,12 +8,16 @@ use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tracing::info;
 
 use crate::{
-    api::{self, AppState},
+    api,
     auth::tokens::TokenService,
+    clock::{Clock, SystemClock},
     config::Config,
     delivery::{aws::AwsClients, webhook::WebhookClient, Deliverer},
     domain::retry::RetryPolicy,
-    metrics, retention,
+    limits::{ApiLimits, SignInLimits},
+    metrics, portal, retention,
+    service::{Coalescer, Service},
+    state::AppState,
     store::{postgres::PgStore, sqlite::SqliteStore, Store},
     sweeper::Sweeper,
 };
@@ -151,21 +155,22 @@ pub async fn start_with(
     let wake = Arc::new(crate::wake::Wake::default());
     let shutdown = CancellationToken::new();
     let tasks = TaskTracker::new();
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let inserts = Coalescer::start(store.clone(), 4, 256, &tasks, shutdown.clone());
     let state = AppState {
+        service: Service::new(
+            store.clone(),
+            config.clone(),
+            wake.clone(),
+            Some(Arc::new(inserts)),
+            clock.clone(),
+        ),
         store: store.clone(),
         tokens: Arc::new(tokens),
-        limits: Arc::new(api::limits::ApiLimits::new(&config)),
+        limits: Arc::new(ApiLimits::new(&config)),
+        sign_ins: Arc::new(SignInLimits::new(&config.portal)),
         config: config.clone(),
-        wake: wake.clone(),
         metrics: metrics::handle(),
-        portal: Arc::new(crate::portal::Runtime::new(&config.portal)),
-        inserts: Arc::new(crate::store::coalesce::Coalescer::start(
-            store.clone(),
-            4,
-            256,
-            &tasks,
-            shutdown.clone(),
-        )),
     };
     let max_timeout = config
         .sweeper
@@ -191,9 +196,10 @@ pub async fn start_with(
         policy: RetryPolicy::from(&config.retry),
         config: config.sweeper.clone(),
         wake: wake.clone(),
+        clock: clock.clone(),
     };
 
-    let app = api::router(state.clone());
+    let app = router(state.clone());
     let stop = shutdown.clone();
     tasks.spawn(async move {
         if let Err(e) = axum::serve(
@@ -218,6 +224,7 @@ pub async fn start_with(
     }
     tasks.spawn(retention::run(
         store,
+        clock,
         config.retention.clone(),
         shutdown.clone(),
     ));
@@ -229,6 +236,32 @@ pub async fn start_with(
         shutdown,
         tasks,
     })
+}
+
+/// Both doors, the API and the portal, with the fallbacks and the layers
+/// every request passes through.
+pub fn router(state: AppState) -> axum::Router {
+    use axum::{extract::DefaultBodyLimit, extract::Request, http::HeaderName};
+    use tower_http::{
+        request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer},
+        trace::TraceLayer,
+    };
+    let request_id = HeaderName::from_static("x-request-id");
+    let max_body = state.config.server.max_body_bytes;
+    api::routes()
+        .merge(portal::router())
+        .fallback(api::ops::not_found)
+        .method_not_allowed_fallback(api::ops::method_not_allowed)
+        .layer(DefaultBodyLimit::max(max_body))
+        .layer(
+            TraceLayer::new_for_http().make_span_with(|req: &Request| {
+                let id = req.headers().get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or("");
+                tracing::info_span!("request", method = %req.method(), path = %req.uri().path(), request_id = %id)
+            }),
+        )
+        .layer(PropagateRequestIdLayer::new(request_id.clone()))
+        .layer(SetRequestIdLayer::new(request_id, MakeRequestUuid))
+        .with_state(state)
 }
 
 /// Resolves on SIGINT or SIGTERM.

@@ -11,7 +11,10 @@ use crate::{
     app,
     auth::{parse_scopes, secrets, SCOPES},
     config::Config,
+    domain::ids::AccountId,
+    service::{identities::MIN_PASSWORD, Service, ServiceError},
     store::{ClientRecord, ClientSummary},
+    wire::TargetOut,
 };
 
 #[derive(Debug, Parser)]
@@ -236,46 +239,48 @@ async fn announce_development_client(running: &app::Running) -> anyhow::Result<(
     Ok(())
 }
 
-async fn create_client(config: Config, args: CreateClient) -> anyhow::Result<()> {
-    let account = args.account.trim();
-    if account.is_empty() || account.len() > 200 {
-        anyhow::bail!("--account must be 1 to 200 characters");
-    }
-    let scopes: Vec<String> = if args.scopes.is_empty() {
-        SCOPES.iter().map(|s| s.to_string()).collect()
-    } else {
-        parse_scopes(&args.scopes.join(" "))
-            .map_err(|s| anyhow::anyhow!("unknown scope {s}; known scopes: {}", SCOPES.join(", ")))?
-            .iter()
-            .map(|s| s.to_string())
-            .collect()
-    };
+/// A service for an admin command: beside a running `serve`, on the same data.
+async fn admin_service(config: Config) -> anyhow::Result<Service> {
     let (store, _) = app::open_store_admin(&config).await?.into_parts();
-    let (client_id, secret) = secrets::generate_client_credentials();
-    let record = ClientRecord {
-        client_id: client_id.clone(),
-        account: account.to_string(),
-        name: args.name,
-        secret_hash: secrets::hash_client_secret(&secret),
-        scopes: scopes.clone(),
-    };
-    store
-        .create_client(&record)
+    Ok(Service::admin(store, std::sync::Arc::new(config)))
+}
+
+fn account(arg: &str) -> anyhow::Result<AccountId> {
+    AccountId::parse(arg).map_err(|_| anyhow::anyhow!("--account must be 1 to 200 characters"))
+}
+
+/// A refusal of a use case, as one line.
+fn refused(e: ServiceError) -> anyhow::Error {
+    match e {
+        ServiceError::Invalid(errors) => invalid(errors),
+        other => anyhow::Error::new(other),
+    }
+}
+
+async fn create_client(config: Config, args: CreateClient) -> anyhow::Result<()> {
+    let account = account(&args.account)?;
+    let scopes = parse_scopes(&args.scopes.join(" "))
+        .map_err(|s| anyhow::anyhow!("unknown scope {s}; known scopes: {}", SCOPES.join(", ")))?;
+    let service = admin_service(config).await?;
+    let client = service
+        .create_client(&account, &args.name, &scopes)
         .await
+        .map_err(refused)
         .context("saving the client")?;
     println!(
         "{}",
-        json!({"clientId": client_id, "clientSecret": secret, "account": account, "scopes": scopes})
+        json!({"clientId": client.record.client_id, "clientSecret": client.secret,
+               "account": account.as_str(), "scopes": client.record.scopes})
     );
     Ok(())
 }
 
-fn invalid_target(errors: Vec<crate::domain::target::FieldError>) -> anyhow::Error {
+fn invalid(errors: Vec<crate::domain::target::FieldError>) -> anyhow::Error {
     let lines: Vec<String> = errors
         .iter()
         .map(|e| format!("{} {}", e.field, e.message))
         .collect();
-    anyhow::anyhow!("invalid target: {}", lines.join("; "))
+    anyhow::anyhow!("invalid: {}", lines.join("; "))
 }
 
 fn client_json(c: &ClientSummary) -> serde_json::Value {
@@ -304,7 +309,10 @@ async fn list_clients(config: Config, args: ListClients) -> anyhow::Result<()> {
 async fn revoke_client(config: Config, args: RevokeClient) -> anyhow::Result<()> {
     let (store, _) = app::open_store_admin(&config).await?.into_parts();
     let Some(revoked) = store
-        .revoke_client(&args.client_id, crate::domain::time::now())
+        .revoke_client(
+            &args.client_id,
+            crate::clock::Clock::now(&crate::clock::SystemClock),
+        )
         .await
         .context("revoking the client")?
     else {
@@ -319,33 +327,22 @@ async fn revoke_client(config: Config, args: RevokeClient) -> anyhow::Result<()>
 }
 
 async fn create_target(config: Config, args: CreateTarget) -> anyhow::Result<()> {
+    let account = account(&args.account)?;
     let target_config: serde_json::Value = serde_json::from_str(&args.target_config)
         .context("--target-config must be a JSON object")?;
     let spec = crate::domain::target::parse_spec(
         &json!({"name": args.name, "type": args.kind, "config": target_config}),
     )
-    .map_err(invalid_target)?;
-    crate::delivery::policy::OutboundPolicy::from_config(&config)
-        .check(&spec.config)
+    .map_err(invalid)?;
+    let service = admin_service(config).await?;
+    let saved = service
+        .create_target(&account, spec)
         .await
-        .map_err(invalid_target)?;
-    let (store, _) = app::open_store_admin(&config).await?.into_parts();
-    let Some(target) = crate::store::insert_new_target(
-        store.as_ref(),
-        &args.account,
-        &spec,
-        crate::domain::time::now(),
-    )
-    .await?
-    else {
-        anyhow::bail!("a target id collided; run the command again");
-    };
-    let out = crate::api::wire::TargetOut::with_generated_secret(&target, spec.generated_secret);
+        .map_err(refused)?;
+    let out = TargetOut::with_generated_secret(&saved.target, saved.generated_secret);
     println!("{}", serde_json::to_string(&out)?);
     Ok(())
 }
-
-const MIN_PASSWORD: usize = 12;
 
 /// The password for a new user and whether it was generated (and must be shown).
 fn choose_password(args: &CreateUser) -> anyhow::Result<(String, bool)> {
@@ -384,26 +381,28 @@ fn choose_password(args: &CreateUser) -> anyhow::Result<(String, bool)> {
 }
 
 async fn create_user(config: Config, args: CreateUser) -> anyhow::Result<()> {
-    let account = args.account.trim();
-    if account.is_empty() || account.len() > 200 {
-        anyhow::bail!("--account must be 1 to 200 characters");
-    }
-    let email = args.email.trim().to_lowercase();
-    let plausible = email.len() <= 254
-        && !email.chars().any(char::is_whitespace)
-        && email
-            .split_once('@')
-            .is_some_and(|(l, d)| !l.is_empty() && !d.is_empty());
-    if !plausible {
-        anyhow::bail!("--email must be an email address, such as ops@example.com");
-    }
+    let account = account(&args.account)?;
     let (password, generated) = choose_password(&args)?;
-    let (store, _) = app::open_store_admin(&config).await?.into_parts();
-    let user = crate::portal::new_user(account, &email, &password);
-    if !store.create_user(&user).await.context("saving the user")? {
-        anyhow::bail!("a portal user with the email {email} exists already");
-    }
-    let mut out = json!({"account": account, "email": email});
+    let service = admin_service(config).await?;
+    let user = match service.create_user(&account, &args.email, &password).await {
+        Ok(user) => user,
+        Err(ServiceError::Conflict(_)) => anyhow::bail!(
+            "a portal user with the email {} exists already",
+            args.email.trim().to_lowercase()
+        ),
+        // The fields are the command's flags.
+        Err(ServiceError::Invalid(errors)) => anyhow::bail!(
+            "{}",
+            errors
+                .iter()
+                .map(|e| format!("--{} {}", e.field, e.message))
+                .collect::<Vec<_>>()
+                .join("; ")
+        ),
+        Err(e) => return Err(refused(e)),
+    };
+    let email = user.email;
+    let mut out = json!({"account": account.as_str(), "email": email});
     if generated {
         out["password"] = json!(password);
     }

@@ -325,6 +325,19 @@ pub mod duration {
     }
 }
 
+/// The ladder a configuration describes.
+impl From<&RetryConfig> for crate::domain::retry::RetryPolicy {
+    fn from(c: &RetryConfig) -> Self {
+        Self {
+            immediate_retries: c.immediate_retries,
+            minute_rounds: c.minute_rounds,
+            hour_cycles: c.hour_cycles,
+            minute_delay: c.minute_delay,
+            hour_delay: c.hour_delay,
+        }
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::result_large_err)] // figment::Jail's closures return figment::Error
 mod tests {

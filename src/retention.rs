@@ -7,8 +7,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::{
+    clock::{Clock, SystemClock},
     config::RetentionConfig,
-    domain::time,
     metrics as m,
     store::{Cutoffs, Purged, Store, StoreResult},
 };
@@ -30,11 +30,21 @@ pub fn cutoffs(config: &RetentionConfig, now: chrono::DateTime<chrono::Utc>) -> 
 }
 
 /// Purges until nothing expired is left; returns the totals.
+/// Purges what has expired by the wall clock, until nothing is left.
 pub async fn purge_once(store: &dyn Store, config: &RetentionConfig) -> StoreResult<Purged> {
+    purge_as_of(store, config, &SystemClock).await
+}
+
+/// Purges what has expired by `clock`, until nothing is left.
+pub async fn purge_as_of(
+    store: &dyn Store,
+    config: &RetentionConfig,
+    clock: &dyn Clock,
+) -> StoreResult<Purged> {
     let mut total = Purged::default();
     loop {
         let p = store
-            .purge_expired(&cutoffs(config, time::now()), config.batch_size)
+            .purge_expired(&cutoffs(config, clock.now()), config.batch_size)
             .await?;
         total.messages += p.messages;
         total.attempts += p.attempts;
@@ -45,7 +55,12 @@ pub async fn purge_once(store: &dyn Store, config: &RetentionConfig) -> StoreRes
     }
 }
 
-pub async fn run(store: Arc<dyn Store>, config: RetentionConfig, shutdown: CancellationToken) {
+pub async fn run(
+    store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
+    config: RetentionConfig,
+    shutdown: CancellationToken,
+) {
     let mut interval = tokio::time::interval(config.interval);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -53,7 +68,7 @@ pub async fn run(store: Arc<dyn Store>, config: RetentionConfig, shutdown: Cance
             _ = interval.tick() => {}
             _ = shutdown.cancelled() => return,
         }
-        match purge_once(store.as_ref(), &config).await {
+        match purge_as_of(store.as_ref(), &config, clock.as_ref()).await {
             Ok(p) if p != Purged::default() => {
                 metrics::counter!(m::PURGED, "kind" => "messages").increment(p.messages);
                 metrics::counter!(m::PURGED, "kind" => "attempts").increment(p.attempts);

@@ -17,13 +17,13 @@ use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tracing::{debug, warn, Instrument};
 
 use crate::{
+    clock::Clock,
     config::SweeperConfig,
     delivery::{Delivered, Deliverer, SQS_BATCH_MAX},
     domain::{
         ids::TargetId,
         message::Attempt,
         retry::{AttemptOutcome, Next, RetryPolicy},
-        time,
     },
     metrics as m,
     store::{Claimed, Recorded, Store},
@@ -41,6 +41,8 @@ pub struct Sweeper {
     pub policy: RetryPolicy,
     pub config: SweeperConfig,
     pub wake: Arc<Wake>,
+    /// What "now" is for claims, results and lateness.
+    pub clock: Arc<dyn Clock>,
 }
 
 impl Sweeper {
@@ -53,6 +55,7 @@ impl Sweeper {
         let recorder = tokio::spawn(record_loop(
             self.store.clone(),
             self.wake.clone(),
+            self.clock.clone(),
             results_rx,
             shutdown.clone(),
         ));
@@ -72,7 +75,7 @@ impl Sweeper {
             let limit = permits
                 .available_permits()
                 .min(self.config.batch_size as usize) as u32;
-            let now = time::now();
+            let now = self.clock.now();
             // The lease runs from before the claim statement: attempts must end before it does.
             let claimed_at = Instant::now();
             let claimed = match self.store.claim_due(now, limit, self.config.lease).await {
@@ -120,7 +123,7 @@ impl Sweeper {
             };
             // Something due that we could not claim is locked by another
             // instance's claim in progress: look again shortly, not in a spin.
-            let wait = (deadline - time::now())
+            let wait = (deadline - self.clock.now())
                 .to_std()
                 .unwrap_or(Duration::ZERO)
                 .max(if count == 0 {
@@ -129,7 +132,7 @@ impl Sweeper {
                     Duration::ZERO
                 });
             self.wake.sleeping_until(
-                time::now() + chrono::TimeDelta::from_std(wait).unwrap_or_default(),
+                self.clock.now() + chrono::TimeDelta::from_std(wait).unwrap_or_default(),
             );
             tokio::select! {
                 _ = tokio::time::sleep(wait) => {}
@@ -151,7 +154,7 @@ impl Sweeper {
             let claimed_at = Instant::now();
             let claimed = match self
                 .store
-                .claim_due(time::now(), self.config.batch_size, self.config.lease)
+                .claim_due(self.clock.now(), self.config.batch_size, self.config.lease)
                 .await
             {
                 Ok(c) => c,
@@ -173,7 +176,7 @@ impl Sweeper {
             .into_iter()
             .flatten()
             .collect::<Vec<_>>();
-            if let Err(e) = self.store.record(&results, time::now()).await {
+            if let Err(e) = self.store.record(&results, self.clock.now()).await {
                 warn!(error = %e, "record failed");
             }
         }
@@ -206,7 +209,7 @@ impl Sweeper {
             let first = self.attempt(&c, deadline).await;
             return vec![self.retry_immediately(&c, first, deadline).await];
         }
-        let started_at = time::now();
+        let started_at = self.clock.now();
         let clock = Instant::now();
         for c in &group {
             self.observe_lateness(c, started_at);
@@ -231,7 +234,7 @@ impl Sweeper {
     }
 
     async fn attempt(&self, c: &Claimed, deadline: Instant) -> Recorded {
-        let started_at = time::now();
+        let started_at = self.clock.now();
         self.observe_lateness(c, started_at);
         self.attempt_again(c, Vec::new(), c.ladder_attempts, deadline)
             .await
@@ -247,7 +250,7 @@ impl Sweeper {
     ) -> Recorded {
         let number = c.attempt_count + earlier.len() as u32 + 1;
         let span = tracing::info_span!("delivery", message_id = %c.id, target_id = %c.target_id, attempt = number);
-        let started_at = time::now();
+        let started_at = self.clock.now();
         let clock = Instant::now();
         // No attempt outlives its lease: past it, another instance may take
         // the message, or a cancel may succeed.
@@ -357,6 +360,7 @@ fn cut_off() -> Delivered {
 async fn record_loop(
     store: Arc<dyn Store>,
     wake: Arc<Wake>,
+    clock: Arc<dyn Clock>,
     mut rx: mpsc::UnboundedReceiver<Recorded>,
     shutdown: CancellationToken,
 ) {
@@ -371,7 +375,7 @@ async fn record_loop(
         }
         let mut failures = 0u32;
         loop {
-            match store.record(&batch, time::now()).await {
+            match store.record(&batch, clock.now()).await {
                 Ok(_) => break,
                 Err(e) => {
                     failures += 1;

@@ -2,50 +2,52 @@
 //! database transaction, each answered on its own.
 
 use axum::{extract::State, Json};
-use chrono::{DateTime, Utc};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
 use super::{
+    body::{self, Body},
     error::{ApiError, ApiResult, Problem},
-    extract::JsonBody,
-    messages::{parse_message, MAX_IDEMPOTENCY_KEY},
-    wire::MessageOut,
-    AppState,
+    messages::schedule_request,
 };
 use crate::{
     auth::{Principal, Scope},
-    domain::{target::FieldError, time},
-    metrics as m,
-    store::{BatchItem, InsertOutcome},
+    domain::target::FieldError,
+    service::{messages::Scheduled, Conflict, IdempotencyKey, ServiceError},
+    state::AppState,
+    wire::{Field, MessageIn, MessageOut},
 };
 
 pub const MAX_BATCH: usize = 1000;
 
 /// The messages to schedule: each as in `POST /messages`, with an optional
-/// `idempotencyKey` of its own.
-#[derive(Debug, ToSchema)]
-#[allow(dead_code)]
+/// `idempotencyKey` of its own. Each is read and answered on its own, so the
+/// list is read as JSON values first.
+#[derive(Debug, Deserialize, ToSchema)]
 pub struct BatchIn {
     /// 1 to 1,000 messages.
-    #[schema(min_items = 1, max_items = 1000)]
-    pub messages: Vec<BatchMessageIn>,
+    #[schema(value_type = Vec<BatchMessageIn>, min_items = 1, max_items = 1000)]
+    pub messages: Vec<Value>,
 }
 
-#[derive(Debug, ToSchema)]
+/// One message of a batch: a `MessageIn` with an `idempotencyKey` of its own.
+#[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
-#[allow(dead_code)]
 pub struct BatchMessageIn {
-    #[schema(example = "DI-T-aabbcc1122")]
-    pub target_id: String,
-    #[schema(example = "2020-07-01T12:34:00Z")]
-    pub delivery_time: String,
-    pub payload: String,
-    /// As the `Idempotency-Key` header of `POST /messages` (at most 255
-    /// characters, remembered 24 hours per account); within one batch a key
-    /// names one request.
-    pub idempotency_key: Option<String>,
+    #[schema(value_type = String, required = true, example = "DI-T-aabbcc1122", pattern = "^DI-T-[0-9a-f]{10}$")]
+    pub target_id: Field<String>,
+    /// RFC 3339 with an offset; a past time is delivered at once.
+    #[schema(value_type = String, required = true, example = "2020-07-01T12:34:00Z", format = DateTime)]
+    pub delivery_time: Field<String>,
+    /// At most 61,440 characters (Unicode scalar values).
+    #[schema(value_type = String, required = true, example = "Hello, World!", max_length = 61440)]
+    pub payload: Field<String>,
+    /// As the `Idempotency-Key` header of `POST /messages` (1 to 255
+    /// characters, no control characters, remembered 24 hours per account,
+    /// the same key space); within one batch a key names one request.
+    #[schema(value_type = Option<String>, min_length = 1, max_length = 255)]
+    pub idempotency_key: Field<String>,
 }
 
 /// One message's result, in the order sent.
@@ -97,6 +99,28 @@ fn at(i: usize, errors: Vec<FieldError>) -> ApiError {
     )
 }
 
+/// One item, read on its own.
+fn item(entry: Value) -> Result<crate::service::messages::ScheduleRequest, Vec<FieldError>> {
+    let m: BatchMessageIn = body::parse(entry).map_err(|e| vec![e])?;
+    let mut errors = Vec::new();
+    let key = match m.idempotency_key {
+        Field::Missing => None,
+        sent => match sent.take("idempotencyKey", &mut errors) {
+            Some(k) => Some(
+                IdempotencyKey::parse(&k)
+                    .map_err(|rule| vec![FieldError::new("idempotencyKey", rule)])?,
+            ),
+            None => return Err(errors),
+        },
+    };
+    let message = MessageIn {
+        target_id: m.target_id,
+        delivery_time: m.delivery_time,
+        payload: m.payload,
+    };
+    schedule_request(message, key)
+}
+
 /// Schedule up to 1,000 messages at once.
 ///
 /// One transaction for all; each message is validated and answered on its
@@ -114,94 +138,46 @@ fn at(i: usize, errors: Vec<FieldError>) -> ApiError {
 pub async fn create(
     State(state): State<AppState>,
     principal: Principal,
-    JsonBody(body): JsonBody,
+    Body(body): Body<BatchIn>,
 ) -> ApiResult<Json<BatchOut>> {
     principal.require(Scope::MessagesWrite)?;
-    let list = match body.get("messages") {
-        Some(Value::Array(list)) if !list.is_empty() && list.len() <= MAX_BATCH => list,
-        Some(Value::Array(list)) => {
-            return Err(ApiError::field(
-                "messages",
-                format!("must hold 1 to {MAX_BATCH} messages, not {}", list.len()),
-            ))
-        }
-        _ => {
-            return Err(ApiError::field(
-                "messages",
-                "is required: a list of messages",
-            ))
-        }
-    };
-    let now = time::now();
-    let mut items: Vec<Option<BatchItemOut>> = Vec::with_capacity(list.len());
-    let mut batch = Vec::new();
-    let mut places = Vec::new();
-    for (i, entry) in list.iter().enumerate() {
-        let key = match entry.get("idempotencyKey") {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::String(k)) if !k.is_empty() && k.chars().count() <= MAX_IDEMPOTENCY_KEY => {
-                Ok(Some(k.clone()))
-            }
-            Some(_) => Err(vec![FieldError::new(
-                "idempotencyKey",
-                "must be a string of 1 to 255 characters",
-            )]),
-        };
-        let parsed = if entry.is_object() {
-            key.and_then(|key| parse_message(entry, &principal.account, key, now))
-        } else {
-            Err(vec![FieldError::new("", "must be an object")])
-        };
-        match parsed {
-            Ok((message, response, idempotency)) => {
-                items.push(None);
-                // Where the item stands, and the 201 body parse_message already made.
-                places.push((i, response));
-                batch.push(BatchItem {
-                    message,
-                    idempotency,
-                });
-            }
-            Err(errors) => items.push(Some(failed(at(i, errors)))),
-        }
+    if body.messages.is_empty() || body.messages.len() > MAX_BATCH {
+        return Err(ApiError::field(
+            "messages",
+            format!(
+                "must hold 1 to {MAX_BATCH} messages, not {}",
+                body.messages.len()
+            ),
+        ));
     }
-    let outcomes = state.store.insert_batch(&batch).await?;
-    let mut scheduled_now = 0;
-    let mut earliest = None;
-    for ((i, response), outcome) in places.into_iter().zip(outcomes) {
-        items[i] = Some(match outcome {
-            InsertOutcome::Created(created) => {
-                scheduled_now += 1;
-                earliest = Some(earliest.map_or(created.delivery_time, |e: DateTime<Utc>| {
-                    e.min(created.delivery_time)
-                }));
-                BatchItemOut {
-                    status: 201,
-                    message: Some(response),
-                    replayed: false,
-                    error: None,
-                }
-            }
-            InsertOutcome::Replayed { status, response } => BatchItemOut {
+    let requests = body.messages.into_iter().map(item).collect();
+    let answers = state
+        .service
+        .schedule_batch(&principal.account, requests)
+        .await?;
+    let items: Vec<BatchItemOut> = answers
+        .into_iter()
+        .enumerate()
+        .map(|(i, answer)| match answer {
+            Ok(Scheduled::Created { response, .. }) => BatchItemOut {
+                status: 201,
+                message: Some(response),
+                replayed: false,
+                error: None,
+            },
+            Ok(Scheduled::Replayed { status, response }) => BatchItemOut {
                 status,
                 message: Some(response),
                 replayed: true,
                 error: None,
             },
-            InsertOutcome::KeyConflict => failed(ApiError::Conflict(format!(
+            Err(ServiceError::Invalid(errors)) => failed(at(i, errors)),
+            Err(ServiceError::Conflict(Conflict::KeyReused)) => failed(ApiError::Conflict(format!(
                 "messages[{i}].idempotencyKey was used with a different request within the last 24 hours"
             ))),
-            InsertOutcome::UnknownTarget => failed(at(
-                i,
-                vec![FieldError::new("targetId", "is not a known target")],
-            )),
-        });
-    }
-    if let Some(at) = earliest {
-        metrics::counter!(m::SCHEDULED).increment(scheduled_now);
-        state.wake.due(at);
-    }
-    let items: Vec<BatchItemOut> = items.into_iter().map(|i| i.expect("answered")).collect();
+            Err(e) => failed(e.into()),
+        })
+        .collect();
     let scheduled = items.iter().filter(|i| i.status == 201).count();
     Ok(Json(BatchOut {
         failed: items.len() - scheduled,

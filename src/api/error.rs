@@ -9,7 +9,7 @@ use axum::{
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use crate::{domain::target::FieldError, store::StoreError};
+use crate::{domain::target::FieldError, service::ServiceError, store::StoreError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -246,3 +246,18 @@ impl From<Vec<FieldError>> for ApiError {
 }
 
 pub type ApiResult<T> = Result<T, ApiError>;
+
+impl From<ServiceError> for ApiError {
+    fn from(e: ServiceError) -> Self {
+        match e {
+            ServiceError::Invalid(errors) => ApiError::Validation(errors),
+            ServiceError::NotFound => ApiError::NotFound,
+            ServiceError::Conflict(c) => ApiError::Conflict(c.to_string()),
+            ServiceError::Store(e) => e.into(),
+            ServiceError::IdsExhausted => {
+                tracing::error!("no free id after several tries");
+                ApiError::Internal
+            }
+        }
+    }
+}

@@ -7,59 +7,82 @@ use axum::{
     Json,
 };
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
 use super::{
+    body::Body,
     error::{ApiError, ApiResult, Problem},
-    extract::{encode_cursor, JsonBody, QueryParams},
-    wire::{AttemptOut, List, MessageIn, MessageOut, RescheduleIn},
-    AppState,
+    extract::{encode_cursor, QueryParams},
 };
 use crate::{
     auth::{Principal, Scope},
     domain::{
         ids::{MessageId, TargetId},
-        message::{Message, State as MsgState},
+        message::State as MsgState,
         payload::Payload,
         target::FieldError,
         time,
     },
-    metrics as m,
-    retention::IDEMPOTENCY_TTL,
-    store::{BatchItem, IdempotencyInput, InsertOutcome, MessageFilter, Transition},
+    service::{messages::ScheduleRequest, messages::Scheduled, IdempotencyKey},
+    state::AppState,
+    store::MessageFilter,
+    wire::{AttemptOut, List, MessageIn, MessageOut, RescheduleIn},
 };
-
-pub(super) const MAX_IDEMPOTENCY_KEY: usize = 255;
 
 fn parse_id(id: &str) -> ApiResult<MessageId> {
     id.parse().map_err(|_| ApiError::NotFound)
 }
 
-fn string_field<'a>(body: &'a Value, name: &str, errors: &mut Vec<FieldError>) -> Option<&'a str> {
-    match body.get(name) {
-        Some(Value::String(s)) => Some(s),
-        None | Some(Value::Null) => {
-            errors.push(FieldError::new(name, "is required"));
-            None
-        }
-        Some(_) => {
-            errors.push(FieldError::new(name, "must be a string"));
-            None
-        }
-    }
-}
-
-fn delivery_time(
-    body: &Value,
-    errors: &mut Vec<FieldError>,
-) -> Option<chrono::DateTime<chrono::Utc>> {
-    let s = string_field(body, "deliveryTime", errors)?;
+fn delivery_time(s: &str, errors: &mut Vec<FieldError>) -> Option<chrono::DateTime<chrono::Utc>> {
     match time::parse_rfc3339(s) {
         Ok(t) => Some(t),
         Err(e) => {
             errors.push(FieldError::new("deliveryTime", e.to_string()));
             None
         }
+    }
+}
+
+/// What `MessageIn` holds beyond its types: a target id's form, an
+/// RFC 3339 time, the payload's length. Every problem, each named.
+pub(super) fn schedule_request(
+    m: MessageIn,
+    idempotency_key: Option<IdempotencyKey>,
+) -> Result<ScheduleRequest, Vec<FieldError>> {
+    let mut errors = Vec::new();
+    let target_id =
+        m.target_id
+            .take("targetId", &mut errors)
+            .and_then(|id| match id.parse::<TargetId>() {
+                Ok(t) => Some(t),
+                Err(_) => {
+                    errors.push(FieldError::new("targetId", "is not a known target"));
+                    None
+                }
+            });
+    let delivery_time = m
+        .delivery_time
+        .take("deliveryTime", &mut errors)
+        .and_then(|t| delivery_time(&t, &mut errors));
+    let payload = m
+        .payload
+        .take("payload", &mut errors)
+        .and_then(|p| match Payload::parse(p) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                errors.push(FieldError::new("payload", e.to_string()));
+                None
+            }
+        });
+    match (target_id, delivery_time, payload) {
+        (Some(target_id), Some(delivery_time), Some(payload)) if errors.is_empty() => {
+            Ok(ScheduleRequest {
+                target_id,
+                delivery_time,
+                payload,
+                idempotency_key,
+            })
+        }
+        _ => Err(errors),
     }
 }
 
@@ -82,7 +105,7 @@ fn created_response(status: u16, body: Value) -> Response {
 /// answer the first response again; the same key with another body answers 409.
 #[utoipa::path(
     post, path = "/messages", tag = "messages", request_body = MessageIn,
-    params(("Idempotency-Key" = Option<String>, Header, description = "At most 255 characters")),
+    params(("Idempotency-Key" = Option<String>, Header, description = "1 to 255 characters, no control characters")),
     responses(
         (status = 201, description = "Scheduled", body = MessageOut, headers(("Location" = String))),
         (status = 400, description = "Invalid input; errors[].field names the field", body = Problem, content_type = "application/problem+json"),
@@ -94,128 +117,37 @@ pub async fn create(
     State(state): State<AppState>,
     principal: Principal,
     headers: HeaderMap,
-    JsonBody(body): JsonBody,
+    Body(body): Body<MessageIn>,
 ) -> ApiResult<Response> {
     principal.require(Scope::MessagesWrite)?;
     let mut errors = Vec::new();
     let key = match headers.get("idempotency-key").map(|v| v.to_str()) {
         None => None,
-        Some(Ok(k)) if !k.is_empty() && k.chars().count() <= MAX_IDEMPOTENCY_KEY => {
-            Some(k.to_string())
-        }
-        Some(_) => {
-            errors.push(FieldError::new(
-                "Idempotency-Key",
-                "must be 1 to 255 visible ASCII characters",
-            ));
+        Some(Ok(k)) => IdempotencyKey::parse(k)
+            .map_err(|rule| errors.push(FieldError::new("Idempotency-Key", rule)))
+            .ok(),
+        Some(Err(_)) => {
+            errors.push(FieldError::new("Idempotency-Key", IdempotencyKey::RULE));
             None
         }
     };
-    let (message, response, idempotency) =
-        match parse_message(&body, &principal.account, key, time::now()) {
-            Ok(parsed) if errors.is_empty() => parsed,
-            Ok(_) => return Err(ApiError::Validation(errors)),
-            Err(more) => {
-                errors.extend(more);
-                return Err(ApiError::Validation(errors));
-            }
-        };
-    let item = BatchItem {
-        message,
-        idempotency,
-    };
-    match state.inserts.insert(item).await? {
-        InsertOutcome::Created(created) => {
-            metrics::counter!(m::SCHEDULED).increment(1);
-            state.wake.due(created.delivery_time);
-            Ok(created_response(201, response))
+    let req = match schedule_request(body, key) {
+        Ok(req) if errors.is_empty() => req,
+        Ok(_) => return Err(ApiError::Validation(errors)),
+        Err(more) => {
+            errors.extend(more);
+            return Err(ApiError::Validation(errors));
         }
-        InsertOutcome::Replayed { status, response } => {
+    };
+    match state.service.schedule(&principal.account, req).await? {
+        Scheduled::Created { response, .. } => Ok(created_response(201, response)),
+        Scheduled::Replayed { status, response } => {
             let mut r = created_response(status, response);
             r.headers_mut()
                 .insert("idempotent-replayed", HeaderValue::from_static("true"));
             Ok(r)
         }
-        InsertOutcome::KeyConflict => Err(ApiError::Conflict(
-            "this Idempotency-Key was used with a different request within the last 24 hours"
-                .into(),
-        )),
-        InsertOutcome::UnknownTarget => Err(ApiError::field("targetId", "is not a known target")),
     }
-}
-
-/// A message to schedule, parsed from a request body: the message, the 201
-/// response it answers, and (with a key) what the key remembers.
-pub(super) type Parsed = (Message, Value, Option<IdempotencyInput>);
-
-pub(super) fn parse_message(
-    body: &Value,
-    account: &str,
-    key: Option<String>,
-    now: chrono::DateTime<chrono::Utc>,
-) -> Result<Parsed, Vec<FieldError>> {
-    let mut errors = Vec::new();
-    let target_id =
-        string_field(body, "targetId", &mut errors).and_then(|s| match s.parse::<TargetId>() {
-            Ok(t) => Some(t),
-            Err(_) => {
-                errors.push(FieldError::new("targetId", "is not a known target"));
-                None
-            }
-        });
-    let delivery_time = delivery_time(body, &mut errors);
-    let payload = string_field(body, "payload", &mut errors).and_then(|s| {
-        match Payload::parse(s.to_string()) {
-            Ok(p) => Some(p),
-            Err(e) => {
-                errors.push(FieldError::new("payload", e.to_string()));
-                None
-            }
-        }
-    });
-    let (Some(target_id), Some(delivery_time), Some(payload), true) =
-        (target_id, delivery_time, payload, errors.is_empty())
-    else {
-        return Err(errors);
-    };
-    let message = Message {
-        id: MessageId::new(),
-        account: account.to_string(),
-        target_id,
-        state: MsgState::Scheduled,
-        delivery_time,
-        next_attempt_at: Some(delivery_time),
-        attempt_count: 0,
-        delivered_at: None,
-        cancelled_at: None,
-        dead_lettered_at: None,
-        last_error: None,
-        created_at: now,
-        updated_at: now,
-        payload,
-    };
-    let response =
-        serde_json::to_value(MessageOut::new(&message)).expect("a message serialises to JSON");
-    let idempotency = key.map(|key| {
-        // The same request means the same target, instant and payload.
-        let mut hash = Sha256::new();
-        for part in [
-            message.target_id.as_str(),
-            &time::format(&message.delivery_time),
-            message.payload.as_str(),
-        ] {
-            hash.update((part.len() as u64).to_be_bytes());
-            hash.update(part.as_bytes());
-        }
-        IdempotencyInput {
-            key,
-            request_hash: hash.finalize().to_vec(),
-            status: 201,
-            response: response.clone(),
-            ttl: IDEMPOTENCY_TTL,
-        }
-    });
-    Ok((message, response, idempotency))
 }
 
 /// List messages, newest first.
@@ -363,20 +295,6 @@ pub async fn attempts(
     }))
 }
 
-fn transition_result(t: Transition, action: &str) -> ApiResult<Json<MessageOut>> {
-    match t {
-        Transition::Done(m) => Ok(Json(MessageOut::new(&m))),
-        Transition::NotFound => Err(ApiError::NotFound),
-        Transition::WrongState(s) => Err(ApiError::Conflict(format!(
-            "a {} message cannot be {action}",
-            s.as_str()
-        ))),
-        Transition::InFlight => Err(ApiError::Conflict(format!(
-            "an attempt to deliver this message is under way; it cannot be {action} until it ends"
-        ))),
-    }
-}
-
 /// Cancel a Scheduled or DeadLetter message.
 #[utoipa::path(
     post, path = "/messages/{messageId}/cancel", tag = "messages", params(("messageId" = String, Path)),
@@ -391,13 +309,8 @@ pub async fn cancel(
 ) -> ApiResult<Json<MessageOut>> {
     principal.require(Scope::MessagesWrite)?;
     let id = parse_id(&id)?;
-    transition_result(
-        state
-            .store
-            .cancel(&principal.account, &id, time::now())
-            .await?,
-        "cancelled",
-    )
+    let m = state.service.cancel(&principal.account, &id).await?;
+    Ok(Json(MessageOut::new(&m)))
 }
 
 /// Reschedule a Scheduled or DeadLetter message; the retry ladder starts over.
@@ -413,23 +326,21 @@ pub async fn reschedule(
     State(state): State<AppState>,
     principal: Principal,
     Path(id): Path<String>,
-    JsonBody(body): JsonBody,
+    Body(body): Body<RescheduleIn>,
 ) -> ApiResult<Json<MessageOut>> {
     principal.require(Scope::MessagesWrite)?;
     let id = parse_id(&id)?;
     let mut errors = Vec::new();
-    let Some(at) = delivery_time(&body, &mut errors) else {
+    let at = body
+        .delivery_time
+        .take("deliveryTime", &mut errors)
+        .and_then(|t| delivery_time(&t, &mut errors));
+    let Some(at) = at else {
         return Err(ApiError::Validation(errors));
     };
-    let result = transition_result(
-        state
-            .store
-            .reschedule(&principal.account, &id, at, time::now())
-            .await?,
-        "rescheduled",
-    );
-    if result.is_ok() {
-        state.wake.due(at);
-    }
-    result
+    let m = state
+        .service
+        .reschedule(&principal.account, &id, at)
+        .await?;
+    Ok(Json(MessageOut::new(&m)))
 }

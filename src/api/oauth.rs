@@ -11,10 +11,6 @@ use axum::{
 };
 use base64::{engine::general_purpose::STANDARD as B64, Engine};
 
-use super::{
-    wire::{OAuthErrorOut, TokenOut},
-    AppState,
-};
 use crate::{
     auth::{
         known_scopes, parse_scopes,
@@ -22,7 +18,9 @@ use crate::{
         tokens::TokenError,
     },
     limits::retry_after_secs,
+    state::AppState,
     store::ClientRecord,
+    wire::{OAuthErrorOut, TokenOut},
 };
 
 struct OAuthError {

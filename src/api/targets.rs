@@ -10,30 +10,21 @@ use axum::{
 use super::{
     error::{ApiError, ApiResult, Problem},
     extract::{encode_cursor, JsonBody, QueryParams},
-    wire::{List, TargetIn, TargetOut},
-    AppState,
 };
 use crate::{
     auth::{Principal, Scope},
-    delivery::policy::OutboundPolicy,
     domain::{
         ids::TargetId,
-        target::{self, Target, TargetConfig, TargetSpec},
-        time,
+        target::{self, Target, TargetSpec},
     },
-    store::{self, DeleteTarget, TargetCursor},
+    service::targets::TargetChange,
+    state::AppState,
+    store::TargetCursor,
+    wire::{List, TargetIn, TargetOut},
 };
 
 fn parse_id(id: &str) -> ApiResult<TargetId> {
     id.parse().map_err(|_| ApiError::NotFound)
-}
-
-/// The outbound rules (private networks, AWS credentials) at creation and change time.
-pub(crate) async fn check_outbound(state: &AppState, config: &TargetConfig) -> ApiResult<()> {
-    OutboundPolicy::from_config(&state.config)
-        .check(config)
-        .await
-        .map_err(ApiError::from)
 }
 
 fn respond(status: StatusCode, t: &Target, show_generated_secret: bool) -> Response {
@@ -62,13 +53,15 @@ pub async fn create(
 ) -> ApiResult<Response> {
     principal.require(Scope::TargetsWrite)?;
     let spec: TargetSpec = target::parse_spec(&body)?;
-    check_outbound(&state, &spec.config).await?;
-    match store::insert_new_target(state.store.as_ref(), &principal.account, &spec, time::now())
-        .await?
-    {
-        Some(t) => Ok(respond(StatusCode::CREATED, &t, spec.generated_secret)),
-        None => Err(ApiError::Internal),
-    }
+    let saved = state
+        .service
+        .create_target(&principal.account, spec)
+        .await?;
+    Ok(respond(
+        StatusCode::CREATED,
+        &saved.target,
+        saved.generated_secret,
+    ))
 }
 
 /// List the account's targets, newest first.
@@ -155,49 +148,16 @@ pub async fn patch(
     JsonBody(patch): JsonBody,
 ) -> ApiResult<Response> {
     principal.require(Scope::TargetsWrite)?;
-    let current = load(&state, &principal, &id).await?;
-    let stored = target::patchable_document(&current);
-    let mut merged = stored.clone();
-    json_patch::merge(&mut merged, &patch);
-    if merged.get("type") != stored.get("type") {
-        return Err(ApiError::field(
-            "type",
-            "cannot be changed; create a new target instead",
-        ));
-    }
-    if let (Some(new), Some(old)) = (merged.get_mut("config"), stored.get("config")) {
-        let sent = patch.get("config").unwrap_or(&serde_json::Value::Null);
-        target::keep_secrets(current.config.kind(), new, old, sent)?;
-    }
-    let spec = target::parse_spec(&merged)?;
-    check_outbound(&state, &spec.config).await?;
-    let now = time::now();
-    let changed = Target {
-        name: spec.name,
-        config: spec.config,
-        updated_at: now,
-        ..current.clone()
-    };
-    let mut updated = if changed.name != current.name || changed.config != current.config {
-        state
-            .store
-            .update_target(&changed)
-            .await?
-            .ok_or(ApiError::NotFound)?
-    } else {
-        current
-    };
-    if spec.enabled != updated.enabled {
-        updated = state
-            .store
-            .set_target_enabled(&principal.account, &updated.id, spec.enabled, now)
-            .await?
-            .ok_or(ApiError::NotFound)?;
-        if spec.enabled {
-            state.wake.now();
-        }
-    }
-    Ok(respond(StatusCode::OK, &updated, spec.generated_secret))
+    let id = parse_id(&id)?;
+    let saved = state
+        .service
+        .update_target(&principal.account, &id, TargetChange::MergePatch(&patch))
+        .await?;
+    Ok(respond(
+        StatusCode::OK,
+        &saved.target,
+        saved.generated_secret,
+    ))
 }
 
 async fn set_enabled(
@@ -209,13 +169,9 @@ async fn set_enabled(
     principal.require(Scope::TargetsWrite)?;
     let id = parse_id(&id)?;
     let t = state
-        .store
-        .set_target_enabled(&principal.account, &id, enabled, time::now())
-        .await?
-        .ok_or(ApiError::NotFound)?;
-    if enabled {
-        state.wake.now();
-    }
+        .service
+        .set_target_enabled(&principal.account, &id, enabled)
+        .await?;
     Ok(respond(StatusCode::OK, &t, false))
 }
 
@@ -261,11 +217,6 @@ pub async fn delete(
 ) -> ApiResult<StatusCode> {
     principal.require(Scope::TargetsWrite)?;
     let id = parse_id(&id)?;
-    match state.store.delete_target(&principal.account, &id).await? {
-        DeleteTarget::Deleted => Ok(StatusCode::NO_CONTENT),
-        DeleteTarget::NotFound => Err(ApiError::NotFound),
-        DeleteTarget::HasPending => Err(ApiError::Conflict(
-            "the target still has Scheduled or DeadLetter messages; cancel them first".into(),
-        )),
-    }
+    state.service.delete_target(&principal.account, &id).await?;
+    Ok(StatusCode::NO_CONTENT)
 }

@@ -20,7 +20,7 @@ use jsonwebtoken::{
 use serde_json::Value;
 
 use super::{known_scopes, tokens::TokenError, Principal};
-use crate::config::ExternalIssuerConfig;
+use crate::{config::ExternalIssuerConfig, domain::ids::AccountId};
 
 const MIN_REFETCH: Duration = Duration::from_secs(1);
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
@@ -229,7 +229,7 @@ impl ExternalIssuer {
             _ => Vec::new(),
         };
         Ok(Principal {
-            account,
+            account: AccountId::from_trusted(account),
             subject,
             scopes,
         })

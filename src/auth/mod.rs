@@ -66,7 +66,7 @@ pub const SCOPES: [&str; 4] = [
 /// Who is calling, established from a valid bearer token.
 #[derive(Debug, Clone)]
 pub struct Principal {
-    pub account: String,
+    pub account: crate::domain::ids::AccountId,
     pub subject: String,
     pub scopes: Vec<Scope>,
 }

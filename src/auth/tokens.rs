@@ -20,6 +20,7 @@ use super::{
 };
 use crate::{
     config::AuthConfig,
+    domain::ids::AccountId,
     store::{ClientRecord, SigningKey, Store, StoreError},
 };
 
@@ -152,7 +153,7 @@ impl TokenService {
             return Err(TokenError::Invalid("the client was revoked".into()));
         }
         Ok(Principal {
-            account: c.account,
+            account: AccountId::from_trusted(c.account),
             subject: c.sub,
             scopes: known_scopes(c.scope.split_whitespace()),
         })

@@ -19,6 +19,7 @@ use chrono::TimeDelta;
 use clap::Parser;
 use dispatch::{
     app,
+    clock::{Clock, SystemClock},
     config::Config,
     domain::{
         ids::{MessageId, TargetId},
@@ -26,7 +27,6 @@ use dispatch::{
         payload::Payload,
         retry::{AttemptOutcome, Next},
         target::{Target, TargetConfig, WebhookConfig},
-        time,
     },
     store::{Recorded, Store},
 };
@@ -68,7 +68,7 @@ const TARGETS: usize = 5;
 /// and recorded as delivered (one attempt) or dead letters (three failed
 /// attempts), some are cancelled, the rest stay scheduled for next year.
 async fn fill(store: &dyn Store, n: usize) -> anyhow::Result<(Vec<TargetId>, MessageId)> {
-    let now = time::now();
+    let now = SystemClock.now();
     let mut targets = Vec::new();
     for i in 0..TARGETS {
         let t = Target {
@@ -89,21 +89,14 @@ async fn fill(store: &dyn Store, n: usize) -> anyhow::Result<(Vec<TargetId>, Mes
         store.insert_target(&t).await?;
         targets.push(t.id);
     }
-    let message = |i: usize, at| Message {
-        id: MessageId::new(),
-        account: ACCOUNT.into(),
-        target_id: targets[i % TARGETS].clone(),
-        state: State::Scheduled,
-        delivery_time: at,
-        next_attempt_at: Some(at),
-        attempt_count: 0,
-        delivered_at: None,
-        cancelled_at: None,
-        dead_lettered_at: None,
-        last_error: None,
-        created_at: now,
-        updated_at: now,
-        payload: Payload::parse(format!("{{\"order\": {i}, \"note\": \"benchmark\"}}")).unwrap(),
+    let message = |i: usize, at| {
+        Message::scheduled(
+            ACCOUNT,
+            targets[i % TARGETS].clone(),
+            at,
+            Payload::parse(format!("{{\"order\": {i}, \"note\": \"benchmark\"}}")).unwrap(),
+            now,
+        )
     };
     let settled = n * 9 / 10;
     let past = now - TimeDelta::hours(2);
@@ -118,12 +111,12 @@ async fn fill(store: &dyn Store, n: usize) -> anyhow::Result<(Vec<TargetId>, Mes
     let mut done = 0;
     loop {
         let claimed = store
-            .claim_due(time::now(), 1_000, Duration::from_secs(60))
+            .claim_due(SystemClock.now(), 1_000, Duration::from_secs(60))
             .await?;
         if claimed.is_empty() {
             break;
         }
-        let finished = time::now();
+        let finished = SystemClock.now();
         let results: Vec<Recorded> = claimed
             .iter()
             .enumerate()
@@ -187,7 +180,7 @@ async fn fill(store: &dyn Store, n: usize) -> anyhow::Result<(Vec<TargetId>, Mes
         )
         .await?;
     for m in scheduled.iter().take(n / 50) {
-        store.cancel(ACCOUNT, &m.id, time::now()).await?;
+        store.cancel(ACCOUNT, &m.id, SystemClock.now()).await?;
     }
     eprintln!(
         "filled: {done} settled ({} dead letters), {} scheduled, {} cancelled",

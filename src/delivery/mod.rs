@@ -13,6 +13,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use crate::{
+    clock::{Clock, SystemClock},
     domain::{
         ids::{MessageId, TargetId},
         retry::AttemptOutcome,
@@ -106,7 +107,7 @@ impl Deliverer {
     }
 
     pub async fn deliver(&self, claimed: &Claimed) -> Delivered {
-        let envelope = Envelope::new(claimed, time::now());
+        let envelope = Envelope::new(claimed, SystemClock.now());
         match &claimed.target {
             TargetConfig::Webhook(config) => {
                 self.webhook
@@ -131,7 +132,7 @@ impl Deliverer {
     pub async fn deliver_batch(&self, claimed: &[Claimed]) -> Vec<Delivered> {
         match claimed.first().map(|c| &c.target) {
             Some(TargetConfig::Sqs(config)) if claimed.len() > 1 => {
-                let now = time::now();
+                let now = SystemClock.now();
                 let envelopes: Vec<Envelope> =
                     claimed.iter().map(|c| Envelope::new(c, now)).collect();
                 let entries: Vec<aws::SqsEntry> = claimed

@@ -12,6 +12,48 @@ pub struct MessageId(pub Uuid);
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct TargetId(String);
 
+/// An account: every row and every request belongs to one. Given by the
+/// operator (`--account`), carried in tokens and sessions.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct AccountId(String);
+
+impl AccountId {
+    pub const MAX_CHARS: usize = 200;
+
+    /// An account name an operator typed: trimmed, 1 to 200 characters.
+    pub fn parse(s: &str) -> Result<Self, InvalidId> {
+        let s = s.trim();
+        if s.is_empty() || s.chars().count() > Self::MAX_CHARS || s.chars().any(char::is_control) {
+            return Err(InvalidId("account"));
+        }
+        Ok(Self(s.to_string()))
+    }
+
+    /// An account read back from where Dispatch wrote it (a token it
+    /// signed, a session, a row).
+    pub fn from_trusted(s: impl Into<String>) -> Self {
+        Self(s.into())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::ops::Deref for AccountId {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for AccountId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("not a valid {0} id")]
 pub struct InvalidId(&'static str);

@@ -68,6 +68,36 @@ pub struct Message {
     pub payload: Payload,
 }
 
+impl Message {
+    /// A new message, Scheduled for `delivery_time` and not yet attempted:
+    /// the one way every door and the benchmarks make one.
+    pub fn scheduled(
+        account: &str,
+        target_id: TargetId,
+        delivery_time: DateTime<Utc>,
+        payload: Payload,
+        now: DateTime<Utc>,
+    ) -> Self {
+        let delivery_time = crate::domain::time::truncate_ms(delivery_time);
+        Self {
+            id: MessageId::new(),
+            account: account.to_string(),
+            target_id,
+            state: State::Scheduled,
+            delivery_time,
+            next_attempt_at: Some(delivery_time),
+            attempt_count: 0,
+            delivered_at: None,
+            cancelled_at: None,
+            dead_lettered_at: None,
+            last_error: None,
+            created_at: now,
+            updated_at: now,
+            payload,
+        }
+    }
+}
+
 /// One attempt as recorded.
 #[derive(Debug, Clone)]
 pub struct Attempt {

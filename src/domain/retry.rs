@@ -10,8 +10,6 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use crate::config::RetryConfig;
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RetryPolicy {
     pub immediate_retries: u32,
@@ -55,18 +53,6 @@ pub enum Next {
     /// Attempt again at this instant.
     Retry(DateTime<Utc>),
     DeadLetter,
-}
-
-impl From<&RetryConfig> for RetryPolicy {
-    fn from(c: &RetryConfig) -> Self {
-        Self {
-            immediate_retries: c.immediate_retries,
-            minute_rounds: c.minute_rounds,
-            hour_cycles: c.hour_cycles,
-            minute_delay: c.minute_delay,
-            hour_delay: c.hour_delay,
-        }
-    }
 }
 
 impl RetryPolicy {

@@ -16,24 +16,10 @@ use super::{
     when, PortalError, PortalForm, PortalResult,
 };
 use crate::{
-    api::AppState,
-    domain::{ids::MessageId, message::State as MsgState, time},
-    store::{MessageFilter, Transition},
+    domain::{ids::MessageId, message::State as MsgState},
+    state::AppState,
+    store::MessageFilter,
 };
-
-fn transition(t: Transition, action: &str) -> PortalResult<()> {
-    match t {
-        Transition::Done(_) => Ok(()),
-        Transition::NotFound => Err(PortalError::NotFound),
-        Transition::WrongState(s) => Err(PortalError::Conflict(format!(
-            "The message is {}: only Scheduled messages and dead letters can be {action}.",
-            s.as_str()
-        ))),
-        Transition::InFlight => Err(PortalError::Conflict(
-            "An attempt to deliver the message is under way. Wait a moment and try again.".into(),
-        )),
-    }
-}
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
@@ -51,13 +37,7 @@ pub async fn cancel(
 ) -> PortalResult<Redirect> {
     session.check_csrf(&f.csrf)?;
     let m = load(&state, &session, &id).await?;
-    transition(
-        state
-            .store
-            .cancel(&session.account, &m.id, time::now())
-            .await?,
-        "cancelled",
-    )?;
+    state.service.cancel(&session.account, &m.id).await?;
     Ok(Redirect::to(&format!(
         "/portal/messages/{}?notice=cancelled",
         m.id
@@ -72,16 +52,11 @@ pub async fn reschedule(
 ) -> PortalResult<Redirect> {
     session.check_csrf(&f.csrf)?;
     let m = load(&state, &session, &id).await?;
-    let now = time::now();
-    let at = when::resolve(&f.at, &f.tz, now).map_err(PortalError::BadRequest)?;
-    transition(
-        state
-            .store
-            .reschedule(&session.account, &m.id, at, now)
-            .await?,
-        "rescheduled",
-    )?;
-    state.wake.due(at);
+    let at = when::resolve(&f.at, &f.tz, state.service.now()).map_err(PortalError::BadRequest)?;
+    state
+        .service
+        .reschedule(&session.account, &m.id, at)
+        .await?;
     Ok(Redirect::to(&format!(
         "/portal/messages/{}?notice=rescheduled&watch=1",
         m.id
@@ -172,32 +147,23 @@ pub async fn bulk(
         )
         .into_response());
     }
-    let now = time::now();
     let done = if redrive {
-        let at = when::resolve(&f.at, &f.tz, now).map_err(PortalError::BadRequest)?;
-        let n = state
-            .store
+        let at =
+            when::resolve(&f.at, &f.tz, state.service.now()).map_err(PortalError::BadRequest)?;
+        state
+            .service
             .redrive(
                 &session.account,
                 &MessageFilter::default(),
                 Some(&eligible),
                 at,
-                now,
             )
-            .await?;
-        state.wake.due(at);
-        n
+            .await?
     } else {
-        let mut n = 0;
-        for id in &eligible {
-            if matches!(
-                state.store.cancel(&session.account, id, now).await?,
-                Transition::Done(_)
-            ) {
-                n += 1;
-            }
-        }
-        n
+        state
+            .service
+            .cancel_many(&session.account, &eligible)
+            .await?
     };
     let notice = if redrive {
         "redriven"
@@ -304,13 +270,11 @@ pub async fn redrive(
             .await?
             .ok_or(PortalError::NotFound)?;
     }
-    let now = time::now();
-    let at = when::resolve(&f.at, &f.tz, now).map_err(PortalError::BadRequest)?;
+    let at = when::resolve(&f.at, &f.tz, state.service.now()).map_err(PortalError::BadRequest)?;
     let n = state
-        .store
-        .redrive(&session.account, &filter, None, at, now)
+        .service
+        .redrive(&session.account, &filter, None, at)
         .await?;
-    state.wake.due(at);
     let target = if f.target.is_empty() {
         String::new()
     } else {

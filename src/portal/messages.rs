@@ -17,12 +17,12 @@ use super::{
     when, PortalError, PortalResult,
 };
 use crate::{
-    api::AppState,
     domain::{
         ids::{MessageId, TargetId},
         message::{Attempt, Message, State as MsgState},
         retry::AttemptOutcome,
     },
+    state::AppState,
     store::{
         portal::{EventKind, MessageEvent},
         MessageFilter,

@@ -25,31 +25,10 @@ use axum::{
 };
 use maud::html;
 
-use crate::{
-    api::AppState,
-    config::PortalConfig,
-    limits::{self, Limiter},
-    store::StoreError,
-};
+use crate::{state::AppState, store::StoreError};
 
+use crate::service::{Conflict, ServiceError};
 pub use session::{hash_password, new_user};
-
-/// What the portal keeps in memory: sign-in rate limits.
-pub struct Runtime {
-    by_email: Limiter<String>,
-    by_address: Limiter<std::net::IpAddr>,
-}
-
-impl Runtime {
-    pub fn new(config: &PortalConfig) -> Self {
-        let quota = |attempts: u32| limits::per_window(attempts, config.login_window);
-        Self {
-            by_email: Limiter::new(quota(config.login_attempts)),
-            // Several people may share an address (an office, a proxy).
-            by_address: Limiter::new(quota(config.login_attempts.saturating_mul(5))),
-        }
-    }
-}
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -158,6 +137,37 @@ pub enum PortalError {
 }
 
 pub type PortalResult<T> = Result<T, PortalError>;
+
+/// A use case's refusal, in the portal's words.
+impl From<ServiceError> for PortalError {
+    fn from(e: ServiceError) -> Self {
+        match e {
+            ServiceError::Invalid(errors) => PortalError::BadRequest(
+                errors
+                    .iter()
+                    .map(|e| format!("{} {}", e.field, e.message).trim().to_string())
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            ),
+            ServiceError::NotFound => PortalError::NotFound,
+            ServiceError::Conflict(Conflict::WrongState { state, action }) => {
+                PortalError::Conflict(format!(
+                    "The message is {}: only Scheduled messages and dead letters can be {action}.",
+                    state.as_str()
+                ))
+            }
+            ServiceError::Conflict(Conflict::InFlight { .. }) => PortalError::Conflict(
+                "An attempt to deliver the message is under way. Wait a moment and try again."
+                    .into(),
+            ),
+            ServiceError::Conflict(other) => PortalError::Conflict(other.to_string()),
+            ServiceError::Store(e) => PortalError::Store(e),
+            ServiceError::IdsExhausted => {
+                PortalError::BadRequest("an id collided; send the form again".into())
+            }
+        }
+    }
+}
 
 /// A form body; one that cannot be read is answered with a portal page.
 pub struct PortalForm<T>(pub T);

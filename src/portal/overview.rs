@@ -10,10 +10,10 @@ use super::{
     targets::all_targets,
     PortalResult,
 };
-use crate::{api::AppState, domain::message::State as MsgState, domain::time};
+use crate::{domain::message::State as MsgState, state::AppState};
 
 pub async fn page(State(state): State<AppState>, session: Session) -> PortalResult<Html<String>> {
-    let now = time::now();
+    let now = state.service.now();
     let since = now - TimeDelta::hours(24);
     let (overview, targets) = tokio::try_join!(
         state.store.overview(&session.account, since, now),

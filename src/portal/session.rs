@@ -18,9 +18,9 @@ use subtle::ConstantTimeEq;
 
 use super::{layout, PortalError, PortalForm, PortalResult};
 use crate::{
-    api::AppState,
     auth::secrets,
-    domain::time,
+    domain::ids::AccountId,
+    state::AppState,
     store::portal::{SessionRecord, UserRecord},
 };
 
@@ -73,7 +73,7 @@ fn cookie(name: &'static str, value: String, secure: bool, max_age: TimeDelta) -
 /// answers with a redirect to the sign-in page.
 #[derive(Debug, Clone)]
 pub struct Session {
-    pub account: String,
+    pub account: AccountId,
     pub email: String,
     pub csrf: String,
 }
@@ -127,12 +127,12 @@ impl FromRequestParts<AppState> for Session {
         };
         let record = state
             .store
-            .find_session(&token_hash(&token), time::now())
+            .find_session(&token_hash(&token), state.service.now())
             .await
             .map_err(|e| SessionRejection::Error(e.into()))?;
         match record {
             Some(s) => Ok(Session {
-                account: s.account,
+                account: AccountId::from_trusted(s.account),
                 email: s.email,
                 csrf: s.csrf,
             }),
@@ -225,7 +225,7 @@ pub async fn login(
     }
     let email = form.email.trim().to_lowercase();
     let next = safe_next(Some(&form.next));
-    let runtime = &state.portal;
+    let runtime = &state.sign_ins;
     if runtime.by_address.check(&peer.ip()).is_err() || runtime.by_email.check(&email).is_err() {
         tracing::warn!(address = %peer.ip(), "portal sign-in rate limited");
         let page = login_form(
@@ -254,7 +254,7 @@ pub async fn login(
         return Ok((StatusCode::UNAUTHORIZED, Html(page.into_string())).into_response());
     };
     let token = random_token();
-    let now = time::now();
+    let now = state.service.now();
     let ttl = TimeDelta::from_std(state.config.portal.session_ttl).unwrap_or(TimeDelta::hours(12));
     state
         .store
@@ -295,13 +295,12 @@ pub async fn logout(
     Ok((jar, Redirect::to("/portal/login?signed_out=1")).into_response())
 }
 
-/// A new portal user for `dispatch users create`.
+/// A new portal user (tests and the benchmark store one directly).
 pub fn new_user(account: &str, email: &str, password: &str) -> UserRecord {
-    UserRecord {
-        id: uuid::Uuid::now_v7().to_string(),
-        account: account.to_string(),
-        email: email.trim().to_lowercase(),
-        password_hash: hash_password(password),
-        created_at: time::now(),
-    }
+    crate::service::identities::new_user(
+        &AccountId::from_trusted(account),
+        email,
+        password,
+        crate::clock::Clock::now(&crate::clock::SystemClock),
+    )
 }

@@ -15,15 +15,14 @@ use super::{
     PortalError, PortalForm, PortalResult,
 };
 use crate::{
-    api::AppState,
     domain::{
-        ids::{MessageId, TargetId},
-        message::{Message, State as MsgState},
-        payload::Payload,
+        ids::TargetId,
+        message::State as MsgState,
         target::{self, FieldError, Target, TargetConfig},
-        time,
     },
-    store::{InsertOutcome, MessageFilter, StoreResult, TargetCursor},
+    service::{targets::TargetChange, ServiceError},
+    state::AppState,
+    store::{MessageFilter, StoreResult, TargetCursor},
 };
 
 /// Every target of the account, newest first.
@@ -185,15 +184,6 @@ pub async fn new(session: Session, Query(q): Query<NoticeQuery>) -> Html<String>
     )
 }
 
-/// The outbound rules every door applies, as field errors.
-async fn network_errors(state: &AppState, config: &TargetConfig) -> Vec<FieldError> {
-    crate::delivery::policy::OutboundPolicy::from_config(&state.config)
-        .check(config)
-        .await
-        .err()
-        .unwrap_or_default()
-}
-
 fn invalid(
     session: &Session,
     title: &str,
@@ -220,19 +210,15 @@ pub async fn create(
         Ok(spec) => spec,
         Err(errors) => return Ok(invalid(&session, "New target", action, &f, &errors, false)),
     };
-    let errors = network_errors(&state, &spec.config).await;
-    if !errors.is_empty() {
-        return Ok(invalid(&session, "New target", action, &f, &errors, false));
-    }
-    let Some(t) =
-        crate::store::insert_new_target(state.store.as_ref(), &session.account, &spec, time::now())
-            .await?
-    else {
-        return Err(PortalError::BadRequest(
-            "a target id collided; send the form again".into(),
-        ));
+    let saved = match state.service.create_target(&session.account, spec).await {
+        Ok(saved) => saved,
+        Err(ServiceError::Invalid(errors)) => {
+            return Ok(invalid(&session, "New target", action, &f, &errors, false))
+        }
+        Err(e) => return Err(e.into()),
     };
-    if spec.generated_secret {
+    let t = saved.target;
+    if saved.generated_secret {
         return Ok(Html(created_with_secret(&session, &t).into_string()).into_response());
     }
     Ok(Redirect::to(&format!("/portal/targets/{}?notice=created", t.id)).into_response())
@@ -356,49 +342,26 @@ pub async fn update(
     f.kind = current.config.kind().to_string();
     let title = format!("Edit {}", current.name);
     let action = format!("/portal/targets/{}", current.id);
-    let stored = current.config.to_stored_json();
-    let parsed = f.to_document(true).and_then(|mut doc| {
-        if let Some(config) = doc.get_mut("config") {
-            // The form holds every field: a secret not shown as *** was typed in.
-            let sent = config.clone();
-            target::keep_secrets(current.config.kind(), config, &stored, &sent)?;
-        }
-        target::parse_spec(&doc)
-    });
-    let spec = match parsed {
-        Ok(spec) => spec,
+    let doc = match f.to_document(true) {
+        Ok(doc) => doc,
         Err(errors) => return Ok(invalid(&session, &title, &action, &f, &errors, true)),
     };
-    let errors = network_errors(&state, &spec.config).await;
-    if !errors.is_empty() {
-        return Ok(invalid(&session, &title, &action, &f, &errors, true));
-    }
-    let now = time::now();
-    let changed = Target {
-        name: spec.name,
-        config: spec.config,
-        updated_at: now,
-        ..current.clone()
-    };
-    if changed.name != current.name || changed.config != current.config {
-        state
-            .store
-            .update_target(&changed)
-            .await?
-            .ok_or(PortalError::NotFound)?;
-    }
-    if spec.enabled != current.enabled {
-        state
-            .store
-            .set_target_enabled(&session.account, &current.id, spec.enabled, now)
-            .await?
-            .ok_or(PortalError::NotFound)?;
-        if spec.enabled {
-            state.wake.now();
+    // The form holds every field: a secret not shown as *** was typed in.
+    let saved = match state
+        .service
+        .update_target(&session.account, &current.id, TargetChange::Replace(&doc))
+        .await
+    {
+        Ok(saved) => saved,
+        Err(ServiceError::Invalid(errors)) => {
+            return Ok(invalid(&session, &title, &action, &f, &errors, true))
         }
-    }
-    if spec.generated_secret {
-        return Ok(Html(created_with_secret(&session, &changed).into_string()).into_response());
+        Err(e) => return Err(e.into()),
+    };
+    if saved.generated_secret {
+        return Ok(
+            Html(created_with_secret(&session, &saved.target).into_string()).into_response(),
+        );
     }
     Ok(Redirect::to(&format!("/portal/targets/{}?notice=saved", current.id)).into_response())
 }
@@ -413,13 +376,9 @@ async fn set_enabled(
     session.check_csrf(csrf)?;
     let id: TargetId = id.parse().map_err(|_| PortalError::NotFound)?;
     state
-        .store
-        .set_target_enabled(&session.account, &id, enabled, time::now())
-        .await?
-        .ok_or(PortalError::NotFound)?;
-    if enabled {
-        state.wake.now();
-    }
+        .service
+        .set_target_enabled(&session.account, &id, enabled)
+        .await?;
     let notice = if enabled { "enabled" } else { "disabled" };
     Ok(Redirect::to(&format!(
         "/portal/targets/{id}?notice={notice}"
@@ -453,36 +412,10 @@ pub async fn send_test(
     PortalForm(f): PortalForm<CsrfForm>,
 ) -> PortalResult<Redirect> {
     session.check_csrf(&f.csrf)?;
-    let t = load(&state, &session, &id).await?;
-    let now = time::now();
-    let payload =
-        serde_json::json!({"test": true, "sentFrom": "the Dispatch portal", "at": time::format(&now)})
-            .to_string();
-    let message = Message {
-        id: MessageId::new(),
-        account: session.account.clone(),
-        target_id: t.id.clone(),
-        state: MsgState::Scheduled,
-        delivery_time: now,
-        next_attempt_at: Some(now),
-        attempt_count: 0,
-        delivered_at: None,
-        cancelled_at: None,
-        dead_lettered_at: None,
-        last_error: None,
-        created_at: now,
-        updated_at: now,
-        payload: Payload::parse(payload).map_err(|e| PortalError::BadRequest(e.to_string()))?,
-    };
-    match state.store.insert_message(&message, None).await? {
-        InsertOutcome::Created(m) => {
-            metrics::counter!(crate::metrics::SCHEDULED).increment(1);
-            state.wake.now();
-            Ok(Redirect::to(&format!(
-                "/portal/messages/{}?notice=test&watch=1",
-                m.id
-            )))
-        }
-        _ => Err(PortalError::NotFound),
-    }
+    let id: TargetId = id.parse().map_err(|_| PortalError::NotFound)?;
+    let m = state.service.send_test(&session.account, &id).await?;
+    Ok(Redirect::to(&format!(
+        "/portal/messages/{}?notice=test&watch=1",
+        m.id
+    )))
 }

@@ -15,7 +15,6 @@
 //!   is an error naming its row, and a claim leaves its messages leased
 //!   rather than dead-lettered (see `sealed`).
 
-pub mod coalesce;
 pub mod portal;
 pub mod postgres;
 mod sealed;

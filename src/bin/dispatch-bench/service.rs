@@ -10,11 +10,7 @@ use std::{
 use anyhow::{bail, Context};
 use chrono::{DateTime, Utc};
 use dispatch::{
-    domain::{
-        ids::{MessageId, TargetId},
-        message::{Message, State as MsgState},
-        payload::Payload,
-    },
+    domain::{ids::TargetId, message::Message, payload::Payload},
     store::{postgres::PgStore, Store},
 };
 use futures::StreamExt;
@@ -277,21 +273,14 @@ pub(crate) async fn schedule(
         for chunk in times.chunks(5_000) {
             let messages: Vec<Message> = chunk
                 .iter()
-                .map(|&at| Message {
-                    id: MessageId::new(),
-                    account: "bench".into(),
-                    target_id: target_id.clone(),
-                    state: MsgState::Scheduled,
-                    delivery_time: dispatch::domain::time::truncate_ms(at),
-                    next_attempt_at: Some(at),
-                    attempt_count: 0,
-                    delivered_at: None,
-                    cancelled_at: None,
-                    dead_lettered_at: None,
-                    last_error: None,
-                    created_at: now,
-                    updated_at: now,
-                    payload: Payload::parse("benchmark payload".into()).unwrap(),
+                .map(|&at| {
+                    Message::scheduled(
+                        "bench",
+                        target_id.clone(),
+                        at,
+                        Payload::parse("benchmark payload".into()).unwrap(),
+                        now,
+                    )
                 })
                 .collect();
             store.insert_messages("bench", &messages).await?;

@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 
 use super::ids::TargetId;
 
+mod headers;
 mod parse;
 mod secrets;
 mod split;

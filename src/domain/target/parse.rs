@@ -287,7 +287,7 @@ fn parse_webhook(
             }
             for (name, value) in h {
                 let field = format!("config.headers.{name}");
-                let valid_name = axum::http::HeaderName::from_bytes(name.as_bytes()).is_ok();
+                let valid_name = super::headers::is_header_name(name);
                 if !valid_name {
                     f.errors
                         .push(FieldError::new(field, "is not a valid header name"));
@@ -296,9 +296,8 @@ fn parse_webhook(
                         field,
                         "is set by Dispatch and cannot be overridden",
                     ));
-                } else if let Some(value) = value
-                    .as_str()
-                    .filter(|s| axum::http::HeaderValue::from_str(s).is_ok())
+                } else if let Some(value) =
+                    value.as_str().filter(|s| super::headers::is_header_text(s))
                 {
                     headers.insert(name.clone(), value.to_string());
                 } else {

@@ -11,6 +11,10 @@
 //! held-back key is refused before any work is done, even when it would
 //! have succeeded.
 
+pub mod api;
+
+pub use api::ApiLimits;
+
 use std::{
     collections::HashMap,
     hash::Hash,
@@ -144,6 +148,23 @@ impl<K: Hash + Eq + Clone> FailureLimit<K> {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+/// The portal's sign-in limits, per email and per source address.
+pub struct SignInLimits {
+    pub by_email: Limiter<String>,
+    pub by_address: Limiter<std::net::IpAddr>,
+}
+
+impl SignInLimits {
+    pub fn new(config: &crate::config::PortalConfig) -> Self {
+        let quota = |attempts: u32| per_window(attempts, config.login_window);
+        Self {
+            by_email: Limiter::new(quota(config.login_attempts)),
+            // Several people may share an address (an office, a proxy).
+            by_address: Limiter::new(quota(config.login_attempts.saturating_mul(5))),
+        }
     }
 }
 

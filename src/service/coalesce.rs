@@ -1,6 +1,6 @@
 //! Group commit for single schedule requests: requests that arrive while
 //! a transaction is being committed are inserted together in the next one
-//! (`Store::insert_batch`), so that many concurrent `POST /messages` share
+//! (`Store::insert_batch`, with the repeated-key rule of `insert_once`), so that many concurrent `POST /messages` share
 //! one commit instead of each waiting for its own. A request alone is
 //! inserted at once; nothing waits for a batch to fill.
 
@@ -9,7 +9,7 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot, Mutex};
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
-use super::{BatchItem, InsertOutcome, Store, StoreError, StoreResult};
+use crate::store::{BatchItem, InsertOutcome, Store, StoreError, StoreResult};
 
 type Request = (BatchItem, oneshot::Sender<StoreResult<InsertOutcome>>);
 
@@ -83,7 +83,7 @@ async fn work(
             }
         }
         let (items, replies): (Vec<BatchItem>, Vec<_>) = batch.into_iter().unzip();
-        match store.insert_batch(&items).await {
+        match super::idempotency::insert_once(store.as_ref(), items).await {
             Ok(outcomes) => {
                 for (reply, outcome) in replies.into_iter().zip(outcomes) {
                     let _ = reply.send(Ok(outcome));

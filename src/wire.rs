@@ -1,13 +1,13 @@
 //! Wire types: what the API reads and writes, separate from domain types.
 
 use chrono::{DateTime, Utc};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
 use crate::domain::{
     message::{Attempt, Message},
-    target::Target,
+    target::{FieldError, Target},
     time::serde_ts,
 };
 
@@ -141,26 +141,80 @@ impl MessageOut {
 }
 
 /// Schedule a message.
-#[derive(Debug, ToSchema)]
+#[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
-#[allow(dead_code)]
 pub struct MessageIn {
-    #[schema(example = "DI-T-aabbcc1122", pattern = "^DI-T-[0-9a-f]{10}$")]
-    pub target_id: String,
+    #[schema(value_type = String, required = true, example = "DI-T-aabbcc1122", pattern = "^DI-T-[0-9a-f]{10}$")]
+    pub target_id: Field<String>,
     /// RFC 3339 with an offset; a past time is delivered at once.
-    #[schema(example = "2020-07-01T12:34:00Z", format = DateTime)]
-    pub delivery_time: String,
-    /// At most 61,440 characters.
-    #[schema(example = "Hello, World!", max_length = 61440)]
-    pub payload: String,
+    #[schema(value_type = String, required = true, example = "2020-07-01T12:34:00Z", format = DateTime)]
+    pub delivery_time: Field<String>,
+    /// At most 61,440 characters (Unicode scalar values); send JSON as a string.
+    #[schema(value_type = String, required = true, example = "Hello, World!", max_length = 61440)]
+    pub payload: Field<String>,
 }
 
-#[derive(Debug, ToSchema)]
+#[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
-#[allow(dead_code)]
 pub struct RescheduleIn {
-    #[schema(example = "2020-07-01T12:34:00Z")]
-    pub delivery_time: String,
+    /// RFC 3339 with an offset; a past time is delivered at once.
+    #[schema(value_type = String, required = true, example = "2020-07-01T12:34:00Z", format = DateTime)]
+    pub delivery_time: Field<String>,
+}
+
+/// A member of a request body that never fails to deserialize: it is
+/// missing, of the wrong type, or a value. A body is then read whole, and
+/// every member's problem is named at once (`errors[]`), not only the first.
+/// In the document it is the member's own type, required.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Field<T> {
+    #[default]
+    Missing,
+    /// Of another type; what it must be ("a string").
+    Invalid(String),
+    Valid(T),
+}
+
+impl<'de, T: serde::de::DeserializeOwned> Deserialize<'de> for Field<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        // Read as an option: serde hands a member that is absent to
+        // `deserialize_option` as none, so no `#[serde(default)]` is needed
+        // (which would put a default into the document).
+        let Some(value) = Option::<Value>::deserialize(d)? else {
+            return Ok(Field::Missing);
+        };
+        if value.is_null() {
+            return Ok(Field::Missing);
+        }
+        Ok(match serde_json::from_value::<T>(value) {
+            Ok(v) => Field::Valid(v),
+            Err(e) => {
+                let e = e.to_string();
+                let expected = e
+                    .split_once(", expected ")
+                    .map(|(_, x)| x.split(" at line ").next().unwrap_or(x).to_string())
+                    .unwrap_or_else(|| "of another type".to_string());
+                Field::Invalid(expected)
+            }
+        })
+    }
+}
+
+impl<T> Field<T> {
+    /// The value, or its problem added to `errors` under `name`.
+    pub fn take(self, name: &str, errors: &mut Vec<FieldError>) -> Option<T> {
+        match self {
+            Field::Valid(v) => Some(v),
+            Field::Missing => {
+                errors.push(FieldError::new(name, "is required"));
+                None
+            }
+            Field::Invalid(expected) => {
+                errors.push(FieldError::new(name, format!("must be {expected}")));
+                None
+            }
+        }
+    }
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -220,4 +274,38 @@ pub struct OAuthErrorOut {
     pub error: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error_description: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn every_member_of_a_message_is_read_and_each_problem_named() {
+        let m: MessageIn =
+            serde_json::from_value(json!({"targetId": 5, "payload": null})).expect("never fails");
+        let mut errors = Vec::new();
+        assert_eq!(m.target_id.take("targetId", &mut errors), None);
+        assert_eq!(m.delivery_time.take("deliveryTime", &mut errors), None);
+        assert_eq!(m.payload.take("payload", &mut errors), None);
+        let named: Vec<(&str, &str)> = errors
+            .iter()
+            .map(|e| (e.field.as_str(), e.message.as_str()))
+            .collect();
+        assert_eq!(
+            named,
+            [
+                ("targetId", "must be a string"),
+                ("deliveryTime", "is required"),
+                ("payload", "is required")
+            ]
+        );
+        let m: MessageIn = serde_json::from_value(
+            json!({"targetId": "DI-T-aabbcc1122", "deliveryTime": "2030-01-01T00:00:00Z", "payload": "x"}),
+        )
+        .unwrap();
+        assert_eq!(m.payload, Field::Valid("x".to_string()));
+    }
 }

@@ -1,0 +1,92 @@
+//! Who may use Dispatch: API clients and portal users.
+
+use super::{Conflict, Service, ServiceError, ServiceResult};
+use crate::{
+    auth::{secrets, Scope},
+    domain::ids::AccountId,
+    store::{portal::UserRecord, ClientRecord},
+};
+
+/// A new client: its record, and its secret, which is shown this once.
+#[derive(Debug)]
+pub struct NewClient {
+    pub record: ClientRecord,
+    pub secret: String,
+}
+
+/// The shortest password a person may choose.
+pub const MIN_PASSWORD: usize = 12;
+
+impl Service {
+    /// A client of `account` with these scopes (every scope when empty).
+    pub async fn create_client(
+        &self,
+        account: &AccountId,
+        name: &str,
+        scopes: &[Scope],
+    ) -> ServiceResult<NewClient> {
+        let scopes = if scopes.is_empty() {
+            &Scope::ALL[..]
+        } else {
+            scopes
+        };
+        let (client_id, secret) = secrets::generate_client_credentials();
+        let record = ClientRecord {
+            client_id,
+            account: account.to_string(),
+            name: name.to_string(),
+            secret_hash: secrets::hash_client_secret(&secret),
+            scopes: scopes.iter().map(|s| s.as_str().to_string()).collect(),
+        };
+        self.store.create_client(&record).await?;
+        Ok(NewClient { record, secret })
+    }
+
+    /// A portal user of `account`; emails are unique across accounts.
+    pub async fn create_user(
+        &self,
+        account: &AccountId,
+        email: &str,
+        password: &str,
+    ) -> ServiceResult<UserRecord> {
+        let email = email.trim().to_lowercase();
+        let plausible = email.len() <= 254
+            && !email.chars().any(char::is_whitespace)
+            && email
+                .split_once('@')
+                .is_some_and(|(l, d)| !l.is_empty() && !d.is_empty());
+        if !plausible {
+            return Err(ServiceError::field(
+                "email",
+                "must be an email address, such as ops@example.com",
+            ));
+        }
+        if password.chars().count() < MIN_PASSWORD {
+            return Err(ServiceError::field(
+                "password",
+                format!("must be at least {MIN_PASSWORD} characters"),
+            ));
+        }
+        let user = new_user(account, &email, password, self.now());
+        if !self.store.create_user(&user).await? {
+            return Err(ServiceError::Conflict(Conflict::EmailTaken));
+        }
+        Ok(user)
+    }
+}
+
+/// A user record with a fresh id and the password's hash.
+pub fn new_user(
+    account: &AccountId,
+    email: &str,
+    password: &str,
+    now: chrono::DateTime<chrono::Utc>,
+) -> UserRecord {
+    UserRecord {
+        id: uuid::Uuid::now_v7().to_string(),
+        account: account.to_string(),
+        email: email.trim().to_lowercase(),
+        password_hash: secrets::hash_secret(password),
+        created_at: now,
+    }
+}

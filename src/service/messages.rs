@@ -1,0 +1,234 @@
+//! Scheduling (one, a batch, the portal's test send), cancel, reschedule
+//! and redrive.
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+
+use super::{
+    idempotency::{insert_once, remember},
+    Conflict, IdempotencyKey, Service, ServiceError, ServiceResult,
+};
+use crate::{
+    domain::{
+        ids::{AccountId, MessageId, TargetId},
+        message::Message,
+        payload::Payload,
+        target::FieldError,
+        time,
+    },
+    metrics as m,
+    store::{BatchItem, InsertOutcome, MessageFilter, Transition},
+    wire::MessageOut,
+};
+
+/// A message to schedule, as parsed by a door.
+#[derive(Debug, Clone)]
+pub struct ScheduleRequest {
+    pub target_id: TargetId,
+    pub delivery_time: DateTime<Utc>,
+    pub payload: Payload,
+    pub idempotency_key: Option<IdempotencyKey>,
+}
+
+/// A schedule request's answer: the message and its 201 body, or (for a
+/// key seen with the same request) the answer first given.
+#[derive(Debug)]
+pub enum Scheduled {
+    Created {
+        message: Box<Message>,
+        response: Value,
+    },
+    Replayed {
+        status: u16,
+        response: Value,
+    },
+}
+
+impl Service {
+    fn new_item(
+        &self,
+        account: &AccountId,
+        req: ScheduleRequest,
+        now: DateTime<Utc>,
+    ) -> (BatchItem, Value) {
+        let message =
+            Message::scheduled(account, req.target_id, req.delivery_time, req.payload, now);
+        let response =
+            serde_json::to_value(MessageOut::new(&message)).expect("a message serialises to JSON");
+        let idempotency = req
+            .idempotency_key
+            .map(|key| remember(key, &message, response.clone()));
+        (
+            BatchItem {
+                message,
+                idempotency,
+            },
+            response,
+        )
+    }
+
+    /// Schedules one message (through the group commit, when there is one).
+    pub async fn schedule(
+        &self,
+        account: &AccountId,
+        req: ScheduleRequest,
+    ) -> ServiceResult<Scheduled> {
+        let (item, response) = self.new_item(account, req, self.now());
+        let outcome = match &self.inserts {
+            Some(inserts) => inserts.insert(item).await?,
+            None => insert_once(self.store.as_ref(), vec![item])
+                .await?
+                .pop()
+                .expect("one answer"),
+        };
+        let answer = answer(outcome, response);
+        if let Ok(Scheduled::Created { message, .. }) = &answer {
+            metrics::counter!(m::SCHEDULED).increment(1);
+            self.wake.due(message.delivery_time);
+        }
+        answer
+    }
+
+    /// Schedules many messages in one transaction; each answered on its own,
+    /// in order. Items that failed parsing are answered with their errors.
+    pub async fn schedule_batch(
+        &self,
+        account: &AccountId,
+        requests: Vec<Result<ScheduleRequest, Vec<FieldError>>>,
+    ) -> ServiceResult<Vec<ServiceResult<Scheduled>>> {
+        let now = self.now();
+        let mut answers: Vec<Option<ServiceResult<Scheduled>>> = Vec::new();
+        let mut items = Vec::new();
+        let mut places = Vec::new();
+        for (i, req) in requests.into_iter().enumerate() {
+            match req {
+                Ok(req) => {
+                    let (item, response) = self.new_item(account, req, now);
+                    answers.push(None);
+                    places.push((i, response));
+                    items.push(item);
+                }
+                Err(errors) => answers.push(Some(Err(ServiceError::Invalid(errors)))),
+            }
+        }
+        let outcomes = insert_once(self.store.as_ref(), items).await?;
+        let mut created = 0;
+        let mut earliest: Option<DateTime<Utc>> = None;
+        for ((i, response), outcome) in places.into_iter().zip(outcomes) {
+            let a = answer(outcome, response);
+            if let Ok(Scheduled::Created { message, .. }) = &a {
+                created += 1;
+                earliest =
+                    Some(earliest.map_or(message.delivery_time, |e| e.min(message.delivery_time)));
+            }
+            answers[i] = Some(a);
+        }
+        if let Some(at) = earliest {
+            metrics::counter!(m::SCHEDULED).increment(created);
+            self.wake.due(at);
+        }
+        Ok(answers.into_iter().map(|a| a.expect("answered")).collect())
+    }
+
+    /// A small message due now, to see a target work. It names no person:
+    /// the receiver is another party.
+    pub async fn send_test(
+        &self,
+        account: &AccountId,
+        target: &TargetId,
+    ) -> ServiceResult<Message> {
+        let now = self.now();
+        let payload =
+            serde_json::json!({"test": true, "sentFrom": "the Dispatch portal", "at": time::format(&now)})
+                .to_string();
+        let req = ScheduleRequest {
+            target_id: target.clone(),
+            delivery_time: now,
+            payload: Payload::parse(payload).expect("a small payload"),
+            idempotency_key: None,
+        };
+        match self.schedule(account, req).await {
+            Ok(Scheduled::Created { message, .. }) => Ok(*message),
+            Ok(Scheduled::Replayed { .. }) => unreachable!("no key, no replay"),
+            Err(ServiceError::Invalid(_)) => Err(ServiceError::NotFound),
+            Err(e) => Err(e),
+        }
+    }
+
+    pub async fn cancel(&self, account: &AccountId, id: &MessageId) -> ServiceResult<Message> {
+        let t = self.store.cancel(account, id, self.now()).await?;
+        transition(t, "cancelled")
+    }
+
+    /// Delivery at `at`; the retry ladder starts over.
+    pub async fn reschedule(
+        &self,
+        account: &AccountId,
+        id: &MessageId,
+        at: DateTime<Utc>,
+    ) -> ServiceResult<Message> {
+        let t = self.store.reschedule(account, id, at, self.now()).await?;
+        let m = transition(t, "rescheduled")?;
+        self.wake.due(at);
+        Ok(m)
+    }
+
+    /// Cancels each message it can; how many it cancelled.
+    pub async fn cancel_many(&self, account: &AccountId, ids: &[MessageId]) -> ServiceResult<u64> {
+        let now = self.now();
+        let mut n = 0;
+        for id in ids {
+            if matches!(
+                self.store.cancel(account, id, now).await?,
+                Transition::Done(_)
+            ) {
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
+    /// Reschedules, at `at`, the dead letters that match (and are among
+    /// `ids`, when given); how many.
+    pub async fn redrive(
+        &self,
+        account: &AccountId,
+        filter: &MessageFilter,
+        ids: Option<&[MessageId]>,
+        at: DateTime<Utc>,
+    ) -> ServiceResult<u64> {
+        let n = self
+            .store
+            .redrive(account, filter, ids, at, self.now())
+            .await?;
+        if n > 0 {
+            self.wake.due(at);
+        }
+        Ok(n)
+    }
+}
+
+fn answer(outcome: InsertOutcome, response: Value) -> ServiceResult<Scheduled> {
+    match outcome {
+        InsertOutcome::Created(message) => Ok(Scheduled::Created { message, response }),
+        InsertOutcome::Replayed { status, response } => {
+            Ok(Scheduled::Replayed { status, response })
+        }
+        InsertOutcome::KeyConflict => Err(ServiceError::Conflict(Conflict::KeyReused)),
+        InsertOutcome::UnknownTarget => {
+            Err(ServiceError::field("targetId", "is not a known target"))
+        }
+    }
+}
+
+fn transition(t: Transition, action: &'static str) -> ServiceResult<Message> {
+    match t {
+        Transition::Done(m) => Ok(*m),
+        Transition::NotFound => Err(ServiceError::NotFound),
+        Transition::WrongState(state) => Err(ServiceError::Conflict(Conflict::WrongState {
+            state,
+            action,
+        })),
+        Transition::InFlight => Err(ServiceError::Conflict(Conflict::InFlight { action })),
+    }
+}

@@ -1,0 +1,134 @@
+//! The use cases, one function each, under every door: the REST API, the
+//! portal and the CLI parse their input, call a use case here and render
+//! what it answers. A use case owns what lies beyond parsing: the rules that
+//! need the store (a target exists in the account, an idempotency key names
+//! one request), the outbound policy, the wake-up of the sweeper, the metrics
+//! and the group commit.
+//!
+//! It may import the domain, the store, the outbound policy and the wire
+//! types it remembers for idempotent replays; never `api` or `portal`.
+
+pub mod coalesce;
+mod idempotency;
+pub mod identities;
+pub mod messages;
+pub mod targets;
+
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+
+use crate::{
+    clock::{Clock, SystemClock},
+    config::Config,
+    domain::{message::State, target::FieldError},
+    store::{Store, StoreError},
+    wake::Wake,
+};
+
+pub use coalesce::Coalescer;
+pub use idempotency::IdempotencyKey;
+
+/// What every use case needs; cheap to clone.
+#[derive(Clone)]
+pub struct Service {
+    store: Arc<dyn Store>,
+    config: Arc<Config>,
+    wake: Arc<Wake>,
+    /// Single schedule requests go through the group commit when there is one.
+    inserts: Option<Arc<Coalescer>>,
+    clock: Arc<dyn Clock>,
+}
+
+impl Service {
+    pub fn new(
+        store: Arc<dyn Store>,
+        config: Arc<Config>,
+        wake: Arc<Wake>,
+        inserts: Option<Arc<Coalescer>>,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        Self {
+            store,
+            config,
+            wake,
+            inserts,
+            clock,
+        }
+    }
+
+    /// For the admin commands: the system clock, no group commit, and no
+    /// sweeper of this process to wake (a serving instance finds the work
+    /// with its own poll).
+    pub fn admin(store: Arc<dyn Store>, config: Arc<Config>) -> Self {
+        Self::new(
+            store,
+            config,
+            Arc::new(Wake::default()),
+            None,
+            Arc::new(SystemClock),
+        )
+    }
+
+    /// Reads need no use case: the doors read the store directly.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    pub fn now(&self) -> DateTime<Utc> {
+        self.clock.now()
+    }
+}
+
+/// Why a use case refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    /// The input breaks a rule; each error names its field.
+    #[error("invalid request")]
+    Invalid(Vec<FieldError>),
+    /// Unknown, or another account's.
+    #[error("not found")]
+    NotFound,
+    #[error("{0}")]
+    Conflict(Conflict),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// Every fresh id collided (astronomically unlikely).
+    #[error("no free id could be found")]
+    IdsExhausted,
+}
+
+impl ServiceError {
+    pub fn field(field: &str, message: impl Into<String>) -> Self {
+        Self::Invalid(vec![FieldError::new(field, message)])
+    }
+}
+
+/// The state of things forbids the action; each door words it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Conflict {
+    #[error("this idempotency key was used with a different request within the last 24 hours")]
+    KeyReused,
+    /// The message is in a state the action does not apply to.
+    #[error("a {} message cannot be {action}", state.as_str())]
+    WrongState { state: State, action: &'static str },
+    /// An attempt holds the message's lease.
+    #[error(
+        "an attempt to deliver this message is under way; it cannot be {action} until it ends"
+    )]
+    InFlight { action: &'static str },
+    #[error("the target still has Scheduled or DeadLetter messages; cancel them first")]
+    TargetInUse,
+    #[error("a portal user with this email exists already")]
+    EmailTaken,
+}
+
+pub type ServiceResult<T> = Result<T, ServiceError>;

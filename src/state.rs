@@ -1,0 +1,30 @@
+//! What the HTTP doors (the API and the portal) share: the use cases, the
+//! store for reads, and what each door keeps in memory. Neither door
+//! imports the other; `app` mounts both.
+
+use std::sync::Arc;
+
+use metrics_exporter_prometheus::PrometheusHandle;
+
+use crate::{
+    auth::tokens::TokenService,
+    config::Config,
+    limits::{ApiLimits, SignInLimits},
+    service::Service,
+    store::Store,
+};
+
+#[derive(Clone)]
+pub struct AppState {
+    /// Every change goes through a use case.
+    pub service: Service,
+    /// Reads go to the store directly.
+    pub store: Arc<dyn Store>,
+    pub tokens: Arc<TokenService>,
+    /// Token request failures and request rates, per client and address.
+    pub limits: Arc<ApiLimits>,
+    /// Portal sign-ins, per email and address.
+    pub sign_ins: Arc<SignInLimits>,
+    pub config: Arc<Config>,
+    pub metrics: PrometheusHandle,
+}
