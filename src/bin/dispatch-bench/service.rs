@@ -15,7 +15,7 @@ use dispatch::{
         message::{Message, State as MsgState},
         payload::Payload,
     },
-    store::{postgres::PgStore, Store},
+    store::{postgres::PgStore, MessageStore},
 };
 use futures::StreamExt;
 use serde_json::{json, Value};
