@@ -30,7 +30,7 @@ pub use capability::*;
 pub use rules::insert_new_target;
 pub(crate) use rules::{
     error_chain, key_live_since, last_error, outcome_from_str, refused_transition, replayed,
-    state_after, state_from_str, storable_text,
+    report_left_leased, state_after, state_from_str, storable_text,
 };
 pub use sealed::{reseal_all, ResealPage, Resealed};
 

@@ -98,6 +98,23 @@ pub(crate) fn last_error(r: &Recorded) -> Option<String> {
         .find_map(|a| a.error.as_deref().map(|e| storable_text(e).into_owned()))
 }
 
+/// A claim leaves leased the messages whose targets' secrets are sealed
+/// under a key this instance lacks (for an instance that has it, once the
+/// lease ends): says so once a claim, naming the targets.
+pub(crate) fn report_left_leased(mut targets: Vec<String>) {
+    if targets.is_empty() {
+        return;
+    }
+    targets.sort_unstable();
+    targets.dedup();
+    tracing::error!(
+        count = targets.len(),
+        targets = %targets.join(","),
+        "messages left leased: their targets' secrets are sealed under a key this instance \
+         is not configured with (secrets.encryption_key, secrets.previous_keys)"
+    );
+}
+
 /// An error and its sources, as one line (for a dead letter's reason).
 pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();

@@ -94,16 +94,7 @@ impl DeliveryStore for PgStore {
                 }
             }
         }
-        if !unopened.is_empty() {
-            unopened.sort_unstable();
-            unopened.dedup();
-            tracing::error!(
-                count = unopened.len(),
-                targets = %unopened.join(","),
-                "messages left leased: their targets' secrets are sealed under a key this instance \
-                 is not configured with (secrets.encryption_key, secrets.previous_keys)"
-            );
-        }
+        report_left_leased(unopened);
         if !bad_ids.is_empty() {
             // A row that cannot be read cannot be delivered: dead-letter it,
             // saying why, rather than let it hold the batch's lease forever.

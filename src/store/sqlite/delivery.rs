@@ -120,16 +120,7 @@ impl DeliveryStore for SqliteStore {
             }
         }
         tx.commit().await.map_err(map_err)?;
-        if !unopened.is_empty() {
-            unopened.sort_unstable();
-            unopened.dedup();
-            tracing::error!(
-                count = unopened.len(),
-                targets = %unopened.join(","),
-                "messages left leased: their targets' secrets are sealed under a key this instance \
-                 is not configured with (secrets.encryption_key, secrets.previous_keys)"
-            );
-        }
+        report_left_leased(unopened);
         // RETURNING has no order; hand out the oldest due first.
         claimed.sort_by_key(|(due, _)| *due);
         Ok(claimed.into_iter().map(|(_, c)| c).collect())
