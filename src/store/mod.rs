@@ -1,5 +1,7 @@
-//! Persistence behind one trait, so the sweeper, the API and retention never
-//! see SQL. Contract, for every implementation:
+//! Persistence behind capability traits (`capability`: one per kind of
+//! caller, combined as `Store`), so the sweeper, the API and retention never
+//! see SQL. Rules that are not SQL live in `rules`, once for every backend.
+//! Contract, for every implementation:
 //!
 //! - Each method is one transaction; none is held across a network call.
 //! - `claim_due` hands out Scheduled, unpaused messages whose `claim_at` has
@@ -15,16 +17,24 @@
 //!   is an error naming its row, and a claim leaves its messages leased
 //!   rather than dead-lettered (see `sealed`).
 
+mod capability;
 pub mod portal;
 pub mod postgres;
+pub mod prelude;
+mod rules;
 mod sealed;
 pub mod sqlite;
 
+pub use capability::*;
+pub use rules::insert_new_target;
+pub(crate) use rules::{
+    error_chain, key_live_since, last_error, outcome_from_str, refused_transition, replayed,
+    report_left_leased, state_after, state_from_str, storable_text,
+};
 pub use sealed::{reseal_all, ResealPage, Resealed};
 
 use std::time::Duration;
 
-use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use uuid::Uuid;
@@ -32,7 +42,7 @@ use uuid::Uuid;
 use crate::domain::{
     ids::{MessageId, TargetId},
     message::{Attempt, Message, State},
-    retry::{AttemptOutcome, Next},
+    retry::Next,
     target::{Target, TargetConfig},
 };
 
@@ -263,219 +273,4 @@ pub struct Purged {
     pub messages: u64,
     pub attempts: u64,
     pub idempotency_keys: u64,
-}
-
-#[async_trait]
-pub trait Store: Send + Sync + 'static {
-    async fn ping(&self) -> StoreResult<()>;
-
-    async fn create_client(&self, client: &ClientRecord) -> StoreResult<()>;
-    /// A client that has not been revoked.
-    async fn find_client(&self, client_id: &str) -> StoreResult<Option<ClientRecord>>;
-    async fn count_clients(&self) -> StoreResult<u64>;
-    /// Stores `new` as the client's secret hash if it is still `old` and the
-    /// client is not revoked; false otherwise.
-    async fn replace_client_secret_hash(
-        &self,
-        client_id: &str,
-        old: &str,
-        new: &str,
-    ) -> StoreResult<bool>;
-    /// The clients of `account`, revoked ones too, oldest first.
-    async fn list_clients(&self, account: &str) -> StoreResult<Vec<ClientSummary>>;
-    /// Revokes a client (again: it keeps its first revocation time); None
-    /// when there is no such client.
-    async fn revoke_client(
-        &self,
-        client_id: &str,
-        now: DateTime<Utc>,
-    ) -> StoreResult<Option<ClientSummary>>;
-    /// The ids of the clients revoked at or after `since`.
-    async fn clients_revoked_since(&self, since: DateTime<Utc>) -> StoreResult<Vec<String>>;
-    async fn ensure_account(&self, account: &str) -> StoreResult<()>;
-    /// The keys tokens are signed with, newest first; one is created when there is none.
-    async fn signing_keys(&self) -> StoreResult<Vec<SigningKey>>;
-
-    /// Rotation (`dispatch secrets rotate`): seals again, under the current
-    /// key, the secrets of up to `limit` targets whose id follows `after`
-    /// and that are stored plain or under another key, in one short
-    /// transaction, each row only if it is unchanged since it was read. A row
-    /// sealed under a key this store does not have fails the call, naming
-    /// the row. Without a key: `NoEncryptionKey`.
-    async fn reseal_targets(&self, after: Option<&str>, limit: u32) -> StoreResult<ResealPage>;
-    /// As `reseal_targets`, for the token-signing keys (by kid).
-    async fn reseal_signing_keys(&self, after: Option<&str>, limit: u32)
-        -> StoreResult<ResealPage>;
-
-    async fn insert_target(&self, target: &Target) -> StoreResult<bool>;
-    async fn get_target(&self, account: &str, id: &TargetId) -> StoreResult<Option<Target>>;
-    async fn list_targets(
-        &self,
-        account: &str,
-        after: Option<&TargetCursor>,
-        limit: u32,
-    ) -> StoreResult<Vec<Target>>;
-    async fn update_target(&self, target: &Target) -> StoreResult<Option<Target>>;
-    async fn set_target_enabled(
-        &self,
-        account: &str,
-        id: &TargetId,
-        enabled: bool,
-        now: DateTime<Utc>,
-    ) -> StoreResult<Option<Target>>;
-    async fn delete_target(&self, account: &str, id: &TargetId) -> StoreResult<DeleteTarget>;
-
-    async fn insert_message(
-        &self,
-        new: &Message,
-        idempotency: Option<&IdempotencyInput>,
-    ) -> StoreResult<InsertOutcome>;
-    /// Schedules each item as `insert_message` would, in one transaction (one
-    /// commit for all): outcomes in the items' order. Items may belong to
-    /// different accounts; two items with the same account and key: the
-    /// second is answered as a replay of (or a conflict with) the first.
-    async fn insert_batch(&self, items: &[BatchItem]) -> StoreResult<Vec<InsertOutcome>>;
-    /// Inserts many messages of one account in one statement; returns the ids
-    /// inserted (messages whose target is unknown in the account are skipped).
-    async fn insert_messages(
-        &self,
-        account: &str,
-        messages: &[Message],
-    ) -> StoreResult<Vec<MessageId>>;
-    async fn get_message(&self, account: &str, id: &MessageId) -> StoreResult<Option<Message>>;
-    async fn list_messages(
-        &self,
-        account: &str,
-        filter: &MessageFilter,
-        before: Option<&MessageId>,
-        limit: u32,
-    ) -> StoreResult<Vec<Message>>;
-    /// None when the message is unknown in this account.
-    async fn list_attempts(
-        &self,
-        account: &str,
-        id: &MessageId,
-        after: Option<u32>,
-        limit: u32,
-    ) -> StoreResult<Option<Vec<Attempt>>>;
-    async fn cancel(
-        &self,
-        account: &str,
-        id: &MessageId,
-        now: DateTime<Utc>,
-    ) -> StoreResult<Transition>;
-    async fn reschedule(
-        &self,
-        account: &str,
-        id: &MessageId,
-        at: DateTime<Utc>,
-        now: DateTime<Utc>,
-    ) -> StoreResult<Transition>;
-
-    async fn claim_due(
-        &self,
-        now: DateTime<Utc>,
-        limit: u32,
-        lease: Duration,
-    ) -> StoreResult<Vec<Claimed>>;
-    /// The earliest `claim_at` among claimable messages.
-    async fn next_due(&self) -> StoreResult<Option<DateTime<Utc>>>;
-    /// Applies attempt results whose lease still holds; returns the attempt rows written.
-    async fn record(&self, results: &[Recorded], now: DateTime<Utc>) -> StoreResult<u64>;
-
-    async fn purge_expired(&self, cutoffs: &Cutoffs, batch: u32) -> StoreResult<Purged>;
-
-    // The portal.
-    /// False when the email is taken.
-    async fn create_user(&self, user: &portal::UserRecord) -> StoreResult<bool>;
-    async fn find_user(&self, email: &str) -> StoreResult<Option<portal::UserRecord>>;
-    /// Also forgets sessions that have expired.
-    async fn create_session(&self, session: &portal::SessionRecord) -> StoreResult<()>;
-    /// A session that has not expired.
-    async fn find_session(
-        &self,
-        token_hash: &[u8],
-        now: DateTime<Utc>,
-    ) -> StoreResult<Option<portal::SessionRecord>>;
-    async fn delete_session(&self, token_hash: &[u8]) -> StoreResult<()>;
-    /// Counts by target and state; what was delivered, failed and dead-lettered since `since`.
-    async fn overview(
-        &self,
-        account: &str,
-        since: DateTime<Utc>,
-        now: DateTime<Utc>,
-    ) -> StoreResult<portal::Overview>;
-    async fn count_messages(&self, account: &str, filter: &MessageFilter) -> StoreResult<u64>;
-    /// The manual actions on a message, oldest first (empty for an unknown message).
-    async fn list_events(
-        &self,
-        account: &str,
-        id: &MessageId,
-    ) -> StoreResult<Vec<portal::MessageEvent>>;
-    /// Reschedules, in one transaction, the dead letters that match the filter
-    /// (and are among `ids`, when given); returns how many.
-    async fn redrive(
-        &self,
-        account: &str,
-        filter: &MessageFilter,
-        ids: Option<&[MessageId]>,
-        at: DateTime<Utc>,
-        now: DateTime<Utc>,
-    ) -> StoreResult<u64>;
-}
-
-/// Stores a new target of `account` under a fresh id (a few tries, should
-/// ids ever collide); None when every try collided.
-pub async fn insert_new_target(
-    store: &dyn Store,
-    account: &str,
-    spec: &crate::domain::target::TargetSpec,
-    now: DateTime<Utc>,
-) -> StoreResult<Option<Target>> {
-    for _ in 0..5 {
-        let t = Target {
-            id: TargetId::new(),
-            account: account.to_string(),
-            name: spec.name.clone(),
-            enabled: spec.enabled,
-            config: spec.config.clone(),
-            created_at: now,
-            updated_at: now,
-        };
-        if store.insert_target(&t).await? {
-            return Ok(Some(t));
-        }
-    }
-    Ok(None)
-}
-
-/// An error and its sources, as one line (for a dead letter's reason).
-pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
-}
-
-/// Attempt texts (errors, response excerpts) are kept with U+0000 replaced
-/// by U+FFFD on every backend: PostgreSQL text cannot hold it.
-pub(crate) fn storable_text(s: &str) -> std::borrow::Cow<'_, str> {
-    if s.contains('\0') {
-        std::borrow::Cow::Owned(s.replace('\0', "\u{FFFD}"))
-    } else {
-        std::borrow::Cow::Borrowed(s)
-    }
-}
-
-/// Conversions shared by the backends.
-pub(crate) fn outcome_from_str(s: &str) -> StoreResult<AttemptOutcome> {
-    AttemptOutcome::parse(s).ok_or_else(|| StoreError::Corrupt(format!("unknown outcome {s}")))
-}
-
-pub(crate) fn state_from_str(s: &str) -> StoreResult<State> {
-    State::parse(s).ok_or_else(|| StoreError::Corrupt(format!("unknown state {s}")))
 }

@@ -1,7 +1,63 @@
-//! Checks of the client methods: secret hash replacement, listing,
-//! revocation, and what an instance asks to learn of revocations.
+//! Clients and accounts (`IdentityStore`), and `HealthCheck::ping`: creating
+//! and finding clients, secret hash replacement, listing, revocation, and
+//! what an instance asks to learn of revocations.
 
-use super::*;
+use crate::support::*;
+
+checks!(
+    ping_answers_while_the_store_is_reachable,
+    a_created_client_is_found_by_id_and_an_unknown_id_answers_none,
+    a_secret_hash_is_replaced_only_while_it_is_the_stored_one,
+    clients_are_listed_per_account_oldest_first_with_their_revocation,
+    a_revoked_client_is_not_found_and_revoking_again_keeps_the_first_time,
+    clients_revoked_since_a_time_are_those_revoked_at_or_after_it,
+);
+
+async fn ping_answers_while_the_store_is_reachable(store: Arc<dyn Store>) {
+    store.ping().await.expect("ping answers");
+}
+
+async fn a_created_client_is_found_by_id_and_an_unknown_id_answers_none(store: Arc<dyn Store>) {
+    // The CLI creates clients for accounts that do not exist yet.
+    let client = ClientRecord {
+        client_id: "di_client_0001".into(),
+        account: "brand-new-account".into(),
+        name: "ci".into(),
+        secret_hash: "$argon2id$v=19$m=19456,t=2,p=1$c2FsdA$aGFzaA".into(),
+        scopes: vec!["messages:write".into(), "targets:read".into()],
+    };
+    store.create_client(&client).await.unwrap();
+    let other = ClientRecord {
+        client_id: "di_client_0002".into(),
+        account: ACME.into(),
+        name: "portal".into(),
+        secret_hash: "hash-2".into(),
+        scopes: vec![],
+    };
+    store.create_client(&other).await.unwrap();
+
+    let found = store
+        .find_client("di_client_0001")
+        .await
+        .unwrap()
+        .expect("the client is found");
+    assert_eq!(found.client_id, client.client_id);
+    assert_eq!(found.account, client.account);
+    assert_eq!(found.name, client.name);
+    assert_eq!(found.secret_hash, client.secret_hash);
+    assert_eq!(found.scopes, client.scopes, "scopes, in order");
+
+    let found = store.find_client("di_client_0002").await.unwrap().unwrap();
+    assert_eq!(found.account, ACME);
+    assert!(found.scopes.is_empty());
+
+    assert!(store.find_client("di_client_9999").await.unwrap().is_none());
+    assert!(store.find_client("").await.unwrap().is_none());
+
+    // Ensuring an existing account again is harmless.
+    store.ensure_account(ACME).await.unwrap();
+    store.ensure_account(ACME).await.unwrap();
+}
 
 fn client(id: &str, account: &str, hash: &str) -> ClientRecord {
     ClientRecord {
@@ -13,9 +69,7 @@ fn client(id: &str, account: &str, hash: &str) -> ClientRecord {
     }
 }
 
-pub(crate) async fn a_secret_hash_is_replaced_only_while_it_is_the_stored_one(
-    store: Arc<dyn Store>,
-) {
+async fn a_secret_hash_is_replaced_only_while_it_is_the_stored_one(store: Arc<dyn Store>) {
     store
         .create_client(&client("dc_hash", ACME, "$argon2id$old"))
         .await
@@ -40,9 +94,7 @@ pub(crate) async fn a_secret_hash_is_replaced_only_while_it_is_the_stored_one(
         .unwrap());
 }
 
-pub(crate) async fn clients_are_listed_per_account_oldest_first_with_their_revocation(
-    store: Arc<dyn Store>,
-) {
+async fn clients_are_listed_per_account_oldest_first_with_their_revocation(store: Arc<dyn Store>) {
     assert!(store.list_clients(ACME).await.unwrap().is_empty());
     let before = time::now() - ms(1000);
     for id in ["dc_first", "dc_second"] {
@@ -73,7 +125,7 @@ pub(crate) async fn clients_are_listed_per_account_oldest_first_with_their_revoc
     assert!((revoked - at).abs() < ms(1), "{revoked} vs {at}");
 }
 
-pub(crate) async fn a_revoked_client_is_not_found_and_revoking_again_keeps_the_first_time(
+async fn a_revoked_client_is_not_found_and_revoking_again_keeps_the_first_time(
     store: Arc<dyn Store>,
 ) {
     store
@@ -116,9 +168,7 @@ pub(crate) async fn a_revoked_client_is_not_found_and_revoking_again_keeps_the_f
         .is_none());
 }
 
-pub(crate) async fn clients_revoked_since_a_time_are_those_revoked_at_or_after_it(
-    store: Arc<dyn Store>,
-) {
+async fn clients_revoked_since_a_time_are_those_revoked_at_or_after_it(store: Arc<dyn Store>) {
     let now = time::now();
     for id in ["dc_old", "dc_recent", "dc_active"] {
         store.create_client(&client(id, ACME, "h")).await.unwrap();

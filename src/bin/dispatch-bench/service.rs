@@ -11,7 +11,7 @@ use anyhow::{bail, Context};
 use chrono::{DateTime, Utc};
 use dispatch::{
     domain::{ids::TargetId, message::Message, payload::Payload},
-    store::{postgres::PgStore, Store},
+    store::{postgres::PgStore, MessageStore},
 };
 use futures::StreamExt;
 use serde_json::{json, Value};

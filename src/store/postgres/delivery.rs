@@ -3,6 +3,7 @@
 
 use std::{collections::HashMap, time::Duration};
 
+use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
@@ -10,14 +11,14 @@ use super::{map_err, millis_i64, rows::*, PgStore};
 use crate::{
     domain::{
         ids::{MessageId, TargetId},
-        retry::Next,
         target::TargetConfig,
     },
     store::{sealed::open_config, *},
 };
 
-impl PgStore {
-    pub(super) async fn claim(
+#[async_trait]
+impl DeliveryStore for PgStore {
+    async fn claim_due(
         &self,
         now: DateTime<Utc>,
         limit: u32,
@@ -93,16 +94,7 @@ impl PgStore {
                 }
             }
         }
-        if !unopened.is_empty() {
-            unopened.sort_unstable();
-            unopened.dedup();
-            tracing::error!(
-                count = unopened.len(),
-                targets = %unopened.join(","),
-                "messages left leased: their targets' secrets are sealed under a key this instance \
-                 is not configured with (secrets.encryption_key, secrets.previous_keys)"
-            );
-        }
+        report_left_leased(unopened);
         if !bad_ids.is_empty() {
             // A row that cannot be read cannot be delivered: dead-letter it,
             // saying why, rather than let it hold the batch's lease forever.
@@ -126,11 +118,18 @@ impl PgStore {
         Ok(claimed)
     }
 
-    pub(super) async fn record_results(
-        &self,
-        results: &[Recorded],
-        now: DateTime<Utc>,
-    ) -> StoreResult<u64> {
+    async fn next_due(&self) -> StoreResult<Option<DateTime<Utc>>> {
+        let row: Option<(DateTime<Utc>,)> = sqlx::query_as(
+            "SELECT claim_at FROM messages WHERE state = 'Scheduled' AND NOT paused AND claim_at IS NOT NULL \
+             ORDER BY claim_at LIMIT 1",
+        )
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(map_err)?;
+        Ok(row.map(|r| r.0))
+    }
+
+    async fn record(&self, results: &[Recorded], now: DateTime<Utc>) -> StoreResult<u64> {
         if results.is_empty() {
             return Ok(0);
         }
@@ -162,21 +161,12 @@ impl PgStore {
             ids.push(r.id.0);
             tokens.push(r.lease_token);
             counts.push(last.attempt as i32);
-            let (state, at) = match r.next {
-                Next::Delivered => ("Delivered", None),
-                Next::Retry(at) => ("Scheduled", Some(at)),
-                Next::DeadLetter => ("DeadLetter", None),
-            };
+            let (state, at) = state_after(&r.next);
             states.push(state);
             next_at.push(at);
             ladder.push(r.ladder_attempts as i32);
             finished.push(last.finished_at);
-            last_errors.push(
-                r.attempts
-                    .iter()
-                    .rev()
-                    .find_map(|a| a.error.as_deref().map(|e| storable_text(e).into_owned())),
-            );
+            last_errors.push(last_error(r));
             for a in &r.attempts {
                 a_ids.push(r.id.0);
                 a_tokens.push(r.lease_token);
@@ -244,7 +234,7 @@ impl PgStore {
         Ok(recorded)
     }
 
-    pub(super) async fn purge(&self, c: &Cutoffs, batch: u32) -> StoreResult<Purged> {
+    async fn purge_expired(&self, c: &Cutoffs, batch: u32) -> StoreResult<Purged> {
         let batch = i64::from(batch);
         let mut messages = 0;
         for (state, column, cutoff) in [

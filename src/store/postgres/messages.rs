@@ -1,40 +1,25 @@
-//! Messages in the postgres store: scheduling (with idempotency keys),
-//! cancel and reschedule.
+//! Messages in the PostgreSQL store: scheduling (one, a batch with
+//! idempotency keys, many) and reading messages and their attempts.
 
+use std::collections::{HashMap, HashSet};
+
+use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use uuid::Uuid;
 
-use super::{map_err, portal::insert_event, rows::*, PgStore};
-use crate::{
-    domain::message::{Message, State},
-    store::{portal::EventKind, *},
-};
+use super::{filter, map_err, rows::*, PgStore};
+use crate::{domain::message::Message, store::*};
 
-/// The state a message is in, locked until the transaction ends.
-async fn state_for_update(
-    tx: &mut sqlx::Transaction<'static, sqlx::Postgres>,
-    account: &str,
-    id: &MessageId,
-) -> StoreResult<Option<State>> {
-    let row: Option<(String,)> =
-        sqlx::query_as("SELECT state FROM messages WHERE id = $1 AND account = $2 FOR UPDATE")
-            .bind(id.0)
-            .bind(account)
-            .fetch_optional(&mut **tx)
-            .await
-            .map_err(map_err)?;
-    row.map(|(s,)| state_from_str(&s)).transpose()
-}
-
-impl PgStore {
-    pub(super) async fn insert_one(
+#[async_trait]
+impl MessageStore for PgStore {
+    async fn insert_message(
         &self,
         m: &Message,
         idem: Option<&IdempotencyInput>,
     ) -> StoreResult<InsertOutcome> {
         let mut tx = self.begin().await?;
         if let Some(idem) = idem {
-            let expired_before =
-                m.created_at - chrono::TimeDelta::from_std(idem.ttl).unwrap_or_default();
+            let expired_before = key_live_since(m, idem);
             let claimed: Option<(bool,)> = sqlx::query_as(
                 "INSERT INTO idempotency_keys (account, key, request_hash, status, response, created_at) \
                  VALUES ($1, $2, $3, $4, $5, $6) \
@@ -62,16 +47,11 @@ impl PgStore {
                 .fetch_one(&mut *tx)
                 .await
                 .map_err(map_err)?;
-                return Ok(if hash == idem.request_hash {
-                    let response = serde_json::from_str(&response)
-                        .map_err(|e| StoreError::Corrupt(format!("idempotent response: {e}")))?;
-                    InsertOutcome::Replayed {
-                        status: u16::try_from(status).unwrap_or(201),
-                        response,
-                    }
+                return if hash == idem.request_hash {
+                    replayed(i64::from(status), &response)
                 } else {
-                    InsertOutcome::KeyConflict
-                });
+                    Ok(InsertOutcome::KeyConflict)
+                };
             }
         }
         // KEY SHARE on the target orders this insert against a concurrent
@@ -101,7 +81,217 @@ impl PgStore {
         Ok(InsertOutcome::Created(Box::new(m.clone())))
     }
 
-    pub(super) async fn insert_many(
+    /// A batch with a handful of set-based statements in one transaction:
+    /// claim the idempotency keys, read the ones held by earlier requests,
+    /// insert the messages, give back the keys of messages whose target is
+    /// unknown.
+    async fn insert_batch(&self, items: &[BatchItem]) -> StoreResult<Vec<InsertOutcome>> {
+        let n = items.len();
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        let key_of = |i: usize| {
+            items[i]
+                .idempotency
+                .as_ref()
+                .map(|k| (items[i].message.account.as_str(), k.key.as_str()))
+        };
+        // A key carried by an earlier item of the batch: answered against that item.
+        let mut first: HashMap<(&str, &str), usize> = HashMap::new();
+        let mut follows: Vec<Option<usize>> = vec![None; n];
+        for (i, follow) in follows.iter_mut().enumerate() {
+            if let Some(k) = key_of(i) {
+                match first.get(&k) {
+                    Some(&j) => *follow = Some(j),
+                    None => {
+                        first.insert(k, i);
+                    }
+                }
+            }
+        }
+        // Keys are claimed in (account, key) order, so that two batches with
+        // the same keys in another order wait for each other, not deadlock.
+        let mut keyed: Vec<usize> = (0..n)
+            .filter(|&i| key_of(i).is_some() && follows[i].is_none())
+            .collect();
+        keyed.sort_by_key(|&i| key_of(i));
+        let mut outcomes: Vec<Option<InsertOutcome>> = (0..n).map(|_| None).collect();
+        let mut stored: HashMap<usize, (Vec<u8>, i32, String)> = HashMap::new();
+        let mut tx = self.begin().await?;
+
+        let mut claimed: HashSet<usize> = HashSet::new();
+        if !keyed.is_empty() {
+            let idem = |i: usize| items[i].idempotency.as_ref().expect("keyed");
+            // One statement per key lifetime (the API uses one): an expired
+            // key is taken over, a live one is left to its request.
+            let mut ttls: Vec<u128> = keyed.iter().map(|&i| idem(i).ttl.as_millis()).collect();
+            ttls.sort_unstable();
+            ttls.dedup();
+            let mut rows: Vec<(String, String)> = Vec::new();
+            for ttl in ttls {
+                let group: Vec<usize> = keyed
+                    .iter()
+                    .copied()
+                    .filter(|&i| idem(i).ttl.as_millis() == ttl)
+                    .collect();
+                let keyed = &group;
+                let ttl_ms = i64::try_from(ttl).unwrap_or(i64::MAX);
+                let got: Vec<(String, String)> = sqlx::query_as(
+                "INSERT INTO idempotency_keys (account, key, request_hash, status, response, created_at) \
+                 SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::int[], $5::text[], $6::timestamptz[]) \
+                 ON CONFLICT (account, key) DO UPDATE SET request_hash = EXCLUDED.request_hash, \
+                   status = EXCLUDED.status, response = EXCLUDED.response, created_at = EXCLUDED.created_at \
+                 WHERE idempotency_keys.created_at < EXCLUDED.created_at - $7 * interval '1 millisecond' \
+                 RETURNING account, key",
+            )
+            .bind(keyed.iter().map(|&i| items[i].message.account.as_str()).collect::<Vec<_>>())
+            .bind(keyed.iter().map(|&i| idem(i).key.as_str()).collect::<Vec<_>>())
+            .bind(keyed.iter().map(|&i| idem(i).request_hash.as_slice()).collect::<Vec<_>>())
+            .bind(keyed.iter().map(|&i| i32::from(idem(i).status)).collect::<Vec<_>>())
+            .bind(keyed.iter().map(|&i| idem(i).response.to_string()).collect::<Vec<_>>())
+            .bind(keyed.iter().map(|&i| items[i].message.created_at).collect::<Vec<_>>())
+            .bind(ttl_ms)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(map_err)?;
+                rows.extend(got);
+            }
+            let got: HashSet<(String, String)> = rows.into_iter().collect();
+            for &i in &keyed {
+                let (a, k) = key_of(i).expect("keyed");
+                if got.contains(&(a.to_string(), k.to_string())) {
+                    claimed.insert(i);
+                }
+            }
+            let held: Vec<usize> = keyed
+                .iter()
+                .copied()
+                .filter(|i| !claimed.contains(i))
+                .collect();
+            if !held.is_empty() {
+                let rows: Vec<(String, String, Vec<u8>, i32, String)> = sqlx::query_as(
+                    "SELECT k.account, k.key, k.request_hash, k.status, k.response FROM idempotency_keys k \
+                     JOIN unnest($1::text[], $2::text[]) AS i(account, key) ON k.account = i.account AND k.key = i.key",
+                )
+                .bind(held.iter().map(|&i| items[i].message.account.as_str()).collect::<Vec<_>>())
+                .bind(held.iter().map(|&i| idem(i).key.as_str()).collect::<Vec<_>>())
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(map_err)?;
+                let by_key: HashMap<(String, String), (Vec<u8>, i32, String)> = rows
+                    .into_iter()
+                    .map(|(a, k, h, s, r)| ((a, k), (h, s, r)))
+                    .collect();
+                for &i in &held {
+                    let (a, k) = key_of(i).expect("keyed");
+                    let Some((hash, status, response)) =
+                        by_key.get(&(a.to_string(), k.to_string()))
+                    else {
+                        return Err(StoreError::Corrupt(format!("idempotency key {k} vanished")));
+                    };
+                    outcomes[i] = Some(if *hash == idem(i).request_hash {
+                        replayed(i64::from(*status), response)?
+                    } else {
+                        InsertOutcome::KeyConflict
+                    });
+                    stored.insert(i, (hash.clone(), *status, response.clone()));
+                }
+            }
+        }
+
+        let to_insert: Vec<usize> = (0..n)
+            .filter(|&i| follows[i].is_none() && outcomes[i].is_none())
+            .collect();
+        let mut inserted: HashSet<Uuid> = HashSet::new();
+        if !to_insert.is_empty() {
+            let m = |i: usize| &items[i].message;
+            let rows: Vec<(Uuid,)> = sqlx::query_as(
+                "INSERT INTO messages (id, account, target_id, state, payload, delivery_time, next_attempt_at, \
+                   claim_at, paused, created_at, updated_at) \
+                 SELECT i.id, i.account, t.id, 'Scheduled', i.payload, i.at, i.at, i.at, NOT t.enabled, i.now, i.now \
+                 FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bytea[], $5::timestamptz[], $6::timestamptz[]) \
+                   AS i(id, account, target_id, payload, at, now) \
+                 JOIN targets t ON t.id = i.target_id AND t.account = i.account \
+                 FOR KEY SHARE OF t \
+                 RETURNING id",
+            )
+            .bind(to_insert.iter().map(|&i| m(i).id.0).collect::<Vec<_>>())
+            .bind(to_insert.iter().map(|&i| m(i).account.as_str()).collect::<Vec<_>>())
+            .bind(to_insert.iter().map(|&i| m(i).target_id.as_str()).collect::<Vec<_>>())
+            .bind(to_insert.iter().map(|&i| m(i).payload.as_str().as_bytes()).collect::<Vec<_>>())
+            .bind(to_insert.iter().map(|&i| m(i).delivery_time).collect::<Vec<_>>())
+            .bind(to_insert.iter().map(|&i| m(i).created_at).collect::<Vec<_>>())
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(map_err)?;
+            inserted = rows.into_iter().map(|(id,)| id).collect();
+        }
+        let mut give_back: Vec<usize> = Vec::new();
+        for &i in &to_insert {
+            outcomes[i] = Some(if inserted.contains(&items[i].message.id.0) {
+                InsertOutcome::Created(Box::new(items[i].message.clone()))
+            } else {
+                if claimed.contains(&i) {
+                    give_back.push(i);
+                }
+                InsertOutcome::UnknownTarget
+            });
+        }
+        if !give_back.is_empty() {
+            sqlx::query(
+                "DELETE FROM idempotency_keys k USING unnest($1::text[], $2::text[]) AS i(account, key) \
+                 WHERE k.account = i.account AND k.key = i.key",
+            )
+            .bind(give_back.iter().map(|&i| items[i].message.account.as_str()).collect::<Vec<_>>())
+            .bind(give_back.iter().map(|&i| key_of(i).expect("keyed").1).collect::<Vec<_>>())
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?;
+        }
+        let earliest: Option<DateTime<Utc>> = to_insert
+            .iter()
+            .filter(|&&i| inserted.contains(&items[i].message.id.0))
+            .map(|&i| items[i].message.delivery_time)
+            .min();
+        if let Some(at) = earliest {
+            let now = items
+                .iter()
+                .map(|i| i.message.created_at)
+                .max()
+                .unwrap_or(at);
+            self.notify_if_soon(&mut tx, at, now).await?;
+        }
+        tx.commit().await.map_err(map_err)?;
+
+        // Later items with an earlier item's key: the same request is that
+        // item's answer again; another request is a conflict.
+        for (i, j) in follows.iter().enumerate() {
+            let Some(j) = *j else { continue };
+            let mine = &items[i].idempotency.as_ref().expect("keyed").request_hash;
+            let first = items[j].idempotency.as_ref().expect("keyed");
+            outcomes[i] = Some(
+                match (stored.get(&j), outcomes[j].as_ref().expect("answered")) {
+                    // The key was held before this batch: answered against what it holds.
+                    (Some((hash, status, response)), _) if hash == mine => {
+                        replayed(i64::from(*status), response)?
+                    }
+                    (Some(_), _) => InsertOutcome::KeyConflict,
+                    (None, _) if *mine != first.request_hash => InsertOutcome::KeyConflict,
+                    (None, InsertOutcome::Created(_)) => InsertOutcome::Replayed {
+                        status: first.status,
+                        response: first.response.clone(),
+                    },
+                    (None, _) => InsertOutcome::UnknownTarget,
+                },
+            );
+        }
+        Ok(outcomes
+            .into_iter()
+            .map(|o| o.expect("every item answered"))
+            .collect())
+    }
+
+    async fn insert_messages(
         &self,
         account: &str,
         messages: &[Message],
@@ -146,82 +336,71 @@ impl PgStore {
         Ok(inserted.into_iter().map(|(id,)| MessageId(id)).collect())
     }
 
-    pub(super) async fn cancel_message(
-        &self,
-        account: &str,
-        id: &MessageId,
-        now: DateTime<Utc>,
-    ) -> StoreResult<Transition> {
-        let mut tx = self.begin().await?;
-        let from = state_for_update(&mut tx, account, id).await?;
+    async fn get_message(&self, account: &str, id: &MessageId) -> StoreResult<Option<Message>> {
         let row: Option<MessageRow> = sqlx::query_as(&format!(
-            "UPDATE messages SET state = 'Cancelled', cancelled_at = $3, next_attempt_at = NULL, claim_at = NULL, \
-               lease_token = NULL, updated_at = $3 \
-             WHERE id = $1 AND account = $2 AND state IN ('Scheduled', 'DeadLetter') \
-               AND (lease_token IS NULL OR claim_at <= $3) \
-             RETURNING {MESSAGE_COLUMNS}"
+            "SELECT {MESSAGE_COLUMNS} FROM messages WHERE id = $1 AND account = $2"
         ))
         .bind(id.0)
         .bind(account)
-        .bind(now)
-        .fetch_optional(&mut *tx)
+        .fetch_optional(&self.pool)
         .await
         .map_err(map_err)?;
-        match (row, from) {
-            (Some(row), Some(from)) => {
-                insert_event(&mut tx, id, EventKind::Cancelled, from, None, now).await?;
-                tx.commit().await.map_err(map_err)?;
-                Ok(Transition::Done(Box::new(row.try_into()?)))
-            }
-            _ => {
-                drop(tx);
-                self.transition_failure(account, id, now).await
-            }
-        }
+        row.map(Message::try_from).transpose()
     }
 
-    pub(super) async fn reschedule_message(
+    async fn list_messages(
+        &self,
+        account: &str,
+        filter: &MessageFilter,
+        before: Option<&MessageId>,
+        limit: u32,
+    ) -> StoreResult<Vec<Message>> {
+        let head = format!("SELECT {MESSAGE_COLUMNS} FROM messages");
+        let mut q = filter::filtered(&head, account, filter);
+        // UUIDv7 ids are creation-ordered, so "newest first" is "id descending".
+        if let Some(m) = before {
+            q.push(" AND id < ").push_bind(m.0);
+        }
+        q.push(" ORDER BY id DESC LIMIT ")
+            .push_bind(i64::from(limit));
+        let rows: Vec<MessageRow> = q
+            .build_query_as()
+            .persistent(false)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(map_err)?;
+        rows.into_iter().map(Message::try_from).collect()
+    }
+
+    async fn list_attempts(
         &self,
         account: &str,
         id: &MessageId,
-        at: DateTime<Utc>,
-        now: DateTime<Utc>,
-    ) -> StoreResult<Transition> {
-        let mut tx = self.begin().await?;
-        // As in insert_message: KEY SHARE on the target orders this against a
-        // concurrent enable/disable, so `paused` below is read right.
-        sqlx::query(
-            "SELECT 1 FROM targets t JOIN messages m ON m.target_id = t.id \
-             WHERE m.id = $1 AND m.account = $2 FOR KEY SHARE OF t",
-        )
-        .bind(id.0)
-        .bind(account)
-        .execute(&mut *tx)
-        .await
-        .map_err(map_err)?;
-        let from = state_for_update(&mut tx, account, id).await?;
-        let row: Option<MessageRow> = sqlx::query_as(&format!(
-            "UPDATE messages m SET state = 'Scheduled', delivery_time = $3, next_attempt_at = $3, claim_at = $3, \
-               lease_token = NULL, ladder_attempts = 0, dead_lettered_at = NULL, updated_at = $4, \
-               paused = NOT (SELECT enabled FROM targets t WHERE t.id = m.target_id) \
-             WHERE id = $1 AND account = $2 AND state IN ('Scheduled', 'DeadLetter') \
-               AND (lease_token IS NULL OR claim_at <= $4) \
-             RETURNING {MESSAGE_COLUMNS}"
+        after: Option<u32>,
+        limit: u32,
+    ) -> StoreResult<Option<Vec<Attempt>>> {
+        let exists: Option<(Uuid,)> =
+            sqlx::query_as("SELECT id FROM messages WHERE id = $1 AND account = $2")
+                .bind(id.0)
+                .bind(account)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(map_err)?;
+        if exists.is_none() {
+            return Ok(None);
+        }
+        let rows: Vec<AttemptRow> = sqlx::query_as(&format!(
+            "SELECT {ATTEMPT_COLUMNS} FROM attempts WHERE message_id = $1 AND attempt > $2 ORDER BY attempt LIMIT $3"
         ))
         .bind(id.0)
-        .bind(account)
-        .bind(at)
-        .bind(now)
-        .fetch_optional(&mut *tx)
+        .bind(after.map_or(0, |a| a as i32))
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
         .await
         .map_err(map_err)?;
-        let (Some(row), Some(from)) = (row, from) else {
-            drop(tx);
-            return self.transition_failure(account, id, now).await;
-        };
-        insert_event(&mut tx, id, EventKind::Rescheduled, from, Some(at), now).await?;
-        self.notify_if_soon(&mut tx, at, now).await?;
-        tx.commit().await.map_err(map_err)?;
-        Ok(Transition::Done(Box::new(row.try_into()?)))
+        rows.into_iter()
+            .map(Attempt::try_from)
+            .collect::<StoreResult<Vec<_>>>()
+            .map(Some)
     }
 }

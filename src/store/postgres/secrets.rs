@@ -1,6 +1,7 @@
 //! Token-signing keys and the rotation of sealed secrets in the PostgreSQL
 //! store (see `store::sealed` for how secrets are kept).
 
+use async_trait::async_trait;
 use rand::Rng;
 use serde_json::Value;
 use uuid::Uuid;
@@ -11,8 +12,9 @@ use crate::store::{sealed::*, *};
 /// id, kind, config, secrets_key_id, sealed_secrets
 type SealedTargetRow = (String, String, Value, Option<String>, Option<Vec<u8>>);
 
-impl PgStore {
-    pub(super) async fn load_signing_keys(&self) -> StoreResult<Vec<SigningKey>> {
+#[async_trait]
+impl SecretStore for PgStore {
+    async fn signing_keys(&self) -> StoreResult<Vec<SigningKey>> {
         let fetch = || {
             sqlx::query_as::<_, (String, Vec<u8>, Option<String>)>(
                 "SELECT kid, secret, key_id FROM signing_keys ORDER BY created_at DESC",
@@ -42,11 +44,7 @@ impl PgStore {
             .collect()
     }
 
-    pub(super) async fn reseal_target_page(
-        &self,
-        after: Option<&str>,
-        limit: u32,
-    ) -> StoreResult<ResealPage> {
+    async fn reseal_targets(&self, after: Option<&str>, limit: u32) -> StoreResult<ResealPage> {
         let sealer = self.sealer().ok_or(StoreError::NoEncryptionKey)?;
         let rows: Vec<SealedTargetRow> = sqlx::query_as(
             "SELECT id, kind, config, secrets_key_id, sealed_secrets FROM targets \
@@ -106,7 +104,7 @@ impl PgStore {
         Ok(page)
     }
 
-    pub(super) async fn reseal_key_page(
+    async fn reseal_signing_keys(
         &self,
         after: Option<&str>,
         limit: u32,

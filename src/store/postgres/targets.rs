@@ -1,13 +1,15 @@
 //! Targets in the PostgreSQL store: create, read, list, change, enable/disable
 //! (pausing and resuming their messages), delete.
 
+use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use super::{map_err, rows::*, PgStore};
 use crate::store::{sealed::seal_config, *};
 
-impl PgStore {
-    pub(super) async fn store_target(&self, t: &Target) -> StoreResult<bool> {
+#[async_trait]
+impl TargetStore for PgStore {
+    async fn insert_target(&self, t: &Target) -> StoreResult<bool> {
         let mut tx = self.begin().await?;
         sqlx::query("INSERT INTO accounts (name) VALUES ($1) ON CONFLICT DO NOTHING")
             .bind(&t.account)
@@ -39,11 +41,7 @@ impl PgStore {
         Ok(inserted)
     }
 
-    pub(super) async fn load_target(
-        &self,
-        account: &str,
-        id: &TargetId,
-    ) -> StoreResult<Option<Target>> {
+    async fn get_target(&self, account: &str, id: &TargetId) -> StoreResult<Option<Target>> {
         let row: Option<TargetRow> = sqlx::query_as(&format!(
             "SELECT {TARGET_COLUMNS} FROM targets WHERE id = $1 AND account = $2"
         ))
@@ -55,7 +53,7 @@ impl PgStore {
         row.map(|r| r.into_target(self.sealer())).transpose()
     }
 
-    pub(super) async fn load_targets(
+    async fn list_targets(
         &self,
         account: &str,
         after: Option<&TargetCursor>,
@@ -79,7 +77,7 @@ impl PgStore {
             .collect()
     }
 
-    pub(super) async fn save_target(&self, t: &Target) -> StoreResult<Option<Target>> {
+    async fn update_target(&self, t: &Target) -> StoreResult<Option<Target>> {
         let stored = seal_config(self.sealer(), t.id.as_str(), &t.config);
         let row: Option<TargetRow> = sqlx::query_as(&format!(
             "UPDATE targets SET name = $3, config = $4, secrets_key_id = $5, sealed_secrets = $6, \
@@ -99,7 +97,7 @@ impl PgStore {
         row.map(|r| r.into_target(self.sealer())).transpose()
     }
 
-    pub(super) async fn switch_target(
+    async fn set_target_enabled(
         &self,
         account: &str,
         id: &TargetId,
@@ -147,11 +145,7 @@ impl PgStore {
         Ok(Some(target))
     }
 
-    pub(super) async fn remove_target(
-        &self,
-        account: &str,
-        id: &TargetId,
-    ) -> StoreResult<DeleteTarget> {
+    async fn delete_target(&self, account: &str, id: &TargetId) -> StoreResult<DeleteTarget> {
         let mut tx = self.begin().await?;
         let exists: Option<(String,)> =
             sqlx::query_as("SELECT id FROM targets WHERE id = $1 AND account = $2 FOR UPDATE")

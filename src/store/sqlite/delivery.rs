@@ -3,18 +3,20 @@
 
 use std::{collections::HashMap, time::Duration};
 
+use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::{QueryBuilder, Sqlite};
 use uuid::Uuid;
 
 use super::{map_err, rows::*, SqliteStore};
 use crate::{
-    domain::{ids::TargetId, retry::Next, target::TargetConfig},
+    domain::{ids::TargetId, target::TargetConfig},
     store::*,
 };
 
-impl SqliteStore {
-    pub(super) async fn claim(
+#[async_trait]
+impl DeliveryStore for SqliteStore {
+    async fn claim_due(
         &self,
         now: DateTime<Utc>,
         limit: u32,
@@ -118,26 +120,23 @@ impl SqliteStore {
             }
         }
         tx.commit().await.map_err(map_err)?;
-        if !unopened.is_empty() {
-            unopened.sort_unstable();
-            unopened.dedup();
-            tracing::error!(
-                count = unopened.len(),
-                targets = %unopened.join(","),
-                "messages left leased: their targets' secrets are sealed under a key this instance \
-                 is not configured with (secrets.encryption_key, secrets.previous_keys)"
-            );
-        }
+        report_left_leased(unopened);
         // RETURNING has no order; hand out the oldest due first.
         claimed.sort_by_key(|(due, _)| *due);
         Ok(claimed.into_iter().map(|(_, c)| c).collect())
     }
 
-    pub(super) async fn record_results(
-        &self,
-        results: &[Recorded],
-        now: DateTime<Utc>,
-    ) -> StoreResult<u64> {
+    async fn next_due(&self) -> StoreResult<Option<DateTime<Utc>>> {
+        let (next,): (Option<i64>,) = sqlx::query_as(
+            "SELECT min(claim_at) FROM messages WHERE state = 'Scheduled' AND paused = 0",
+        )
+        .fetch_one(&self.reader)
+        .await
+        .map_err(map_err)?;
+        Ok(opt_from_ms(next))
+    }
+
+    async fn record(&self, results: &[Recorded], now: DateTime<Utc>) -> StoreResult<u64> {
         if results.is_empty() {
             return Ok(0);
         }
@@ -145,16 +144,9 @@ impl SqliteStore {
         let mut written = 0;
         for r in results {
             let last = r.last();
-            let (state, at) = match r.next {
-                Next::Delivered => ("Delivered", None),
-                Next::Retry(at) => ("Scheduled", Some(ms(at))),
-                Next::DeadLetter => ("DeadLetter", None),
-            };
-            let last_error = r
-                .attempts
-                .iter()
-                .rev()
-                .find_map(|a| a.error.as_deref().map(|e| storable_text(e).into_owned()));
+            let (state, at) = state_after(&r.next);
+            let at = at.map(ms);
+            let last_error = last_error(r);
             let updated: Option<(String,)> = sqlx::query_as(
                 "UPDATE messages SET state = ?3, next_attempt_at = ?4, claim_at = ?4, lease_token = NULL, \
                    attempt_count = max(attempt_count, ?5), ladder_attempts = ?6, \
@@ -204,7 +196,7 @@ impl SqliteStore {
         Ok(written)
     }
 
-    pub(super) async fn purge(&self, c: &Cutoffs, batch: u32) -> StoreResult<Purged> {
+    async fn purge_expired(&self, c: &Cutoffs, batch: u32) -> StoreResult<Purged> {
         let batch = i64::from(batch);
         let mut tx = self.begin().await?;
         let mut messages = 0;

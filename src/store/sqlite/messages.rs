@@ -1,32 +1,14 @@
-//! Messages in the sqlite store: scheduling (with idempotency keys),
-//! cancel and reschedule.
+//! Messages in the SQLite store: scheduling (one, a batch with idempotency
+//! keys, many) and reading messages and their attempts.
 
-use chrono::{DateTime, Utc};
+use async_trait::async_trait;
 
-use super::{map_err, portal::insert_event, rows::*, SqliteStore};
-use crate::{
-    domain::message::{Message, State},
-    store::{portal::EventKind, *},
-};
+use super::{filter, map_err, rows::*, SqliteStore};
+use crate::{domain::message::Message, store::*};
 
-/// The state a message is in (the single writer connection keeps it so).
-async fn state_of(
-    tx: &mut sqlx::Transaction<'static, sqlx::Sqlite>,
-    account: &str,
-    id: &MessageId,
-) -> StoreResult<Option<State>> {
-    let row: Option<(String,)> =
-        sqlx::query_as("SELECT state FROM messages WHERE id = ? AND account = ?")
-            .bind(id_text(id))
-            .bind(account)
-            .fetch_optional(&mut **tx)
-            .await
-            .map_err(map_err)?;
-    row.map(|(s,)| state_from_str(&s)).transpose()
-}
-
-impl SqliteStore {
-    pub(super) async fn insert_one(
+#[async_trait]
+impl MessageStore for SqliteStore {
+    async fn insert_message(
         &self,
         m: &Message,
         idem: Option<&IdempotencyInput>,
@@ -39,10 +21,10 @@ impl SqliteStore {
         Ok(outcome)
     }
 
-    /// Each item as `insert_one` would, in one transaction. `insert_in`
+    /// Each item as `insert_message` would, in one transaction. `insert_in`
     /// writes nothing for an item it does not create, so no item needs a
     /// savepoint of its own; items without a key go in many rows a statement.
-    pub(super) async fn insert_each(&self, items: &[BatchItem]) -> StoreResult<Vec<InsertOutcome>> {
+    async fn insert_batch(&self, items: &[BatchItem]) -> StoreResult<Vec<InsertOutcome>> {
         let mut tx = self.begin().await?;
         let plain: Vec<&Message> = items
             .iter()
@@ -85,6 +67,93 @@ impl SqliteStore {
         }
         tx.commit().await.map_err(map_err)?;
         Ok(outcomes)
+    }
+
+    async fn insert_messages(
+        &self,
+        account: &str,
+        messages: &[Message],
+    ) -> StoreResult<Vec<MessageId>> {
+        let mut tx = self.begin().await?;
+        let all: Vec<&Message> = messages.iter().collect();
+        let mut created = std::collections::HashSet::new();
+        for chunk in all.chunks(ROWS_PER_INSERT) {
+            created.extend(insert_rows(&mut tx, Some(account), chunk).await?);
+        }
+        let inserted: Vec<MessageId> = messages
+            .iter()
+            .filter(|m| created.contains(&id_text(&m.id)))
+            .map(|m| m.id)
+            .collect();
+        tx.commit().await.map_err(map_err)?;
+        Ok(inserted)
+    }
+
+    async fn get_message(&self, account: &str, id: &MessageId) -> StoreResult<Option<Message>> {
+        let row: Option<MessageRow> = sqlx::query_as(&format!(
+            "SELECT {MESSAGE_COLUMNS} FROM messages WHERE id = ? AND account = ?"
+        ))
+        .bind(id_text(id))
+        .bind(account)
+        .fetch_optional(&self.reader)
+        .await
+        .map_err(map_err)?;
+        row.map(Message::try_from).transpose()
+    }
+
+    async fn list_messages(
+        &self,
+        account: &str,
+        filter: &MessageFilter,
+        before: Option<&MessageId>,
+        limit: u32,
+    ) -> StoreResult<Vec<Message>> {
+        let head = format!("SELECT {MESSAGE_COLUMNS} FROM messages");
+        let mut q = filter::filtered(&head, account, filter);
+        // UUIDv7 ids are creation-ordered, so "newest first" is "id descending".
+        if let Some(m) = before {
+            q.push(" AND id < ").push_bind(id_text(m));
+        }
+        q.push(" ORDER BY id DESC LIMIT ")
+            .push_bind(i64::from(limit));
+        let rows: Vec<MessageRow> = q
+            .build_query_as()
+            .fetch_all(&self.reader)
+            .await
+            .map_err(map_err)?;
+        rows.into_iter().map(Message::try_from).collect()
+    }
+
+    async fn list_attempts(
+        &self,
+        account: &str,
+        id: &MessageId,
+        after: Option<u32>,
+        limit: u32,
+    ) -> StoreResult<Option<Vec<Attempt>>> {
+        let exists: Option<(String,)> =
+            sqlx::query_as("SELECT id FROM messages WHERE id = ? AND account = ?")
+                .bind(id_text(id))
+                .bind(account)
+                .fetch_optional(&self.reader)
+                .await
+                .map_err(map_err)?;
+        if exists.is_none() {
+            return Ok(None);
+        }
+        let rows: Vec<AttemptRow> = sqlx::query_as(&format!(
+            "SELECT {ATTEMPT_COLUMNS} FROM attempts WHERE message_id = ? AND attempt > ? ORDER BY attempt LIMIT ?"
+        ))
+        .bind(id_text(id))
+        .bind(i64::from(after.unwrap_or(0)))
+        .bind(i64::from(limit))
+        .fetch_all(&self.reader)
+        .await
+        .map_err(map_err)?;
+        rows.into_iter()
+            .map(Attempt::try_from)
+            .collect::<StoreResult<Vec<_>>>()
+            .map(Some)
     }
 }
 
@@ -134,8 +203,7 @@ async fn insert_in(
 ) -> StoreResult<InsertOutcome> {
     {
         if let Some(idem) = idem {
-            let expired_before =
-                m.created_at - chrono::TimeDelta::from_std(idem.ttl).unwrap_or_default();
+            let expired_before = key_live_since(m, idem);
             let existing: Option<(Vec<u8>, i64, String, i64)> = sqlx::query_as(
                 "SELECT request_hash, status, response, created_at FROM idempotency_keys WHERE account = ? AND key = ?",
             )
@@ -149,12 +217,7 @@ async fn insert_in(
                     if hash != idem.request_hash {
                         return Ok(InsertOutcome::KeyConflict);
                     }
-                    let response = serde_json::from_str(&response)
-                        .map_err(|e| StoreError::Corrupt(format!("idempotent response: {e}")))?;
-                    return Ok(InsertOutcome::Replayed {
-                        status: u16::try_from(status).unwrap_or(201),
-                        response,
-                    });
+                    return replayed(status, &response);
                 }
             }
         }
@@ -179,98 +242,5 @@ async fn insert_in(
             .map_err(map_err)?;
         }
         Ok(InsertOutcome::Created(Box::new(m.clone())))
-    }
-}
-
-impl SqliteStore {
-    pub(super) async fn insert_many(
-        &self,
-        account: &str,
-        messages: &[Message],
-    ) -> StoreResult<Vec<MessageId>> {
-        let mut tx = self.begin().await?;
-        let all: Vec<&Message> = messages.iter().collect();
-        let mut created = std::collections::HashSet::new();
-        for chunk in all.chunks(ROWS_PER_INSERT) {
-            created.extend(insert_rows(&mut tx, Some(account), chunk).await?);
-        }
-        let inserted: Vec<MessageId> = messages
-            .iter()
-            .filter(|m| created.contains(&id_text(&m.id)))
-            .map(|m| m.id)
-            .collect();
-        tx.commit().await.map_err(map_err)?;
-        Ok(inserted)
-    }
-
-    pub(super) async fn cancel_message(
-        &self,
-        account: &str,
-        id: &MessageId,
-        now: DateTime<Utc>,
-    ) -> StoreResult<Transition> {
-        let mut tx = self.begin().await?;
-        let from = state_of(&mut tx, account, id).await?;
-        let row: Option<MessageRow> = sqlx::query_as(&format!(
-            "UPDATE messages SET state = 'Cancelled', cancelled_at = ?3, next_attempt_at = NULL, claim_at = NULL, \
-               lease_token = NULL, updated_at = ?3 \
-             WHERE id = ?1 AND account = ?2 AND state IN ('Scheduled', 'DeadLetter') \
-               AND (lease_token IS NULL OR claim_at <= ?3) \
-             RETURNING {MESSAGE_COLUMNS}"
-        ))
-        .bind(id_text(id))
-        .bind(account)
-        .bind(ms(now))
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(map_err)?;
-        match (row, from) {
-            (Some(row), Some(from)) => {
-                insert_event(&mut tx, id, EventKind::Cancelled, from, None, now).await?;
-                tx.commit().await.map_err(map_err)?;
-                Ok(Transition::Done(Box::new(row.try_into()?)))
-            }
-            _ => {
-                drop(tx);
-                self.transition_failure(account, id, now).await
-            }
-        }
-    }
-
-    pub(super) async fn reschedule_message(
-        &self,
-        account: &str,
-        id: &MessageId,
-        at: DateTime<Utc>,
-        now: DateTime<Utc>,
-    ) -> StoreResult<Transition> {
-        let mut tx = self.begin().await?;
-        let from = state_of(&mut tx, account, id).await?;
-        let row: Option<MessageRow> = sqlx::query_as(&format!(
-            "UPDATE messages SET state = 'Scheduled', delivery_time = ?3, next_attempt_at = ?3, claim_at = ?3, \
-               lease_token = NULL, ladder_attempts = 0, dead_lettered_at = NULL, updated_at = ?4, \
-               paused = NOT (SELECT enabled FROM targets t WHERE t.id = messages.target_id) \
-             WHERE id = ?1 AND account = ?2 AND state IN ('Scheduled', 'DeadLetter') \
-               AND (lease_token IS NULL OR claim_at <= ?4) \
-             RETURNING {MESSAGE_COLUMNS}"
-        ))
-        .bind(id_text(id))
-        .bind(account)
-        .bind(ms(at))
-        .bind(ms(now))
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(map_err)?;
-        match (row, from) {
-            (Some(row), Some(from)) => {
-                insert_event(&mut tx, id, EventKind::Rescheduled, from, Some(at), now).await?;
-                tx.commit().await.map_err(map_err)?;
-                Ok(Transition::Done(Box::new(row.try_into()?)))
-            }
-            _ => {
-                drop(tx);
-                self.transition_failure(account, id, now).await
-            }
-        }
     }
 }

@@ -1,6 +1,7 @@
 //! Token-signing keys and the rotation of sealed secrets in the embedded
 //! store (see `store::sealed` for how secrets are kept).
 
+use async_trait::async_trait;
 use chrono::Utc;
 use rand::Rng;
 use uuid::Uuid;
@@ -11,8 +12,9 @@ use crate::store::{sealed::*, *};
 /// id, kind, config, secrets_key_id, sealed_secrets
 type SealedTargetRow = (String, String, String, Option<String>, Option<Vec<u8>>);
 
-impl SqliteStore {
-    pub(super) async fn load_signing_keys(&self) -> StoreResult<Vec<SigningKey>> {
+#[async_trait]
+impl SecretStore for SqliteStore {
+    async fn signing_keys(&self) -> StoreResult<Vec<SigningKey>> {
         let mut tx = self.begin().await?;
         let mut rows: Vec<(String, Vec<u8>, Option<String>)> = sqlx::query_as(
             "SELECT kid, secret, key_id FROM signing_keys ORDER BY created_at DESC, kid",
@@ -45,11 +47,7 @@ impl SqliteStore {
             .collect()
     }
 
-    pub(super) async fn reseal_target_page(
-        &self,
-        after: Option<&str>,
-        limit: u32,
-    ) -> StoreResult<ResealPage> {
+    async fn reseal_targets(&self, after: Option<&str>, limit: u32) -> StoreResult<ResealPage> {
         let sealer = self.sealer().ok_or(StoreError::NoEncryptionKey)?;
         let rows: Vec<SealedTargetRow> = sqlx::query_as(
             "SELECT id, kind, config, secrets_key_id, sealed_secrets FROM targets \
@@ -109,7 +107,7 @@ impl SqliteStore {
         Ok(page)
     }
 
-    pub(super) async fn reseal_key_page(
+    async fn reseal_signing_keys(
         &self,
         after: Option<&str>,
         limit: u32,

@@ -1,0 +1,272 @@
+//! The store's capabilities, one trait each, so that a caller names what it
+//! uses and a backend implements each in the file that owns it. `Store`
+//! combines them: every backend is one (`Arc<dyn Store>`), and any type with
+//! every capability is a `Store` (the blanket impl below). A method called on
+//! a `dyn Store` needs its capability trait in scope: `use
+//! crate::store::prelude::*;` brings them all.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+
+use super::{
+    portal, BatchItem, Claimed, ClientRecord, ClientSummary, Cutoffs, DeleteTarget,
+    IdempotencyInput, InsertOutcome, MessageFilter, Purged, Recorded, ResealPage, SigningKey,
+    StoreResult, TargetCursor, Transition,
+};
+use crate::domain::{
+    ids::{MessageId, TargetId},
+    message::{Attempt, Message},
+    target::Target,
+};
+
+/// Whether the database answers (the readiness probe).
+#[async_trait]
+pub trait HealthCheck: Send + Sync + 'static {
+    async fn ping(&self) -> StoreResult<()>;
+}
+
+/// Who may call: API clients and their accounts, portal users and their
+/// sessions.
+#[async_trait]
+pub trait IdentityStore: Send + Sync + 'static {
+    async fn create_client(&self, client: &ClientRecord) -> StoreResult<()>;
+
+    /// A client that has not been revoked.
+    async fn find_client(&self, client_id: &str) -> StoreResult<Option<ClientRecord>>;
+
+    async fn count_clients(&self) -> StoreResult<u64>;
+
+    /// Stores `new` as the client's secret hash if it is still `old` and the
+    /// client is not revoked; false otherwise.
+    async fn replace_client_secret_hash(
+        &self,
+        client_id: &str,
+        old: &str,
+        new: &str,
+    ) -> StoreResult<bool>;
+
+    /// The clients of `account`, revoked ones too, oldest first.
+    async fn list_clients(&self, account: &str) -> StoreResult<Vec<ClientSummary>>;
+
+    /// Revokes a client (again: it keeps its first revocation time); None
+    /// when there is no such client.
+    async fn revoke_client(
+        &self,
+        client_id: &str,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Option<ClientSummary>>;
+
+    /// The ids of the clients revoked at or after `since`.
+    async fn clients_revoked_since(&self, since: DateTime<Utc>) -> StoreResult<Vec<String>>;
+
+    async fn ensure_account(&self, account: &str) -> StoreResult<()>;
+
+    /// False when the email is taken.
+    async fn create_user(&self, user: &portal::UserRecord) -> StoreResult<bool>;
+
+    async fn find_user(&self, email: &str) -> StoreResult<Option<portal::UserRecord>>;
+
+    /// Also forgets sessions that have expired.
+    async fn create_session(&self, session: &portal::SessionRecord) -> StoreResult<()>;
+
+    /// A session that has not expired.
+    async fn find_session(
+        &self,
+        token_hash: &[u8],
+        now: DateTime<Utc>,
+    ) -> StoreResult<Option<portal::SessionRecord>>;
+
+    async fn delete_session(&self, token_hash: &[u8]) -> StoreResult<()>;
+}
+
+/// Secrets at rest: the token-signing keys, and re-sealing stored secrets
+/// under the current key.
+#[async_trait]
+pub trait SecretStore: Send + Sync + 'static {
+    /// The keys tokens are signed with, newest first; one is created when there is none.
+    async fn signing_keys(&self) -> StoreResult<Vec<SigningKey>>;
+
+    /// Rotation (`dispatch secrets rotate`): seals again, under the current
+    /// key, the secrets of up to `limit` targets whose id follows `after`
+    /// and that are stored plain or under another key, in one short
+    /// transaction, each row only if it is unchanged since it was read. A row
+    /// sealed under a key this store does not have fails the call, naming
+    /// the row. Without a key: `NoEncryptionKey`.
+    async fn reseal_targets(&self, after: Option<&str>, limit: u32) -> StoreResult<ResealPage>;
+
+    /// As `reseal_targets`, for the token-signing keys (by kid).
+    async fn reseal_signing_keys(&self, after: Option<&str>, limit: u32)
+        -> StoreResult<ResealPage>;
+}
+
+/// Where messages go: an account's targets.
+#[async_trait]
+pub trait TargetStore: Send + Sync + 'static {
+    async fn insert_target(&self, target: &Target) -> StoreResult<bool>;
+
+    async fn get_target(&self, account: &str, id: &TargetId) -> StoreResult<Option<Target>>;
+
+    async fn list_targets(
+        &self,
+        account: &str,
+        after: Option<&TargetCursor>,
+        limit: u32,
+    ) -> StoreResult<Vec<Target>>;
+
+    async fn update_target(&self, target: &Target) -> StoreResult<Option<Target>>;
+
+    async fn set_target_enabled(
+        &self,
+        account: &str,
+        id: &TargetId,
+        enabled: bool,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Option<Target>>;
+
+    async fn delete_target(&self, account: &str, id: &TargetId) -> StoreResult<DeleteTarget>;
+}
+
+/// Scheduling messages (one, a batch, many) and reading them and their
+/// attempts.
+#[async_trait]
+pub trait MessageStore: Send + Sync + 'static {
+    async fn insert_message(
+        &self,
+        new: &Message,
+        idempotency: Option<&IdempotencyInput>,
+    ) -> StoreResult<InsertOutcome>;
+
+    /// Schedules each item as `insert_message` would, in one transaction (one
+    /// commit for all): outcomes in the items' order. Items may belong to
+    /// different accounts; two items with the same account and key: the
+    /// second is answered as a replay of (or a conflict with) the first.
+    async fn insert_batch(&self, items: &[BatchItem]) -> StoreResult<Vec<InsertOutcome>>;
+
+    /// Inserts many messages of one account in one statement; returns the ids
+    /// inserted (messages whose target is unknown in the account are skipped).
+    async fn insert_messages(
+        &self,
+        account: &str,
+        messages: &[Message],
+    ) -> StoreResult<Vec<MessageId>>;
+
+    async fn get_message(&self, account: &str, id: &MessageId) -> StoreResult<Option<Message>>;
+
+    async fn list_messages(
+        &self,
+        account: &str,
+        filter: &MessageFilter,
+        before: Option<&MessageId>,
+        limit: u32,
+    ) -> StoreResult<Vec<Message>>;
+
+    /// None when the message is unknown in this account.
+    async fn list_attempts(
+        &self,
+        account: &str,
+        id: &MessageId,
+        after: Option<u32>,
+        limit: u32,
+    ) -> StoreResult<Option<Vec<Attempt>>>;
+}
+
+/// The manual actions on messages: each changes a message a caller names
+/// and leaves an event in its history (`PortalReads::list_events`).
+#[async_trait]
+pub trait ActionStore: Send + Sync + 'static {
+    async fn cancel(
+        &self,
+        account: &str,
+        id: &MessageId,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Transition>;
+
+    async fn reschedule(
+        &self,
+        account: &str,
+        id: &MessageId,
+        at: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Transition>;
+
+    /// Reschedules, in one transaction, the dead letters that match the filter
+    /// (and are among `ids`, when given); returns how many.
+    async fn redrive(
+        &self,
+        account: &str,
+        filter: &MessageFilter,
+        ids: Option<&[MessageId]>,
+        at: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> StoreResult<u64>;
+}
+
+/// The sweeper's side: claiming due messages, recording what their attempts
+/// did, and retention.
+#[async_trait]
+pub trait DeliveryStore: Send + Sync + 'static {
+    async fn claim_due(
+        &self,
+        now: DateTime<Utc>,
+        limit: u32,
+        lease: Duration,
+    ) -> StoreResult<Vec<Claimed>>;
+
+    /// The earliest `claim_at` among claimable messages.
+    async fn next_due(&self) -> StoreResult<Option<DateTime<Utc>>>;
+
+    /// Applies attempt results whose lease still holds; returns the attempt rows written.
+    async fn record(&self, results: &[Recorded], now: DateTime<Utc>) -> StoreResult<u64>;
+
+    async fn purge_expired(&self, cutoffs: &Cutoffs, batch: u32) -> StoreResult<Purged>;
+}
+
+/// What the portal shows beyond messages: the overview, counts and a
+/// message's history.
+#[async_trait]
+pub trait PortalReads: Send + Sync + 'static {
+    /// Counts by target and state; what was delivered, failed and dead-lettered since `since`.
+    async fn overview(
+        &self,
+        account: &str,
+        since: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> StoreResult<portal::Overview>;
+
+    async fn count_messages(&self, account: &str, filter: &MessageFilter) -> StoreResult<u64>;
+
+    /// The manual actions on a message, oldest first (empty for an unknown message).
+    async fn list_events(
+        &self,
+        account: &str,
+        id: &MessageId,
+    ) -> StoreResult<Vec<portal::MessageEvent>>;
+}
+
+/// Every capability: what a backend is, and what the service holds
+/// (`Arc<dyn Store>`).
+pub trait Store:
+    HealthCheck
+    + IdentityStore
+    + SecretStore
+    + TargetStore
+    + MessageStore
+    + ActionStore
+    + DeliveryStore
+    + PortalReads
+{
+}
+
+impl<T> Store for T where
+    T: HealthCheck
+        + IdentityStore
+        + SecretStore
+        + TargetStore
+        + MessageStore
+        + ActionStore
+        + DeliveryStore
+        + PortalReads
+{
+}

@@ -1,0 +1,7 @@
+//! The store's capability traits, for `use crate::store::prelude::*;`: a
+//! method called on a `dyn Store` needs its trait in scope.
+
+pub use super::capability::{
+    ActionStore, DeliveryStore, HealthCheck, IdentityStore, MessageStore, PortalReads, SecretStore,
+    Store, TargetStore,
+};

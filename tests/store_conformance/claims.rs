@@ -1,0 +1,273 @@
+//! Claims (`DeliveryStore`): what falls due, limits, leases, paused
+//! targets, the next due time, and two claimers at once.
+
+use crate::support::*;
+
+checks!(
+    claim_due_hands_out_only_due_scheduled_messages_oldest_due_first,
+    claim_due_honours_its_limit,
+    a_claimed_message_is_not_claimed_again_until_its_lease_expires,
+    a_disabled_targets_messages_are_not_claimed_until_it_is_enabled,
+    next_due_is_the_earliest_claimable_time_and_ignores_paused_messages,
+    two_concurrent_claimers_hand_out_all_200_messages_exactly_once,
+);
+
+async fn claim_due_hands_out_only_due_scheduled_messages_oldest_due_first(store: Arc<dyn Store>) {
+    let t = add_target(&*store, ACME).await;
+    let now = time::now();
+    // Not claimable: delivered, dead letter, cancelled (all due long ago).
+    let delivered = schedule(&*store, &t, now - secs(60)).await;
+    deliver(&*store, &delivered, now - secs(50)).await;
+    let dead = schedule(&*store, &t, now - secs(60)).await;
+    dead_letter(&*store, &dead, now - secs(50)).await;
+    let cancelled = schedule(&*store, &t, now - secs(60)).await;
+    done(
+        store
+            .cancel(ACME, &cancelled.id, now - secs(55))
+            .await
+            .unwrap(),
+    );
+    let future = schedule(&*store, &t, now + hours(1)).await;
+    // Due, in an order unlike their creation order.
+    let d_mid = schedule(&*store, &t, now - secs(2)).await;
+    let d_new = schedule(&*store, &t, now - secs(1)).await;
+    let d_old = schedule(&*store, &t, now - secs(3)).await;
+
+    // A lease longer than the wait for `future` below keeps these out of it.
+    let long = Duration::from_secs(3 * 3600);
+    let mut order = Vec::new();
+    for _ in 0..3 {
+        let claimed = store.claim_due(now, 1, long).await.unwrap();
+        assert_eq!(claimed.len(), 1, "one due message per claim of one");
+        order.push(claimed[0].id);
+    }
+    assert_eq!(
+        order,
+        vec![d_old.id, d_mid.id, d_new.id],
+        "the oldest due is handed out first"
+    );
+    assert!(store.claim_due(now, 10, LEASE).await.unwrap().is_empty());
+
+    // What a claim carries.
+    let claimed = store
+        .claim_due(now + hours(1) + ms(1), 10, LEASE)
+        .await
+        .unwrap();
+    assert_eq!(claimed_ids(&claimed), vec![future.id]);
+    let c = &claimed[0];
+    assert_eq!(c.target_id, t.id);
+    assert_eq!(c.target, t.config);
+    assert_eq!(c.payload, future.payload.as_str());
+    assert_eq!(c.delivery_time, now + hours(1));
+    assert_eq!(c.attempt_count, 0);
+    assert_eq!(c.ladder_attempts, 0);
+    assert!(!c.lease_token.is_nil());
+
+    // Claiming changes no visible state.
+    let m = get(&*store, &future).await;
+    assert_eq!(m.state, State::Scheduled);
+    assert_eq!(m.attempt_count, 0);
+}
+
+async fn claim_due_honours_its_limit(store: Arc<dyn Store>) {
+    let t = add_target(&*store, ACME).await;
+    let now = time::now();
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        ids.push(schedule(&*store, &t, now - secs(10 - i)).await.id);
+    }
+    let mut seen = Vec::new();
+    for expected in [2, 2, 1, 0] {
+        let claimed = store.claim_due(now, 2, LEASE).await.unwrap();
+        assert_eq!(claimed.len(), expected, "a claim of 2 hands out at most 2");
+        seen.extend(claimed_ids(&claimed));
+    }
+    assert_eq!(seen.len(), 5);
+    assert_eq!(set(seen), set(ids));
+}
+
+async fn a_claimed_message_is_not_claimed_again_until_its_lease_expires(store: Arc<dyn Store>) {
+    let t = add_target(&*store, ACME).await;
+    let now = time::now();
+    let m = schedule(&*store, &t, now - secs(1)).await;
+    let first = claim_only(&*store, &m, now, LEASE).await;
+
+    for later in [now, now + secs(1), now + secs(29)] {
+        assert!(
+            store.claim_due(later, 10, LEASE).await.unwrap().is_empty(),
+            "the lease holds at {later}"
+        );
+    }
+    assert_eq!(
+        store.next_due().await.unwrap(),
+        Some(now + secs(30)),
+        "a leased message falls due again when its lease ends"
+    );
+
+    let second = claim_only(&*store, &m, now + secs(30) + ms(1), LEASE).await;
+    assert_ne!(
+        second.lease_token, first.lease_token,
+        "a new claim has a new lease token"
+    );
+    assert_eq!(second.attempt_count, 0);
+    assert_eq!(second.ladder_attempts, 0);
+    assert!(store
+        .claim_due(now + secs(31), 10, LEASE)
+        .await
+        .unwrap()
+        .is_empty());
+
+    // A short lease (a few ms) also expires.
+    let short = schedule(&*store, &t, now - secs(1)).await;
+    let a = claim_only(&*store, &short, now + secs(40), Duration::from_millis(5)).await;
+    let b = claim_only(&*store, &short, now + secs(40) + ms(6), LEASE).await;
+    assert_ne!(a.lease_token, b.lease_token);
+}
+
+async fn a_disabled_targets_messages_are_not_claimed_until_it_is_enabled(store: Arc<dyn Store>) {
+    let t = add_target(&*store, ACME).await;
+    let now = time::now();
+    let before = schedule(&*store, &t, now - secs(3)).await;
+    store
+        .set_target_enabled(ACME, &t.id, false, now)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(store.claim_due(now, 100, LEASE).await.unwrap().is_empty());
+    assert_eq!(store.next_due().await.unwrap(), None);
+
+    // Scheduled, batch-inserted or rescheduled while disabled: held too.
+    let during = schedule(&*store, &t, now - secs(2)).await;
+    let batched = message_value(&t, now - secs(1), now);
+    store
+        .insert_messages(ACME, std::slice::from_ref(&batched))
+        .await
+        .unwrap();
+    let moved = schedule(&*store, &t, now + hours(5)).await;
+    done(
+        store
+            .reschedule(ACME, &moved.id, now - secs(4), now)
+            .await
+            .unwrap(),
+    );
+    // A target created disabled holds its messages from the start.
+    let mut off = target_value(ACME, "off", now);
+    off.enabled = false;
+    insert_target(&*store, &off).await;
+    let held = schedule(&*store, &off, now - secs(10)).await;
+
+    assert!(store
+        .claim_due(now + hours(1), 100, LEASE)
+        .await
+        .unwrap()
+        .is_empty());
+    assert_eq!(store.next_due().await.unwrap(), None);
+    for m in [&before, &during, &moved, &held] {
+        assert_eq!(get(&*store, m).await.state, State::Scheduled);
+    }
+
+    store
+        .set_target_enabled(ACME, &t.id, true, now + secs(1))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        store.next_due().await.unwrap(),
+        Some(now - secs(4)),
+        "the earliest of the released messages"
+    );
+    // Delivered oldest first once enabled.
+    let first = store.claim_due(now + secs(2), 1, LEASE).await.unwrap();
+    assert_eq!(claimed_ids(&first), vec![moved.id]);
+    let rest = store.claim_due(now + secs(2), 100, LEASE).await.unwrap();
+    assert_eq!(
+        set(claimed_ids(&rest)),
+        set([before.id, during.id, batched.id]),
+        "the disabled target's messages stay held"
+    );
+    let rest_ids = claimed_ids(&rest);
+    assert_eq!(rest_ids.len(), 3);
+
+    store
+        .set_target_enabled(ACME, &off.id, true, now + secs(3))
+        .await
+        .unwrap()
+        .unwrap();
+    let claimed = store.claim_due(now + secs(3), 100, LEASE).await.unwrap();
+    assert_eq!(claimed_ids(&claimed), vec![held.id]);
+}
+
+async fn next_due_is_the_earliest_claimable_time_and_ignores_paused_messages(
+    store: Arc<dyn Store>,
+) {
+    assert_eq!(store.next_due().await.unwrap(), None, "nothing scheduled");
+    let on = add_target(&*store, ACME).await;
+    let now = time::now();
+    // Finished messages do not count.
+    let delivered = schedule(&*store, &on, now - secs(100)).await;
+    deliver(&*store, &delivered, now - secs(90)).await;
+    let dead = schedule(&*store, &on, now - secs(100)).await;
+    dead_letter(&*store, &dead, now - secs(90)).await;
+    let cancelled = schedule(&*store, &on, now + secs(1)).await;
+    done(store.cancel(ACME, &cancelled.id, now).await.unwrap());
+    assert_eq!(store.next_due().await.unwrap(), None);
+
+    schedule(&*store, &on, now + secs(10)).await;
+    schedule(&*store, &on, now + secs(5)).await;
+    let off = add_target(&*store, ACME).await;
+    schedule(&*store, &off, now + secs(1)).await;
+    store
+        .set_target_enabled(ACME, &off.id, false, now)
+        .await
+        .unwrap()
+        .unwrap();
+    schedule(&*store, &off, now + secs(2)).await;
+
+    assert_eq!(store.next_due().await.unwrap(), Some(now + secs(5)));
+    store
+        .set_target_enabled(ACME, &off.id, true, now)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(store.next_due().await.unwrap(), Some(now + secs(1)));
+}
+
+async fn two_concurrent_claimers_hand_out_all_200_messages_exactly_once(store: Arc<dyn Store>) {
+    let t = add_target(&*store, ACME).await;
+    let now = time::now();
+    let messages: Vec<Message> = (0..200)
+        .map(|i| message_value(&t, now - ms(1_000 - i), now))
+        .collect();
+    let inserted = store.insert_messages(ACME, &messages).await.unwrap();
+    assert_eq!(inserted.len(), 200);
+
+    let barrier = Arc::new(tokio::sync::Barrier::new(2));
+    let claimer = |store: Arc<dyn Store>, barrier: Arc<tokio::sync::Barrier>| async move {
+        barrier.wait().await;
+        let mut got = Vec::new();
+        loop {
+            let claimed = store.claim_due(now, 7, LEASE).await.unwrap();
+            if claimed.is_empty() {
+                return got;
+            }
+            got.extend(claimed_ids(&claimed));
+            tokio::task::yield_now().await;
+        }
+    };
+    let a = tokio::spawn(claimer(store.clone(), barrier.clone()));
+    let b = tokio::spawn(claimer(store.clone(), barrier));
+    let (a, b) = (a.await.unwrap(), b.await.unwrap());
+
+    let mut seen = HashSet::new();
+    for id in a.iter().chain(&b) {
+        assert!(seen.insert(*id), "message {id} was handed out twice");
+    }
+    assert_eq!(
+        seen,
+        set(messages.iter().map(|m| m.id)),
+        "every due message was handed out (a: {}, b: {})",
+        a.len(),
+        b.len()
+    );
+    assert!(store.claim_due(now, 1000, LEASE).await.unwrap().is_empty());
+}
