@@ -87,7 +87,7 @@ async fn stored_directly(app: &TestApp, account: &str, kind: &str, config: Value
         app.store().as_ref(),
         account,
         &spec,
-        dispatch::domain::time::now(),
+        dispatch::clock::Clock::now(&dispatch::clock::SystemClock),
     )
     .await
     .unwrap()

@@ -27,11 +27,6 @@ pub fn format(t: &DateTime<Utc>) -> String {
     t.to_rfc3339_opts(SecondsFormat::AutoSi, true)
 }
 
-/// The current time, truncated to milliseconds.
-pub fn now() -> DateTime<Utc> {
-    truncate_ms(Utc::now())
-}
-
 /// serde helpers for `DateTime<Utc>` fields on the wire.
 pub mod serde_ts {
     use super::*;
