@@ -23,7 +23,7 @@ use std::{
 
 use axum::{extract::State, routing::get, Json, Router};
 use base64::{engine::general_purpose::URL_SAFE_NO_PAD as B64URL, Engine};
-use common::{in_ms, Api, TestApp};
+use common::{in_ms, problem::assert_problem, Api, TestApp};
 use dispatch::config::ExternalIssuerConfig;
 use jsonwebtoken::{encode, Algorithm, EncodingKey, Header};
 use reqwest::{Method, Response, StatusCode};
@@ -122,21 +122,6 @@ async fn assert_invalid_token(r: Response) {
         "{challenge}"
     );
     assert_problem(r, 401).await;
-}
-
-async fn assert_problem(r: Response, status: u16) -> Value {
-    assert_eq!(r.status(), status);
-    let ct = r
-        .headers()
-        .get("content-type")
-        .map(|v| v.to_str().unwrap().to_string())
-        .unwrap_or_default();
-    assert!(ct.starts_with("application/problem+json"), "{ct}");
-    let body: Value = r.json().await.unwrap();
-    assert_eq!(body["status"], status, "{body}");
-    assert!(body["title"].is_string(), "{body}");
-    assert!(body["type"].is_string(), "{body}");
-    body
 }
 
 async fn webhook(api: &Api) -> String {
@@ -379,7 +364,7 @@ async fn a_client_asking_for_no_scope_gets_all_the_scopes_it_was_created_with() 
             json!({"name": "t", "type": "webhook", "config": {"url": "https://example.com/"}}),
         )
         .await;
-    assert_eq!(r.status(), 403);
+    assert_problem(r, 403).await;
     app.shutdown().await;
 }
 

@@ -510,8 +510,7 @@ async fn sqs_and_sns_configs_are_checked_at_creation() {
                 json!({"name": "x", "type": kind, "config": config}),
             )
             .await;
-        assert_eq!(r.status(), 400);
-        let problem: Value = r.json().await.unwrap();
+        let problem = common::problem::assert_invalid(r, field).await;
         assert_eq!(problem["errors"][0]["field"], field, "{problem}");
     }
     app.shutdown().await;

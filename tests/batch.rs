@@ -8,9 +8,14 @@
 
 mod common;
 
-use std::{collections::HashSet, time::Duration};
+use std::collections::HashSet;
 
-use common::{in_ms, receiver::Receiver, Api, TestApp};
+use common::{
+    in_ms,
+    problem::{assert_problem, assert_problem_body, error_fields},
+    receiver::Receiver,
+    Api, TestApp,
+};
 use futures::StreamExt;
 use reqwest::{Method, Response};
 use serde_json::{json, Value};
@@ -18,7 +23,6 @@ use serde_json::{json, Value};
 /// A target id that is well formed but exists nowhere.
 const UNKNOWN_TARGET: &str = "DI-T-0000000000";
 const FAR: &str = "2099-07-01T12:34:00Z";
-const WAIT: Duration = Duration::from_secs(5);
 
 fn s(v: &Value) -> &str {
     v.as_str()
@@ -34,39 +38,12 @@ fn assert_message_id(id: &str) {
     assert_eq!(uuid.get_version_num(), 7, "{id} is not a UUIDv7");
 }
 
-/// Asserts an RFC 9457 problem response with `status`; returns its body.
-async fn problem(r: Response, status: u16) -> Value {
-    assert_eq!(r.status(), status, "{:?}", r.text().await);
-    let ct = content_type(&r);
-    assert!(ct.starts_with("application/problem+json"), "{ct}");
-    let body: Value = r.json().await.unwrap();
-    assert_problem_body(&body, status);
-    body
-}
-
 fn content_type(r: &Response) -> String {
     r.headers()
         .get("content-type")
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
         .to_string()
-}
-
-fn assert_problem_body(body: &Value, status: u16) {
-    assert_eq!(body["status"], status, "{body}");
-    assert!(body["type"].is_string(), "{body}");
-    assert!(body["title"].is_string(), "{body}");
-    assert!(body["detail"].is_string(), "{body}");
-}
-
-/// The field names of a validation problem's `errors`.
-fn error_fields(problem: &Value) -> Vec<String> {
-    problem["errors"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no errors[] in {problem}"))
-        .iter()
-        .map(|e| s(&e["field"]).to_string())
-        .collect()
 }
 
 async fn target_id(api: &Api, url: &str) -> String {
@@ -328,7 +305,7 @@ async fn an_empty_list_1001_messages_or_a_body_that_is_not_a_list_answers_400_an
         json!({"messages": msg(&target, FAR, "one, not in a list")}),
         json!({"message": [msg(&target, FAR, "misnamed")]}),
     ] {
-        let p = problem(post_batch(&api, body.clone()).await, 400).await;
+        let p = assert_problem(post_batch(&api, body.clone()).await, 400).await;
         let shown: String = body.to_string().chars().take(120).collect();
         assert_eq!(p["errors"][0]["field"], "messages", "{shown}: {p}");
     }
@@ -339,7 +316,7 @@ async fn an_empty_list_1001_messages_or_a_body_that_is_not_a_list_answers_400_an
         .send()
         .await
         .unwrap();
-    problem(r, 400).await;
+    assert_problem(r, 400).await;
     let r = api
         .req(Method::POST, "/messages/batch")
         .header("content-type", "application/json")
@@ -347,7 +324,7 @@ async fn an_empty_list_1001_messages_or_a_body_that_is_not_a_list_answers_400_an
         .send()
         .await
         .unwrap();
-    problem(r, 400).await;
+    assert_problem(r, 400).await;
     assert!(listed_ids(&api).await.is_empty());
 
     // 1,000 is the limit, not 999.
@@ -402,16 +379,16 @@ async fn a_batch_needs_a_token_and_the_messages_write_scope() {
         .send()
         .await
         .unwrap();
-    problem(r, 401).await;
+    assert_problem(r, 401).await;
     let forged = api_with(&app, "not-a-token");
-    problem(post_batch(&forged, body.clone()).await, 401).await;
+    assert_problem(post_batch(&forged, body.clone()).await, 401).await;
 
     for scopes in [
         &["messages:read"][..],
         &["targets:read", "targets:write"][..],
     ] {
         let narrow = api_with(&app, &app.token("acme", scopes).await);
-        let p = problem(post_batch(&narrow, body.clone()).await, 403).await;
+        let p = assert_problem(post_batch(&narrow, body.clone()).await, 403).await;
         assert!(
             s(&p["detail"]).contains("messages:write"),
             "{scopes:?}: {p}"
@@ -571,7 +548,7 @@ async fn a_key_is_shared_with_the_idempotency_key_header_of_post_messages() {
     );
     let again: Value = r.json().await.unwrap();
     assert_eq!(again, b, "the batch's answer again");
-    problem(
+    assert_problem(
         post_with_key(&api, "shared-2", &msg(&target, FAR, "other")).await,
         409,
     )
@@ -660,7 +637,8 @@ async fn the_key_of_a_message_whose_target_is_unknown_is_not_kept() {
 
 #[tokio::test]
 async fn messages_scheduled_by_a_batch_are_delivered_like_any_other() {
-    let app = TestApp::spawn().await;
+    // The sweeper is driven by hand: each pass claims whatever is due.
+    let app = TestApp::spawn_with(|c| c.sweeper.enabled = false).await;
     let rx = Receiver::start().await;
     let api = app.api("acme").await;
     let target = target_id(&api, &rx.url("/hook")).await;
@@ -678,11 +656,13 @@ async fn messages_scheduled_by_a_batch_are_delivered_like_any_other() {
     let due: Vec<Value> = [0, 2, 3].iter().map(|&i| created(&body, i)).collect();
     let later = created(&body, 1);
 
-    app.running().sweeper.deliver_due_now().await;
-    let got = rx.wait_for(3, WAIT).await;
+    assert_eq!(app.running().sweeper.deliver_due_now().await, 3);
+    let got = rx.received();
+    assert_eq!(got.len(), 3);
     for m in &due {
         let id = s(&m["messageId"]);
-        let d = api.wait_for_state(id, "Delivered", WAIT).await;
+        let d = api.message(id).await;
+        assert_eq!(d["state"], "Delivered", "{d}");
         assert_eq!(d["attemptCount"], 1, "{d}");
         assert_eq!(d["deliveryTime"], past.as_str());
         let received: Vec<_> = got.iter().filter(|r| r.json()["messageId"] == id).collect();
@@ -695,7 +675,7 @@ async fn messages_scheduled_by_a_batch_are_delivered_like_any_other() {
         assert_eq!(received[0].header("webhook-id").as_deref(), Some(id));
     }
     // The one not yet due waits.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(app.running().sweeper.deliver_due_now().await, 0);
     assert_eq!(rx.count(), 3, "only the due messages were delivered");
     assert_eq!(
         api.message(s(&later["messageId"])).await["state"],
@@ -706,7 +686,8 @@ async fn messages_scheduled_by_a_batch_are_delivered_like_any_other() {
 
 #[tokio::test]
 async fn a_batch_for_a_disabled_target_is_held_until_the_target_is_enabled() {
-    let app = TestApp::spawn().await;
+    // The sweeper is driven by hand: each pass claims whatever is due.
+    let app = TestApp::spawn_with(|c| c.sweeper.enabled = false).await;
     let rx = Receiver::start().await;
     let api = app.api("acme").await;
     let target = target_id(&api, &rx.url("/hook")).await;
@@ -716,17 +697,16 @@ async fn a_batch_for_a_disabled_target_is_held_until_the_target_is_enabled() {
     let body = batch(&api, vec![msg(&target, &in_ms(-1_000), "held")]).await;
     let m = created(&body, 0);
     assert_eq!(app.running().sweeper.deliver_due_now().await, 0);
-    tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(rx.count(), 0, "nothing is delivered to a disabled target");
     assert_eq!(api.message(s(&m["messageId"])).await["state"], "Scheduled");
 
     let r = api.post_empty(&format!("/targets/{target}/enable")).await;
     assert_eq!(r.status(), 200, "{:?}", r.text().await);
-    app.running().sweeper.deliver_due_now().await;
-    let got = rx.wait_for(1, WAIT).await;
+    assert_eq!(app.running().sweeper.deliver_due_now().await, 1);
+    let got = rx.received();
+    assert_eq!(got.len(), 1);
     assert_eq!(got[0].json()["messageId"], m["messageId"]);
-    api.wait_for_state(s(&m["messageId"]), "Delivered", WAIT)
-        .await;
+    assert_eq!(api.message(s(&m["messageId"])).await["state"], "Delivered");
     app.shutdown().await;
 }
 

@@ -135,6 +135,56 @@ fn gaps_ms(attempts: &[Value]) -> Vec<i64> {
         .collect()
 }
 
+/// Checks the measured gaps between attempts against the ladder's steps
+/// (`(kind, step ms)` per gap) in a way a busy machine cannot break but a
+/// wrong ladder does:
+/// - no attempt comes before its step is over (the timestamps are whole
+///   milliseconds, so one of rounding is allowed);
+/// - no attempt waits more than a generous `LATE_MS` past its step;
+/// - the typical (median) gap of each kind is under its step plus `slack`,
+///   which is less than the step between kinds: a skipped step fails the
+///   first rule, a doubled or a wrong one this one, while a few attempts
+///   delayed by the machine's load do not.
+fn assert_ladder_timing(gaps: &[i64], steps: &[(&str, i64)], slack: i64) {
+    const LATE_MS: i64 = 1_000;
+    assert_eq!(gaps.len(), steps.len(), "one step per gap: {gaps:?}");
+    let mut wrong = Vec::new();
+    let mut by_kind: std::collections::BTreeMap<&str, (i64, Vec<i64>)> = Default::default();
+    for (i, (&gap, &(kind, step))) in gaps.iter().zip(steps).enumerate() {
+        if gap < step - 1 {
+            wrong.push(format!(
+                "after attempt {}: {gap} ms, before its {kind} step of {step} ms",
+                i + 1
+            ));
+        }
+        if gap > step + LATE_MS {
+            wrong.push(format!(
+                "after attempt {}: {gap} ms, over {LATE_MS} ms past its {kind} step of {step} ms",
+                i + 1
+            ));
+        }
+        by_kind
+            .entry(kind)
+            .or_insert((step, Vec::new()))
+            .1
+            .push(gap);
+    }
+    for (kind, (step, mut measured)) in by_kind {
+        measured.sort_unstable();
+        let median = measured[measured.len() / 2];
+        if median >= step + slack {
+            wrong.push(format!(
+                "{kind} steps take {median} ms typically, expected {step} ms (+ under {slack} ms)"
+            ));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "ladder timing is off:\n{}\nall gaps (ms): {gaps:?}",
+        wrong.join("\n")
+    );
+}
+
 // ---------------------------------------------------------------- format
 
 #[tokio::test]
@@ -298,8 +348,9 @@ async fn client_errors_dead_letter_the_message_after_exactly_one_attempt() {
         assert!(m["nextAttemptAt"].is_null(), "{status}: {m}");
         assert!(m["lastError"].is_string(), "{status}: {m}");
     }
-    // An immediate retry would have happened by now.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // An immediate retry runs under the same claim, before the result is
+    // recorded: a DeadLetter state means none came. Nor is anything left due.
+    assert_eq!(app.running().sweeper.deliver_due_now().await, 0);
     for (status, rx, id) in &cases {
         assert_eq!(rx.count(), 1, "{status} was retried");
         let attempts = api.attempts(id).await;
@@ -333,7 +384,9 @@ async fn redirects_are_not_followed_and_dead_letter_the_message() {
         assert_eq!(attempts[0]["statusCode"], *status, "{status}");
         assert_eq!(rx.count(), 1, "{status}");
     }
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // A redirect would have been followed within the attempt, which has been
+    // recorded; and nothing is left due to follow it later.
+    assert_eq!(app.running().sweeper.deliver_due_now().await, 0);
     assert_eq!(
         elsewhere.count(),
         0,
@@ -396,7 +449,8 @@ async fn a_retry_that_succeeds_delivers_the_message_on_the_second_attempt() {
     assert_eq!(attempts[1]["statusCode"], 200);
     assert_eq!(attempts[1]["responseBody"], "thanks");
     assert!(attempts[1]["error"].is_null(), "{}", attempts[1]);
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Delivered is final: nothing is due for a third request.
+    assert_eq!(app.running().sweeper.deliver_due_now().await, 0);
     assert_eq!(rx.count(), 2);
     app.shutdown().await;
 }
@@ -567,7 +621,8 @@ async fn a_target_that_always_fails_gets_240_attempts_on_the_ladder_then_the_mes
     assert!(m["nextAttemptAt"].is_null(), "{m}");
     assert!(m["lastError"].is_string(), "{m}");
     assert!(m["deliveredAt"].is_null(), "{m}");
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    // A dead letter is not due again: no 241st attempt.
+    assert_eq!(app.running().sweeper.deliver_due_now().await, 0);
     assert_eq!(rx.count(), 240);
 
     let attempts = api.attempts(&id).await;
@@ -577,27 +632,18 @@ async fn a_target_that_always_fails_gets_240_attempts_on_the_ladder_then_the_mes
         assert_eq!(a["outcome"], "RetryableFailure", "{a}");
         assert_eq!(a["statusCode"], 500, "{a}");
     }
-    // gaps[n - 1] is the wait after attempt n.
+    // gaps[n - 1] is the wait after attempt n: immediate after an odd
+    // attempt, a minute (50 ms) after an even one, an hour (150 ms) after
+    // every tenth.
     let gaps = gaps_ms(&attempts);
-    let mut wrong = Vec::new();
-    for (i, &gap) in gaps.iter().enumerate() {
-        let n = i + 1;
-        let (kind, ok) = if n % 10 == 0 {
-            ("hour (150 ms)", (150..250).contains(&gap))
-        } else if n % 2 == 0 {
-            ("minute (50 ms)", (50..150).contains(&gap))
-        } else {
-            ("immediate", (0..40).contains(&gap))
-        };
-        if !ok {
-            wrong.push(format!("after attempt {n}: {gap} ms, expected {kind}"));
-        }
-    }
-    assert!(
-        wrong.is_empty(),
-        "ladder timing is off:\n{}\nall gaps (ms): {gaps:?}",
-        wrong.join("\n")
-    );
+    let steps: Vec<(&str, i64)> = (1..=gaps.len())
+        .map(|n| match n {
+            n if n % 10 == 0 => ("hour", 150),
+            n if n % 2 == 0 => ("minute", 50),
+            _ => ("immediate", 0),
+        })
+        .collect();
+    assert_ladder_timing(&gaps, &steps, 40);
     assert!(
         time(&m["deadLetteredAt"]) >= time(&attempts[239]["finishedAt"]),
         "{m}"
@@ -609,7 +655,8 @@ async fn a_target_that_always_fails_gets_240_attempts_on_the_ladder_then_the_mes
 async fn a_smaller_ladder_without_immediate_retries_gives_four_attempts() {
     let _machine = have_the_machine_alone().await;
     let app = TestApp::spawn_with(|c| {
-        fast_ladder(c);
+        c.retry.minute_delay = Duration::from_millis(300);
+        c.retry.hour_delay = Duration::from_millis(900);
         c.retry.immediate_retries = 0;
         c.retry.minute_rounds = 2;
         c.retry.hour_cycles = 2;
@@ -622,15 +669,18 @@ async fn a_smaller_ladder_without_immediate_retries_gives_four_attempts() {
     let id = schedule_now(&api, &target, "x").await;
     let m = api.wait_for_state(&id, "DeadLetter", WAIT).await;
     assert_eq!(m["attemptCount"], 4, "{m}");
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(app.running().sweeper.deliver_due_now().await, 0);
     assert_eq!(rx.count(), 4);
     let attempts = api.attempts(&id).await;
     assert_eq!(attempts.len(), 4);
     let gaps = gaps_ms(&attempts);
-    // minute, hour, minute
-    assert!((50..150).contains(&gaps[0]), "{gaps:?}");
-    assert!((150..250).contains(&gaps[1]), "{gaps:?}");
-    assert!((50..150).contains(&gaps[2]), "{gaps:?}");
+    // Three gaps are too few for a typical value: the steps are long enough
+    // here for every gap to be told from a doubled one on its own.
+    assert_ladder_timing(
+        &gaps,
+        &[("minute", 300), ("hour", 900), ("minute", 300)],
+        300,
+    );
     app.shutdown().await;
 }
 
@@ -709,7 +759,16 @@ async fn the_running_sweeper_skips_a_disabled_target_and_delivers_when_it_is_ena
         let m = api.schedule(&target_id, &at, &format!("m{i}")).await;
         ids.push(s(&m["messageId"]).to_string());
     }
-    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    // A marker for an enabled target, due after all of them: with one
+    // attempt at a time and claims oldest first, the sweeper reaches the
+    // marker only after whatever of theirs it would claim.
+    let marker_rx = Receiver::start().await;
+    let marker_target = api.webhook(&marker_rx.url("/marker")).await;
+    let marker = api
+        .schedule(s(&marker_target["targetId"]), &in_ms(300), "marker")
+        .await;
+    api.wait_for_state(s(&marker["messageId"]), "Delivered", WAIT)
+        .await;
     assert_eq!(rx.count(), 0, "a disabled target received a message");
     for id in &ids {
         let m = api.message(id).await;
@@ -767,7 +826,8 @@ async fn delivered_by_a_guarded_instance(url_of: impl FnOnce(&Receiver) -> Strin
         !error.contains("connection refused"),
         "a connection was attempted: {error}"
     );
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The attempt was refused before connecting, and nothing is left due.
+    assert_eq!(guarded.running().sweeper.deliver_due_now().await, 0);
     assert_eq!(rx.count(), 0, "the private address was reached");
     guarded.shutdown().await;
 }

@@ -3,11 +3,14 @@
 //! cancel racing an attempt under way.
 
 mod common;
+#[path = "messages/races.rs"]
+mod races;
 
 use std::time::Duration;
 
 use common::{
     fast_ladder, in_ms,
+    problem::{assert_problem, error_fields},
     receiver::{Receiver, Reply},
     Api, TestApp,
 };
@@ -45,41 +48,21 @@ fn utc(v: &Value) -> chrono::DateTime<chrono::Utc> {
     parsed.with_timezone(&chrono::Utc)
 }
 
-/// Asserts an RFC 9457 problem with `status`; returns its body.
-async fn problem(r: Response, status: u16) -> Value {
-    assert_eq!(r.status(), status, "{:?}", r.text().await);
-    let ct = r
-        .headers()
-        .get("content-type")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_string();
-    assert!(ct.starts_with("application/problem+json"), "{ct}");
-    let body: Value = r.json().await.unwrap();
-    assert_eq!(body["status"], status, "{body}");
-    assert!(body["title"].is_string(), "{body}");
-    body
-}
-
-/// The field names of a validation problem's `errors`.
-fn error_fields(problem: &Value) -> Vec<String> {
-    problem["errors"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no errors[] in {problem}"))
-        .iter()
-        .map(|e| s(&e["field"]).to_string())
-        .collect()
-}
-
 /// Posts `body` to /messages and asserts a 400 naming `field`.
-async fn assert_invalid(api: &Api, body: Value, field: &str) -> Value {
+async fn assert_refused(api: &Api, body: Value, field: &str) -> Value {
     let r = api.post("/messages", body.clone()).await;
-    let p = problem(r, 400).await;
+    let p = assert_problem(r, 400).await;
     assert!(
         error_fields(&p).iter().any(|f| f == field),
         "posting {body} should name the field {field}: {p}"
     );
     p
+}
+
+/// An instance whose sweeper runs only when the test drives it
+/// (`deliver_due_now`), so that "nothing was delivered" is a fact, not a wait.
+async fn by_hand() -> TestApp {
+    TestApp::spawn_with(|c| c.sweeper.enabled = false).await
 }
 
 async fn target_id(api: &Api, url: &str) -> String {
@@ -220,7 +203,7 @@ async fn a_delivery_time_without_an_offset_or_malformed_is_refused_with_the_fiel
         json!(""),
         json!(1_700_000_000),
     ] {
-        assert_invalid(
+        assert_refused(
             &api,
             json!({"targetId": target, "deliveryTime": bad, "payload": "x"}),
             "deliveryTime",
@@ -237,7 +220,7 @@ async fn a_payload_that_is_not_a_string_is_refused() {
     let api = app.api("acme").await;
     let target = target_id(&api, "http://127.0.0.1:9/hook").await;
     for bad in [json!(42), json!({"a": 1}), json!(["a"]), json!(true)] {
-        assert_invalid(
+        assert_refused(
             &api,
             json!({"targetId": target, "deliveryTime": "2099-01-01T00:00:00Z", "payload": bad}),
             "payload",
@@ -263,7 +246,7 @@ async fn a_payload_of_61440_characters_is_accepted_and_one_more_is_refused() {
         let got = api.message(s(&m["messageId"])).await;
         assert_eq!(got["payload"].as_str().unwrap(), ok, "{unit}");
 
-        let p = assert_invalid(
+        let p = assert_refused(
             &api,
             json!({"targetId": target, "deliveryTime": "2099-01-01T00:00:00Z", "payload": unit.repeat(61_441)}),
             "payload",
@@ -280,24 +263,24 @@ async fn missing_fields_are_each_named() {
     let api = app.api("acme").await;
     let target = target_id(&api, "http://127.0.0.1:9/hook").await;
     let r = api.post("/messages", json!({})).await;
-    let p = problem(r, 400).await;
+    let p = assert_problem(r, 400).await;
     let fields = error_fields(&p);
     for f in ["targetId", "deliveryTime", "payload"] {
         assert!(fields.iter().any(|x| x == f), "{f} not named: {p}");
     }
-    assert_invalid(
+    assert_refused(
         &api,
         json!({"deliveryTime": "2099-01-01T00:00:00Z", "payload": "x"}),
         "targetId",
     )
     .await;
-    assert_invalid(
+    assert_refused(
         &api,
         json!({"targetId": target, "payload": "x"}),
         "deliveryTime",
     )
     .await;
-    assert_invalid(
+    assert_refused(
         &api,
         json!({"targetId": target, "deliveryTime": "2099-01-01T00:00:00Z"}),
         "payload",
@@ -325,7 +308,7 @@ async fn an_unknown_malformed_or_foreign_target_id_is_refused_as_the_first_error
                 json!({"targetId": bad, "deliveryTime": "2099-01-01T00:00:00Z", "payload": "x"}),
             )
             .await;
-        let p = problem(r, 400).await;
+        let p = assert_problem(r, 400).await;
         assert_eq!(p["errors"][0]["field"], "targetId", "{bad}: {p}");
     }
     assert_eq!(list(&api, "").await["items"].as_array().unwrap().len(), 0);
@@ -373,11 +356,11 @@ async fn an_unknown_malformed_or_foreign_message_id_answers_404() {
         s(&foreign["messageId"]),
     ] {
         let r = api.get(&format!("/messages/{id}")).await;
-        problem(r, 404).await;
+        assert_problem(r, 404).await;
         let r = api.get(&format!("/messages/{id}/attempts")).await;
-        problem(r, 404).await;
-        problem(cancel(&api, id).await, 404).await;
-        problem(reschedule(&api, id, "2099-01-01T00:00:00Z").await, 404).await;
+        assert_problem(r, 404).await;
+        assert_problem(cancel(&api, id).await, 404).await;
+        assert_problem(reschedule(&api, id, "2099-01-01T00:00:00Z").await, 404).await;
     }
     // The owner still sees it, untouched.
     assert_eq!(
@@ -462,7 +445,7 @@ async fn an_invalid_state_filter_answers_400() {
     let api = app.api("acme").await;
     for bad in ["scheduled", "Pending", "DELIVERED", "Dead%20Letter"] {
         let r = api.get(&format!("/messages?state={bad}")).await;
-        let p = problem(r, 400).await;
+        let p = assert_problem(r, 400).await;
         assert!(error_fields(&p).iter().any(|f| f == "state"), "{bad}: {p}");
     }
     app.shutdown().await;
@@ -524,7 +507,7 @@ async fn a_limit_over_1000_or_below_1_answers_400() {
     let api = app.api("acme").await;
     for bad in ["1001", "0", "-1", "many"] {
         let r = api.get(&format!("/messages?limit={bad}")).await;
-        let p = problem(r, 400).await;
+        let p = assert_problem(r, 400).await;
         assert!(error_fields(&p).iter().any(|f| f == "limit"), "{bad}: {p}");
     }
     app.shutdown().await;
@@ -583,7 +566,7 @@ async fn attempts_are_listed_oldest_first_and_page_with_a_cursor() {
     let r = api
         .get(&format!("/messages/{id}/attempts?limit=1001"))
         .await;
-    problem(r, 400).await;
+    assert_problem(r, 400).await;
     app.shutdown().await;
 }
 
@@ -591,11 +574,12 @@ async fn attempts_are_listed_oldest_first_and_page_with_a_cursor() {
 
 #[tokio::test]
 async fn cancelling_a_scheduled_message_makes_it_cancelled_and_it_is_never_delivered() {
-    let app = TestApp::spawn().await;
+    let app = by_hand().await;
     let rx = Receiver::start().await;
     let api = app.api("acme").await;
     let target = target_id(&api, &rx.url("/hook")).await;
-    let m = api.schedule(&target, &in_ms(600), "x").await;
+    // Due already: only the cancel keeps the next pass from delivering it.
+    let m = api.schedule(&target, &in_ms(-1_000), "x").await;
     let id = s(&m["messageId"]);
     let r = cancel(&api, id).await;
     assert_eq!(r.status(), 200);
@@ -609,7 +593,7 @@ async fn cancelling_a_scheduled_message_makes_it_cancelled_and_it_is_never_deliv
     assert_eq!(c["deliveryTime"], m["deliveryTime"]);
     assert_eq!(api.message(id).await, c);
 
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert_eq!(app.running().sweeper.deliver_due_now().await, 0);
     assert_eq!(rx.count(), 0, "a cancelled message was delivered");
     assert_eq!(api.message(id).await["state"], "Cancelled");
     assert!(api.attempts(id).await.is_empty());
@@ -625,41 +609,45 @@ async fn cancelling_a_cancelled_message_answers_409() {
     let id = s(&m["messageId"]);
     assert_eq!(cancel(&api, id).await.status(), 200);
     let before = api.message(id).await;
-    problem(cancel(&api, id).await, 409).await;
+    assert_problem(cancel(&api, id).await, 409).await;
     assert_eq!(api.message(id).await, before);
     app.shutdown().await;
 }
 
 #[tokio::test]
 async fn cancelling_or_rescheduling_a_delivered_message_answers_409() {
-    let app = TestApp::spawn().await;
+    let app = by_hand().await;
     let rx = Receiver::start().await;
     let api = app.api("acme").await;
     let target = target_id(&api, &rx.url("/hook")).await;
     let m = api.schedule(&target, &in_ms(0), "x").await;
     let id = s(&m["messageId"]);
-    let delivered = api.wait_for_state(id, "Delivered", WAIT).await;
-    problem(cancel(&api, id).await, 409).await;
-    problem(reschedule(&api, id, &in_ms(0)).await, 409).await;
+    assert_eq!(app.running().sweeper.deliver_due_now().await, 1);
+    let delivered = api.message(id).await;
+    assert_eq!(delivered["state"], "Delivered", "{delivered}");
+    assert_problem(cancel(&api, id).await, 409).await;
+    assert_problem(reschedule(&api, id, &in_ms(0)).await, 409).await;
     let after = api.message(id).await;
     assert_eq!(after["state"], "Delivered");
     assert!(after["cancelledAt"].is_null(), "{after}");
     assert_eq!(after["deliveredAt"], delivered["deliveredAt"]);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Had the refused reschedule taken, the message would be due now.
+    assert_eq!(app.running().sweeper.deliver_due_now().await, 0);
     assert_eq!(rx.count(), 1, "a refused reschedule delivered again");
     app.shutdown().await;
 }
 
 #[tokio::test]
 async fn cancelling_a_dead_letter_makes_it_cancelled() {
-    let app = TestApp::spawn().await;
+    let app = by_hand().await;
     let rx = Receiver::start().await;
     rx.always(Reply::status(400));
     let api = app.api("acme").await;
     let target = target_id(&api, &rx.url("/hook")).await;
     let m = api.schedule(&target, &in_ms(0), "x").await;
     let id = s(&m["messageId"]);
-    api.wait_for_state(id, "DeadLetter", WAIT).await;
+    assert_eq!(app.running().sweeper.deliver_due_now().await, 1);
+    assert_eq!(api.message(id).await["state"], "DeadLetter");
     let r = cancel(&api, id).await;
     assert_eq!(r.status(), 200);
     let c: Value = r.json().await.unwrap();
@@ -667,65 +655,11 @@ async fn cancelling_a_dead_letter_makes_it_cancelled() {
     utc(&c["cancelledAt"]);
     assert!(c["nextAttemptAt"].is_null(), "{c}");
     assert_eq!(c["attemptCount"], 1);
-    problem(cancel(&api, id).await, 409).await;
-    problem(reschedule(&api, id, &in_ms(0)).await, 409).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_problem(cancel(&api, id).await, 409).await;
+    assert_problem(reschedule(&api, id, &in_ms(0)).await, 409).await;
+    // Had the refused reschedule taken, the message would be due now.
+    assert_eq!(app.running().sweeper.deliver_due_now().await, 0);
     assert_eq!(rx.count(), 1);
-    app.shutdown().await;
-}
-
-#[tokio::test]
-async fn a_cancel_racing_an_attempt_under_way_never_leaves_a_message_both_cancelled_and_delivered()
-{
-    let app = TestApp::spawn().await;
-    let rx = Receiver::start().await;
-    rx.then([Reply::status(200).delay(Duration::from_millis(1000))]);
-    let api = app.api("acme").await;
-    let target = target_id(&api, &rx.url("/hook")).await;
-    let m = api.schedule(&target, &in_ms(0), "x").await;
-    let id = s(&m["messageId"]);
-    rx.wait_for(1, Duration::from_secs(2)).await;
-
-    let r = cancel(&api, id).await;
-    let status = r.status().as_u16();
-    match status {
-        409 => {
-            problem(r, 409).await;
-            // The attempt under way completes the delivery.
-            let m = api.wait_for_state(id, "Delivered", WAIT).await;
-            assert!(m["cancelledAt"].is_null(), "{m}");
-        }
-        200 => {
-            let c: Value = r.json().await.unwrap();
-            assert_eq!(c["state"], "Cancelled");
-            // Let the slow attempt end; its success must not overwrite the cancel.
-            tokio::time::sleep(Duration::from_millis(1300)).await;
-            let m = api.message(id).await;
-            assert_eq!(m["state"], "Cancelled", "{m}");
-            assert!(m["deliveredAt"].is_null(), "{m}");
-        }
-        other => panic!("a cancel during an attempt answered {other}"),
-    }
-    assert_eq!(rx.count(), 1);
-    app.shutdown().await;
-}
-
-#[tokio::test]
-async fn a_reschedule_racing_an_attempt_under_way_answers_409_or_waits_for_it() {
-    let app = TestApp::spawn().await;
-    let rx = Receiver::start().await;
-    rx.then([Reply::status(200).delay(Duration::from_millis(1000))]);
-    let api = app.api("acme").await;
-    let target = target_id(&api, &rx.url("/hook")).await;
-    let m = api.schedule(&target, &in_ms(0), "x").await;
-    let id = s(&m["messageId"]);
-    rx.wait_for(1, Duration::from_secs(2)).await;
-
-    let r = reschedule(&api, id, "2099-01-01T00:00:00Z").await;
-    // Waiting for the attempt would find it Delivered: 409 either way.
-    problem(r, 409).await;
-    let m = api.wait_for_state(id, "Delivered", WAIT).await;
-    assert_ne!(m["deliveryTime"], "2099-01-01T00:00:00Z", "{m}");
     app.shutdown().await;
 }
 
@@ -733,13 +667,13 @@ async fn a_reschedule_racing_an_attempt_under_way_answers_409_or_waits_for_it() 
 
 #[tokio::test]
 async fn rescheduling_a_scheduled_message_moves_its_delivery_time() {
-    let app = TestApp::spawn().await;
+    let app = by_hand().await;
     let rx = Receiver::start().await;
     let api = app.api("acme").await;
     let target = target_id(&api, &rx.url("/hook")).await;
 
-    // Later: not delivered at the old time.
-    let early = api.schedule(&target, &in_ms(600), "early").await;
+    // Later: not delivered at the old time, which has come already.
+    let early = api.schedule(&target, &in_ms(-1_000), "early").await;
     let early_id = s(&early["messageId"]);
     let r = reschedule(&api, early_id, "2099-07-01T14:34:00+02:00").await;
     assert_eq!(r.status(), 200);
@@ -756,13 +690,17 @@ async fn rescheduling_a_scheduled_message_moves_its_delivery_time() {
     let now = in_ms(0);
     let r = reschedule(&api, late_id, &now).await;
     assert_eq!(r.status(), 200);
-    let got = rx.wait_for(1, Duration::from_secs(2)).await;
+    // One pass delivers what is due: the one moved sooner, not the one moved later.
+    assert_eq!(app.running().sweeper.deliver_due_now().await, 1);
+    let got = rx.received();
+    assert_eq!(got.len(), 1, "the message moved later was delivered");
     assert_eq!(got[0].json()["messageId"], late_id);
     assert_eq!(got[0].json()["originalDeliveryTime"], now.as_str());
-    let m = api.wait_for_state(late_id, "Delivered", WAIT).await;
+    let m = api.message(late_id).await;
+    assert_eq!(m["state"], "Delivered", "{m}");
     assert_eq!(m["deliveryTime"], now.as_str());
 
-    tokio::time::sleep(Duration::from_millis(900)).await;
+    assert_eq!(app.running().sweeper.deliver_due_now().await, 0);
     assert_eq!(rx.count(), 1, "the message moved later was delivered");
     assert_eq!(api.message(early_id).await["state"], "Scheduled");
     app.shutdown().await;
@@ -831,7 +769,8 @@ async fn a_rescheduled_dead_letter_starts_the_retry_ladder_over() {
     assert_eq!(reschedule(&api, id, &in_ms(0)).await.status(), 200);
     let dead = api.wait_for_state(id, "DeadLetter", WAIT).await;
     assert_eq!(dead["attemptCount"], 4, "{dead}");
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    // A dead letter is not due again: no fifth attempt.
+    assert_eq!(app.running().sweeper.deliver_due_now().await, 0);
     assert_eq!(rx.count(), 4);
     let numbers: Vec<_> = api
         .attempts(id)
@@ -851,7 +790,7 @@ async fn rescheduling_a_cancelled_message_answers_409() {
     let m = api.schedule(&target, "2099-01-01T00:00:00Z", "x").await;
     let id = s(&m["messageId"]);
     assert_eq!(cancel(&api, id).await.status(), 200);
-    problem(reschedule(&api, id, "2099-02-01T00:00:00Z").await, 409).await;
+    assert_problem(reschedule(&api, id, "2099-02-01T00:00:00Z").await, 409).await;
     let after = api.message(id).await;
     assert_eq!(after["state"], "Cancelled");
     assert_eq!(after["deliveryTime"], "2099-01-01T00:00:00Z");
@@ -875,7 +814,7 @@ async fn a_reschedule_with_an_invalid_body_answers_400_and_changes_nothing() {
         let r = api
             .post(&format!("/messages/{id}/reschedule"), body.clone())
             .await;
-        let p = problem(r, 400).await;
+        let p = assert_problem(r, 400).await;
         assert!(
             error_fields(&p).iter().any(|f| f == "deliveryTime"),
             "{body}: {p}"
@@ -888,7 +827,7 @@ async fn a_reschedule_with_an_invalid_body_answers_400_and_changes_nothing() {
         .send()
         .await
         .unwrap();
-    problem(r, 400).await;
+    assert_problem(r, 400).await;
     assert_eq!(api.message(id).await, m);
     app.shutdown().await;
 }
@@ -971,7 +910,7 @@ async fn the_same_idempotency_key_with_another_body_answers_409() {
         json!({"targetId": target, "deliveryTime": "2099-01-01T00:00:00Z", "payload": "two"}),
         json!({"targetId": target, "deliveryTime": "2099-01-02T00:00:00Z", "payload": "one"}),
     ] {
-        problem(post_with_key(&api, "k-1", &other).await, 409).await;
+        assert_problem(post_with_key(&api, "k-1", &other).await, 409).await;
     }
     assert_eq!(ids(&list(&api, "").await).len(), 1);
     app.shutdown().await;
@@ -983,7 +922,7 @@ async fn an_idempotency_key_over_255_characters_answers_400() {
     let api = app.api("acme").await;
     let target = target_id(&api, "http://127.0.0.1:9/hook").await;
     let body = json!({"targetId": target, "deliveryTime": "2099-01-01T00:00:00Z", "payload": "x"});
-    problem(post_with_key(&api, &"k".repeat(256), &body).await, 400).await;
+    assert_problem(post_with_key(&api, &"k".repeat(256), &body).await, 400).await;
     assert!(ids(&list(&api, "").await).is_empty());
     assert_eq!(
         post_with_key(&api, &"k".repeat(255), &body).await.status(),

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use common::{
     in_ms,
+    problem::assert_problem,
     receiver::{Receiver, Reply},
     TestApp,
 };
@@ -23,21 +24,6 @@ fn content_type(r: &Response) -> String {
         .get("content-type")
         .map(|v| v.to_str().unwrap().to_string())
         .unwrap_or_default()
-}
-
-async fn assert_problem(r: Response, status: u16) -> Value {
-    assert_eq!(r.status(), status);
-    let ct = content_type(&r);
-    assert!(ct.starts_with("application/problem+json"), "{ct}");
-    let body: Value = r.json().await.unwrap();
-    assert_eq!(body["status"], status, "{body}");
-    for key in ["type", "title", "detail"] {
-        assert!(
-            body[key].as_str().is_some_and(|s| !s.is_empty()),
-            "{key} missing: {body}"
-        );
-    }
-    body
 }
 
 /// The sum of every sample of `name` (all label sets) in Prometheus text.
@@ -268,7 +254,7 @@ async fn the_rows_retention_purges_are_counted_in_metrics() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert_eq!(api.get(&format!("/messages/{id}")).await.status(), 404);
+    assert_problem(api.get(&format!("/messages/{id}")).await, 404).await;
     app.shutdown().await;
 }
 
@@ -362,7 +348,7 @@ async fn the_operational_endpoints_answer_without_a_token() {
         assert!(r.headers().get("www-authenticate").is_none(), "{path}");
     }
     // The API itself does need one.
-    assert_eq!(get(&app, "/targets").await.status(), 401);
+    assert_problem(get(&app, "/targets").await, 401).await;
     app.shutdown().await;
 }
 

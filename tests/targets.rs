@@ -7,7 +7,12 @@ mod common;
 use std::{collections::HashSet, time::Duration};
 
 use base64::{engine::general_purpose::STANDARD as B64, Engine};
-use common::{in_ms, receiver::Received, receiver::Receiver, receiver::Reply, Api, TestApp};
+use common::{
+    in_ms,
+    problem::{assert_invalid, assert_problem},
+    receiver::{Received, Receiver, Reply},
+    Api, TestApp,
+};
 use hmac::{Hmac, Mac};
 use reqwest::{Method, Response};
 use serde_json::{json, Value};
@@ -21,39 +26,6 @@ fn is_target_id(id: &str) -> bool {
     id.strip_prefix("DI-T-").is_some_and(|hex| {
         hex.len() == 10 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
     })
-}
-
-/// An RFC 9457 problem with `status`; returns the body.
-async fn assert_problem(r: Response, status: u16) -> Value {
-    assert_eq!(r.status(), status, "unexpected status");
-    let ct = r
-        .headers()
-        .get("content-type")
-        .map(|v| v.to_str().unwrap().to_string())
-        .unwrap_or_default();
-    assert!(ct.starts_with("application/problem+json"), "{ct}");
-    let body: Value = r.json().await.unwrap();
-    assert_eq!(body["status"], status, "{body}");
-    for key in ["type", "title", "detail"] {
-        assert!(
-            body[key].as_str().is_some_and(|s| !s.is_empty()),
-            "{key} missing: {body}"
-        );
-    }
-    body
-}
-
-/// A 400 naming `field` among its errors; returns the body.
-async fn assert_invalid(r: Response, field: &str) -> Value {
-    let body = assert_problem(r, 400).await;
-    let fields: Vec<&str> = body["errors"]
-        .as_array()
-        .unwrap_or_else(|| panic!("errors[] on a validation failure: {body}"))
-        .iter()
-        .map(|e| e["field"].as_str().unwrap())
-        .collect();
-    assert!(fields.contains(&field), "expected {field} in {body}");
-    body
 }
 
 async fn created(r: Response) -> Value {
@@ -774,7 +746,8 @@ async fn a_target_can_be_disabled_and_enabled_again() {
 
 #[tokio::test]
 async fn a_disabled_target_receives_nothing_until_it_is_enabled() {
-    let app = TestApp::spawn().await;
+    // The sweeper is driven by hand: each pass claims whatever is due.
+    let app = TestApp::spawn_with(|c| c.sweeper.enabled = false).await;
     let api = app.api("acme").await;
     let rx = Receiver::start().await;
     let t = api.webhook(&rx.url("/hook")).await;
@@ -782,18 +755,19 @@ async fn a_disabled_target_receives_nothing_until_it_is_enabled() {
     ok_json(api.post_empty(&format!("/targets/{id}/disable")).await).await;
     let m = api.schedule(&id, &in_ms(-1000), "waiting").await;
     let mid = m["messageId"].as_str().unwrap();
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert_eq!(app.running().sweeper.deliver_due_now().await, 0);
     assert_eq!(rx.count(), 0);
     let waiting = api.message(mid).await;
     assert_eq!(waiting["state"], "Scheduled");
     assert_eq!(waiting["attemptCount"], 0);
 
     ok_json(api.post_empty(&format!("/targets/{id}/enable")).await).await;
-    let got = rx.wait_for(1, Duration::from_secs(5)).await;
+    assert_eq!(app.running().sweeper.deliver_due_now().await, 1);
+    let got = rx.received();
+    assert_eq!(got.len(), 1);
     assert_eq!(got[0].json()["payload"], "waiting");
-    let done = api
-        .wait_for_state(mid, "Delivered", Duration::from_secs(5))
-        .await;
+    let done = api.message(mid).await;
+    assert_eq!(done["state"], "Delivered", "{done}");
     assert_eq!(done["attemptCount"], 1);
     app.shutdown().await;
 }

@@ -92,6 +92,7 @@ async fn a_held_back_client_id_is_let_go_when_the_window_has_passed() {
         assert_eq!(grant(&app, &id, "wrong").await.status(), 401);
     }
     assert_held_back(grant(&app, &id, &secret).await).await;
+    // The window (compressed to 400 ms) runs on the wall clock: wait past it.
     tokio::time::sleep(Duration::from_millis(450)).await;
     assert_eq!(grant(&app, &id, &secret).await.status(), 200);
     app.shutdown().await;

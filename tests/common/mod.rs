@@ -4,6 +4,7 @@
 
 pub mod browser;
 pub mod moto;
+pub mod problem;
 pub mod proxy;
 pub mod receiver;
 

@@ -39,13 +39,43 @@ impl Received {
     }
 }
 
-/// What to answer: a status, a body, extra headers, and a delay before answering.
+/// Holds the requests that wait on it open until the test opens it: an
+/// attempt under way for exactly as long as the test needs, whatever the
+/// machine's speed.
+#[derive(Debug, Clone)]
+pub struct Gate(Arc<tokio::sync::Semaphore>);
+
+impl Gate {
+    pub fn new() -> Self {
+        Self(Arc::new(tokio::sync::Semaphore::new(0)))
+    }
+
+    /// Lets every request held by this gate, and every later one, through.
+    pub fn open(&self) {
+        self.0.close();
+    }
+
+    async fn pass(&self) {
+        // No permit is ever added: acquiring ends only when the gate is closed (opened).
+        let _ = self.0.acquire().await;
+    }
+}
+
+impl Default for Gate {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// What to answer: a status, a body, extra headers, a delay before
+/// answering, and a gate that holds the answer until the test opens it.
 #[derive(Debug, Clone)]
 pub struct Reply {
     pub status: u16,
     pub body: String,
     pub headers: Vec<(String, String)>,
     pub delay: Duration,
+    pub gate: Option<Gate>,
 }
 
 impl Reply {
@@ -55,6 +85,7 @@ impl Reply {
             body: String::new(),
             headers: Vec::new(),
             delay: Duration::ZERO,
+            gate: None,
         }
     }
 
@@ -70,6 +101,12 @@ impl Reply {
 
     pub fn delay(mut self, d: Duration) -> Self {
         self.delay = d;
+        self
+    }
+
+    /// Answers only once `gate` is opened.
+    pub fn held_until(mut self, gate: &Gate) -> Self {
+        self.gate = Some(gate.clone());
         self
     }
 }
@@ -164,6 +201,9 @@ async fn handle(
         .pop_front()
         .or_else(|| inner.default.lock().unwrap().clone());
     let reply = reply.unwrap_or_else(|| Reply::status(200));
+    if let Some(gate) = &reply.gate {
+        gate.pass().await;
+    }
     if !reply.delay.is_zero() {
         tokio::time::sleep(reply.delay).await;
     }
