@@ -259,6 +259,21 @@ pub struct List<T: ToSchema> {
     pub next_cursor: Option<String>,
 }
 
+/// A token request (RFC 6749 §4.4), form-encoded. The client authenticates
+/// with HTTP Basic, or with `client_id` and `client_secret` here. The handler
+/// reads the form itself, because RFC 6749 refuses a repeated parameter,
+/// which a form deserializer would take silently; this type documents it.
+#[derive(Debug, ToSchema)]
+#[allow(dead_code)]
+pub struct TokenForm {
+    #[schema(example = "client_credentials", pattern = "^client_credentials$")]
+    pub grant_type: String,
+    /// Space-separated scopes, each one the client has; all of them when absent.
+    pub scope: Option<String>,
+    pub client_id: Option<String>,
+    pub client_secret: Option<String>,
+}
+
 #[derive(Debug, Serialize, ToSchema)]
 pub struct TokenOut {
     pub access_token: String,

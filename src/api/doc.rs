@@ -72,6 +72,13 @@ pub fn document() -> serde_json::Value {
     doc
 }
 
+/// The forms of ids and cursors, so that a generated value is one the
+/// server can read (it may still name nothing: an empty page, or 404).
+const TARGET_ID: &str = "^DI-T-[0-9a-f]{10}$";
+const MESSAGE_ID: &str = "^DI-M-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$";
+const TARGETS_CURSOR: &str = "^[0-9]{1,15}[.]DI-T-[0-9a-f]{10}$";
+const ATTEMPTS_CURSOR: &str = "^[0-9]{1,9}$";
+
 pub struct CommonResponses;
 
 impl Modify for CommonResponses {
@@ -146,6 +153,21 @@ impl Modify for CommonResponses {
                                     "Cancelled",
                                     "DeadLetter",
                                 ]))
+                                .into(),
+                        ));
+                    }
+                    let pattern = match (p.name.as_str(), path.as_str()) {
+                        ("targetId", _) => Some(TARGET_ID),
+                        ("cursor", "/targets") => Some(TARGETS_CURSOR),
+                        ("cursor", "/messages") => Some(MESSAGE_ID),
+                        ("cursor", _) => Some(ATTEMPTS_CURSOR),
+                        _ => None,
+                    };
+                    if let (Some(pattern), ParameterIn::Query) = (pattern, &p.parameter_in) {
+                        p.schema = Some(RefOr::T(
+                            ObjectBuilder::new()
+                                .schema_type(Type::String)
+                                .pattern(Some(pattern))
                                 .into(),
                         ));
                     }

@@ -8,7 +8,6 @@ use axum::{
     extract::{FromRequest, FromRequestParts, Request},
     http::{header, request::Parts, StatusCode},
 };
-use base64::{engine::general_purpose::URL_SAFE_NO_PAD as B64URL, Engine};
 use serde_json::Value;
 
 use super::{error::ApiError, AppState};
@@ -156,20 +155,15 @@ impl QueryParams {
         }
     }
 
-    /// The decoded cursor, if any: an opaque base64url string on the wire.
+    /// The cursor, if any: the `nextCursor` of the page before, as issued
+    /// (each list says its form in the document: a message id, an attempt
+    /// number, `<created-at ms>.<target id>`).
     pub fn cursor(&self) -> Result<Option<String>, ApiError> {
-        self.get("cursor")
-            .map(|c| {
-                B64URL
-                    .decode(c)
-                    .ok()
-                    .and_then(|b| String::from_utf8(b).ok())
-                    .ok_or_else(|| ApiError::field("cursor", "is not a cursor this service issued"))
-            })
-            .transpose()
+        Ok(self.get("cursor").map(str::to_string))
     }
 }
 
+/// A page's `nextCursor`: what the next page continues after.
 pub fn encode_cursor(s: &str) -> String {
-    B64URL.encode(s.as_bytes())
+    s.to_string()
 }

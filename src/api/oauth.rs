@@ -20,7 +20,7 @@ use crate::{
     limits::retry_after_secs,
     state::AppState,
     store::ClientRecord,
-    wire::{OAuthErrorOut, TokenOut},
+    wire::{OAuthErrorOut, TokenForm, TokenOut},
 };
 
 struct OAuthError {
@@ -92,7 +92,7 @@ impl IntoResponse for OAuthError {
 /// Client id and secret by HTTP Basic, or as `client_id`/`client_secret` form fields.
 #[utoipa::path(
     post, path = "/oauth/token", tag = "auth",
-    request_body(content_type = "application/x-www-form-urlencoded", description = "grant_type=client_credentials&scope=..."),
+    request_body(content = TokenForm, content_type = "application/x-www-form-urlencoded", description = "grant_type=client_credentials&scope=..."),
     responses(
         (status = 200, description = "An access token", body = TokenOut),
         (status = 400, description = "invalid_request, unsupported_grant_type or invalid_scope", body = OAuthErrorOut),
