@@ -72,12 +72,13 @@ pub fn document() -> serde_json::Value {
     doc
 }
 
-/// The forms of ids and cursors, so that a generated value is one the
-/// server can read (it may still name nothing: an empty page, or 404).
-const TARGET_ID: &str = "^DI-T-[0-9a-f]{10}$";
+/// The forms of ids and cursors in queries, so that a generated value is one
+/// the server can read (it may still name nothing: an empty page). An empty
+/// value is the same as none.
+const TARGET_ID: &str = "^(DI-T-[0-9a-f]{10})?$";
 const MESSAGE_ID: &str = "^DI-M-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$";
-const TARGETS_CURSOR: &str = "^[0-9]{1,15}[.]DI-T-[0-9a-f]{10}$";
-const ATTEMPTS_CURSOR: &str = "^[0-9]{1,9}$";
+const TARGETS_CURSOR: &str = "^([0-9]{1,15}[.]DI-T-[0-9a-f]{10})?$";
+const ATTEMPTS_CURSOR: &str = "^([0-9]{1,9})?$";
 
 pub struct CommonResponses;
 
