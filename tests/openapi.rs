@@ -164,3 +164,69 @@ async fn created_ids_link_to_the_operations_that_take_them() {
         }
     }
 }
+
+/// The pattern the document gives a list's `cursor`.
+fn cursor_pattern(doc: &Value, path: &str) -> regex::Regex {
+    let params = doc["paths"][path]["get"]["parameters"].as_array().unwrap();
+    let cursor = params.iter().find(|p| p["name"] == "cursor").unwrap();
+    regex::Regex::new(cursor["schema"]["pattern"].as_str().unwrap()).unwrap()
+}
+
+#[tokio::test]
+async fn the_cursors_a_list_issues_have_the_form_its_document_gives_and_any_such_form_is_read() {
+    let doc = document().await;
+    let app = TestApp::spawn().await;
+    let api = app.api("acme").await;
+    for name in ["a", "b"] {
+        let r = api
+            .post(
+                "/targets",
+                serde_json::json!({"name": name, "type": "webhook", "config": {"url": "http://127.0.0.1:9/hook"}}),
+            )
+            .await;
+        assert_eq!(r.status(), 201);
+        let target = r.json::<Value>().await.unwrap()["targetId"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let r = api
+            .post(
+                "/messages",
+                serde_json::json!({"targetId": target, "deliveryTime": "2099-01-01T00:00:00Z", "payload": name}),
+            )
+            .await;
+        assert_eq!(r.status(), 201);
+    }
+    for (path, well_formed_unknown) in [
+        ("/targets", "0.DI-T-0000000000"),
+        ("/messages", "DI-M-00000000-0000-0000-0000-000000000000"),
+    ] {
+        let pattern = cursor_pattern(&doc, path);
+        let page: Value = api
+            .get(&format!("{path}?limit=1"))
+            .await
+            .json()
+            .await
+            .unwrap();
+        let cursor = page["nextCursor"].as_str().expect("a second page");
+        assert!(
+            pattern.is_match(cursor),
+            "{path}: {cursor} is not {pattern}"
+        );
+        let next = api.get(&format!("{path}?limit=1&cursor={cursor}")).await;
+        assert_eq!(next.status(), 200, "{path}");
+        assert!(pattern.is_match(well_formed_unknown));
+        let r = api
+            .get(&format!("{path}?cursor={well_formed_unknown}"))
+            .await;
+        assert_eq!(
+            r.status(),
+            200,
+            "{path}: a cursor of the documented form is read"
+        );
+        let r = api.get(&format!("{path}?cursor=not-a-cursor")).await;
+        assert_eq!(r.status(), 400, "{path}");
+        assert!(!pattern.is_match("not-a-cursor"));
+    }
+    app.shutdown().await;
+}
