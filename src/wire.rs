@@ -190,14 +190,17 @@ impl<'de, T: serde::de::DeserializeOwned> Deserialize<'de> for Field<T> {
             Ok(v) => Field::Valid(v),
             Err(e) => {
                 let e = e.to_string();
-                let expected = e
-                    .split_once(", expected ")
-                    .map(|(_, x)| x.split(" at line ").next().unwrap_or(x).to_string())
-                    .unwrap_or_else(|| "of another type".to_string());
-                Field::Invalid(expected)
+                Field::Invalid(expected(&e).unwrap_or("of another type").to_string())
             }
         })
     }
+}
+
+/// What a serde error says a value must be (`a string` from "invalid type:
+/// integer `5`, expected a string at line 1 column 9"), if it says.
+pub fn expected(serde_message: &str) -> Option<&str> {
+    let (_, expected) = serde_message.split_once(", expected ")?;
+    Some(expected.split(" at line ").next().unwrap_or(expected))
 }
 
 impl<T> Field<T> {

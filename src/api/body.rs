@@ -52,8 +52,7 @@ fn field_error(path: &str, serde_message: &str) -> FieldError {
     if serde_message.starts_with("invalid type: null") {
         return FieldError::new(path, "is required");
     }
-    if let Some((_, expected)) = serde_message.split_once(", expected ") {
-        let expected = expected.split(" at line ").next().unwrap_or(expected);
+    if let Some(expected) = crate::wire::expected(serde_message) {
         return FieldError::new(path, format!("must be {expected}"));
     }
     FieldError::new(
