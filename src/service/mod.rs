@@ -27,7 +27,7 @@ use crate::{
 };
 
 pub use coalesce::Coalescer;
-pub use idempotency::IdempotencyKey;
+pub use idempotency::{insert_once, IdempotencyKey};
 
 /// What every use case needs; cheap to clone.
 #[derive(Clone)]

@@ -140,8 +140,8 @@ pub trait MessageStore: Send + Sync + 'static {
 
     /// Schedules each item as `insert_message` would, in one transaction (one
     /// commit for all): outcomes in the items' order. Items may belong to
-    /// different accounts; two items with the same account and key: the
-    /// second is answered as a replay of (or a conflict with) the first.
+    /// different accounts; no two items carry the same account and key (the
+    /// service answers repeats itself: `service::idempotency::insert_once`).
     async fn insert_batch(&self, items: &[BatchItem]) -> StoreResult<Vec<InsertOutcome>>;
 
     /// Inserts many messages of one account in one statement; returns the ids

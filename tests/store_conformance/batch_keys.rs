@@ -1,5 +1,7 @@
 //! Idempotency keys within a batch (`MessageStore::insert_batch`): new,
-//! replayed, in conflict, expired, repeated within the batch.
+//! replayed, in conflict, expired; and a key repeated within one batch, the
+//! rule the service keeps above every store (`service::insert_once`), over
+//! each store.
 
 use crate::support::*;
 
@@ -89,7 +91,7 @@ async fn a_batch_items_key_is_new_replayed_or_in_conflict_as_with_insert_message
     let other = message_value(&t, now + hours(3), now);
     let same_again = message_value(&t, now + hours(1), now);
     let other_again = message_value(&t, now + hours(4), now);
-    let outcomes = batch(
+    let outcomes = once(
         &*store,
         &[
             keyed(&new, "new", b"hn", DAY),
@@ -247,7 +249,7 @@ async fn a_key_repeated_within_a_batch_replays_the_first_items_response_or_confl
     let m2 = message_value(&t, now + hours(2), now);
     let m3 = message_value(&t, now + hours(1), now);
     let m4 = message_value(&t, now + hours(1), now);
-    let outcomes = batch(
+    let outcomes = once(
         &*store,
         &[
             keyed(&m0, "k", b"h1", DAY),
@@ -291,7 +293,7 @@ async fn a_key_repeated_within_a_batch_after_an_unknown_target_answers_unknown_t
     let nowhere = target_value(ACME, "never stored", now);
     let u0 = message_value(&nowhere, now + hours(1), now);
     let u1 = message_value(&nowhere, now + hours(1), now);
-    let outcomes = batch(
+    let outcomes = once(
         &*store,
         &[keyed(&u0, "k", b"h1", DAY), keyed(&u1, "k", b"h1", DAY)],
     )
@@ -306,7 +308,7 @@ async fn a_key_repeated_within_a_batch_after_an_unknown_target_answers_unknown_t
     // though the first item's target was unknown.
     let v0 = message_value(&nowhere, now + hours(1), now);
     let v1 = message_value(&t, now + hours(1), now);
-    let outcomes = batch(
+    let outcomes = once(
         &*store,
         &[keyed(&v0, "k2", b"h1", DAY), keyed(&v1, "k2", b"h2", DAY)],
     )
@@ -334,7 +336,7 @@ async fn the_same_key_for_two_accounts_in_one_batch_is_two_keys(store: Arc<dyn S
     let g = message_value(&theirs, now + hours(1), now);
     let g2 = message_value(&theirs, now + hours(1), now);
     let a2 = message_value(&ours, now + hours(2), now);
-    let outcomes = batch(
+    let outcomes = once(
         &*store,
         &[
             keyed(&a, "k", b"h1", DAY),
@@ -356,4 +358,13 @@ async fn the_same_key_for_two_accounts_in_one_batch_is_two_keys(store: Arc<dyn S
     );
     assert_eq!(ids_of(&*store, ACME).await, set([a.id]));
     assert_eq!(ids_of(&*store, GLOBEX).await, set([g.id]));
+}
+
+/// A batch through the service's repeated-key rule, then this store.
+async fn once(store: &dyn Store, items: &[BatchItem]) -> Vec<InsertOutcome> {
+    let outcomes = dispatch::service::insert_once(store, items.to_vec())
+        .await
+        .unwrap();
+    assert_eq!(outcomes.len(), items.len(), "one outcome per item");
+    outcomes
 }

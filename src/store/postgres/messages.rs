@@ -96,24 +96,16 @@ impl MessageStore for PgStore {
                 .as_ref()
                 .map(|k| (items[i].message.account.as_str(), k.key.as_str()))
         };
-        // A key carried by an earlier item of the batch: answered against that item.
-        let mut first: HashMap<(&str, &str), usize> = HashMap::new();
-        let mut follows: Vec<Option<usize>> = vec![None; n];
-        for (i, follow) in follows.iter_mut().enumerate() {
-            if let Some(k) = key_of(i) {
-                match first.get(&k) {
-                    Some(&j) => *follow = Some(j),
-                    None => {
-                        first.insert(k, i);
-                    }
-                }
-            }
-        }
+        debug_assert!(
+            {
+                let keys: HashSet<_> = (0..n).filter_map(key_of).collect();
+                keys.len() == (0..n).filter_map(key_of).count()
+            },
+            "the service sends each key once a batch"
+        );
         // Keys are claimed in (account, key) order, so that two batches with
         // the same keys in another order wait for each other, not deadlock.
-        let mut keyed: Vec<usize> = (0..n)
-            .filter(|&i| key_of(i).is_some() && follows[i].is_none())
-            .collect();
+        let mut keyed: Vec<usize> = (0..n).filter(|&i| key_of(i).is_some()).collect();
         keyed.sort_by_key(|&i| key_of(i));
         let mut outcomes: Vec<Option<InsertOutcome>> = (0..n).map(|_| None).collect();
         let mut stored: HashMap<usize, (Vec<u8>, i32, String)> = HashMap::new();
@@ -199,9 +191,7 @@ impl MessageStore for PgStore {
             }
         }
 
-        let to_insert: Vec<usize> = (0..n)
-            .filter(|&i| follows[i].is_none() && outcomes[i].is_none())
-            .collect();
+        let to_insert: Vec<usize> = (0..n).filter(|&i| outcomes[i].is_none()).collect();
         let mut inserted: HashSet<Uuid> = HashSet::new();
         if !to_insert.is_empty() {
             let m = |i: usize| &items[i].message;
@@ -263,28 +253,6 @@ impl MessageStore for PgStore {
         }
         tx.commit().await.map_err(map_err)?;
 
-        // Later items with an earlier item's key: the same request is that
-        // item's answer again; another request is a conflict.
-        for (i, j) in follows.iter().enumerate() {
-            let Some(j) = *j else { continue };
-            let mine = &items[i].idempotency.as_ref().expect("keyed").request_hash;
-            let first = items[j].idempotency.as_ref().expect("keyed");
-            outcomes[i] = Some(
-                match (stored.get(&j), outcomes[j].as_ref().expect("answered")) {
-                    // The key was held before this batch: answered against what it holds.
-                    (Some((hash, status, response)), _) if hash == mine => {
-                        replayed(i64::from(*status), response)?
-                    }
-                    (Some(_), _) => InsertOutcome::KeyConflict,
-                    (None, _) if *mine != first.request_hash => InsertOutcome::KeyConflict,
-                    (None, InsertOutcome::Created(_)) => InsertOutcome::Replayed {
-                        status: first.status,
-                        response: first.response.clone(),
-                    },
-                    (None, _) => InsertOutcome::UnknownTarget,
-                },
-            );
-        }
         Ok(outcomes
             .into_iter()
             .map(|o| o.expect("every item answered"))

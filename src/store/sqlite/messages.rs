@@ -36,9 +36,6 @@ impl MessageStore for SqliteStore {
             created.extend(insert_rows(&mut tx, None, chunk).await?);
         }
         let mut outcomes = Vec::with_capacity(items.len());
-        // Keys of earlier items whose target was unknown: no key was stored,
-        // yet within the batch the key names that request.
-        let mut unknown: std::collections::HashMap<(&str, &str), &[u8]> = Default::default();
         for item in items {
             let Some(idem) = &item.idempotency else {
                 outcomes.push(if created.contains(&id_text(&item.message.id)) {
@@ -48,22 +45,7 @@ impl MessageStore for SqliteStore {
                 });
                 continue;
             };
-            if let Some(hash) = unknown.get(&(item.message.account.as_str(), idem.key.as_str())) {
-                outcomes.push(if *hash == idem.request_hash.as_slice() {
-                    InsertOutcome::UnknownTarget
-                } else {
-                    InsertOutcome::KeyConflict
-                });
-                continue;
-            }
-            let outcome = insert_in(&mut tx, &item.message, Some(idem)).await?;
-            if matches!(outcome, InsertOutcome::UnknownTarget) {
-                unknown.insert(
-                    (item.message.account.as_str(), idem.key.as_str()),
-                    idem.request_hash.as_slice(),
-                );
-            }
-            outcomes.push(outcome);
+            outcomes.push(insert_in(&mut tx, &item.message, Some(idem)).await?);
         }
         tx.commit().await.map_err(map_err)?;
         Ok(outcomes)
