@@ -330,7 +330,7 @@ async fn create_target(config: Config, args: CreateTarget) -> anyhow::Result<()>
     let account = account(&args.account)?;
     let target_config: serde_json::Value = serde_json::from_str(&args.target_config)
         .context("--target-config must be a JSON object")?;
-    let spec = crate::domain::target::parse_spec(
+    let spec = crate::wire::target::parse(
         &json!({"name": args.name, "type": args.kind, "config": target_config}),
     )
     .map_err(invalid)?;

@@ -336,7 +336,8 @@ async fn an_empty_list_1001_messages_or_a_body_that_is_not_a_list_answers_400_an
 }
 
 #[tokio::test]
-async fn an_idempotency_key_that_is_empty_too_long_or_not_a_string_is_refused_for_that_message() {
+async fn an_idempotency_key_that_is_empty_too_long_not_a_string_or_has_a_control_character_is_refused_for_that_message(
+) {
     let app = TestApp::spawn().await;
     let api = app.api("acme").await;
     let target = target_id(&api, "http://127.0.0.1:9/hook").await;
@@ -348,12 +349,16 @@ async fn an_idempotency_key_that_is_empty_too_long_or_not_a_string_is_refused_fo
             json!({"targetId": target, "deliveryTime": FAR, "payload": "c", "idempotencyKey": 7}),
             keyed(&target, FAR, "d", &"k".repeat(255)),
             json!({"targetId": target, "deliveryTime": FAR, "payload": "e", "idempotencyKey": null}),
+            keyed(&target, FAR, "f", "line\nbreak"),
+            keyed(&target, FAR, "g", "del\u{7f}"),
         ],
     )
     .await;
     invalid(&body, 0, "messages[0].idempotencyKey");
     invalid(&body, 1, "messages[1].idempotencyKey");
     invalid(&body, 2, "messages[2].idempotencyKey");
+    invalid(&body, 5, "messages[5].idempotencyKey");
+    invalid(&body, 6, "messages[6].idempotencyKey");
     let d = created(&body, 3);
     let e = created(&body, 4);
     assert_eq!(

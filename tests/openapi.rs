@@ -6,7 +6,7 @@
 mod common;
 
 use common::TestApp;
-use serde_json::Value;
+use serde_json::{json, Value};
 
 async fn document() -> Value {
     let app = TestApp::spawn().await;
@@ -227,6 +227,85 @@ async fn the_cursors_a_list_issues_have_the_form_its_document_gives_and_any_such
         let r = api.get(&format!("{path}?cursor=not-a-cursor")).await;
         assert_eq!(r.status(), 400, "{path}");
         assert!(!pattern.is_match("not-a-cursor"));
+    }
+    app.shutdown().await;
+}
+
+/// The component a `$ref` names.
+fn named<'a>(doc: &'a Value, reference: &Value) -> (&'a str, &'a Value) {
+    let name = reference.as_str().unwrap().rsplit('/').next().unwrap();
+    let name = doc["components"]["schemas"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .find(|k| k.as_str() == name)
+        .unwrap_or_else(|| panic!("no component {name}"));
+    (name, &doc["components"]["schemas"][name])
+}
+
+#[tokio::test]
+async fn each_target_type_has_its_own_config_schema_whose_required_members_are_the_parsers() {
+    let app = TestApp::spawn_with(|c| c.aws.allow_default_credentials = true).await;
+    let doc: Value = app
+        .http
+        .get(app.url("/openapi.json"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let api = app.api("acme").await;
+    let target_in = &doc["components"]["schemas"]["TargetIn"];
+    assert_eq!(target_in["discriminator"]["propertyName"], "type");
+    let mapping = target_in["discriminator"]["mapping"].as_object().unwrap();
+    assert_eq!(
+        mapping.keys().collect::<Vec<_>>(),
+        ["sns", "sqs", "webhook"]
+    );
+    for (kind, reference) in mapping {
+        let (_, variant) = named(&doc, reference);
+        assert_eq!(variant["properties"]["type"]["enum"], json!([kind]));
+        let (config_name, config) = named(&doc, &variant["properties"]["config"]["$ref"]);
+        // A config of the required members, each its documented example, is accepted.
+        let required: Vec<&str> = config["required"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n.as_str().unwrap())
+            .collect();
+        let mut body = serde_json::Map::new();
+        for name in &required {
+            let example = &config["properties"][*name]["example"];
+            assert!(example.is_string(), "{config_name}.{name} has no example");
+            body.insert(name.to_string(), example.clone());
+        }
+        let r = api
+            .post(
+                "/targets",
+                json!({"name": kind, "type": kind, "config": body}),
+            )
+            .await;
+        let status = r.status();
+        assert_eq!(status, 201, "{kind}: {}", r.text().await.unwrap());
+        // Without any one of them it is refused, naming that member.
+        for name in &required {
+            let mut less = body.clone();
+            less.remove(*name);
+            let r = api
+                .post(
+                    "/targets",
+                    json!({"name": kind, "type": kind, "config": less}),
+                )
+                .await;
+            assert_eq!(r.status(), 400, "{kind} without {name}");
+            let problem: Value = r.json().await.unwrap();
+            assert_eq!(
+                problem["errors"][0]["field"],
+                format!("config.{name}"),
+                "{problem}"
+            );
+        }
     }
     app.shutdown().await;
 }

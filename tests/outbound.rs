@@ -78,10 +78,9 @@ async fn private_name() -> (String, Vec<std::net::IpAddr>) {
 /// whose name resolved to a public address at creation looks like once its
 /// DNS answer has changed.
 async fn stored_directly(app: &TestApp, account: &str, kind: &str, config: Value) -> String {
-    let spec = dispatch::domain::target::parse_spec(
-        &json!({"name": "stored", "type": kind, "config": config}),
-    )
-    .expect("a well-formed target");
+    let spec =
+        dispatch::wire::target::parse(&json!({"name": "stored", "type": kind, "config": config}))
+            .expect("a well-formed target");
     app.store().ensure_account(account).await.unwrap();
     let t = dispatch::store::insert_new_target(
         app.store().as_ref(),

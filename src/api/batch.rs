@@ -26,9 +26,28 @@ pub const MAX_BATCH: usize = 1000;
 /// list is read as JSON values first.
 #[derive(Debug, Deserialize, ToSchema)]
 pub struct BatchIn {
-    /// 1 to 1,000 messages.
-    #[schema(value_type = Vec<BatchMessageIn>, min_items = 1, max_items = 1000)]
+    /// 1 to 1,000 messages, each a `BatchMessageIn`. An item that is not one
+    /// is answered in its own item (400 naming `messages[i].…`), not by
+    /// refusing the request: the list is read as any JSON values.
+    #[schema(schema_with = batch_messages_schema)]
     pub messages: Vec<Value>,
+}
+
+fn batch_messages_schema() -> utoipa::openapi::schema::Array {
+    use utoipa::openapi::schema::{AnyOfBuilder, ArrayBuilder, ObjectBuilder, SchemaType};
+    ArrayBuilder::new()
+        .min_items(Some(1))
+        .max_items(Some(MAX_BATCH))
+        .items(
+            AnyOfBuilder::new()
+                .item(utoipa::openapi::Ref::from_schema_name("BatchMessageIn"))
+                .item(
+                    ObjectBuilder::new()
+                        .schema_type(SchemaType::AnyValue)
+                        .description(Some("Any other value: its item answers 400")),
+                ),
+        )
+        .build()
 }
 
 /// One message of a batch: a `MessageIn` with an `idempotencyKey` of its own.
@@ -46,7 +65,8 @@ pub struct BatchMessageIn {
     /// As the `Idempotency-Key` header of `POST /messages` (1 to 255
     /// characters, no control characters, remembered 24 hours per account,
     /// the same key space); within one batch a key names one request.
-    #[schema(value_type = Option<String>, min_length = 1, max_length = 255)]
+    #[schema(value_type = Option<String>, min_length = 1, max_length = 255,
+        pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$")]
     pub idempotency_key: Field<String>,
 }
 

@@ -76,7 +76,8 @@ pub fn document() -> serde_json::Value {
 /// the server can read (it may still name nothing: an empty page). An empty
 /// value is the same as none.
 const TARGET_ID: &str = "^(DI-T-[0-9a-f]{10})?$";
-const MESSAGE_ID: &str = "^DI-M-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$";
+const MESSAGES_CURSOR: &str =
+    "^(DI-M-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})?$";
 const TARGETS_CURSOR: &str = "^([0-9]{1,15}[.]DI-T-[0-9a-f]{10})?$";
 const ATTEMPTS_CURSOR: &str = "^([0-9]{1,9})?$";
 
@@ -160,7 +161,7 @@ impl Modify for CommonResponses {
                     let pattern = match (p.name.as_str(), path.as_str()) {
                         ("targetId", _) => Some(TARGET_ID),
                         ("cursor", "/targets") => Some(TARGETS_CURSOR),
-                        ("cursor", "/messages") => Some(MESSAGE_ID),
+                        ("cursor", "/messages") => Some(MESSAGES_CURSOR),
                         ("cursor", _) => Some(ATTEMPTS_CURSOR),
                         _ => None,
                     };

@@ -142,8 +142,9 @@ impl QueryParams {
             .filter(|s| !s.is_empty())
     }
 
+    /// `limit`, 1 to 1000; 50 when absent. An empty `limit=` is not a number: 400.
     pub fn limit(&self) -> Result<u32, ApiError> {
-        match self.get("limit") {
+        match self.0.get("limit") {
             None => Ok(DEFAULT_LIMIT),
             Some(s) => match s.parse::<u32>() {
                 Ok(n) if (1..=MAX_LIMIT).contains(&n) => Ok(n),

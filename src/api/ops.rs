@@ -91,6 +91,7 @@ impl Modify for BearerAuth {
         super::messages::cancel, super::messages::reschedule,
         live, ready, metrics, openapi,
     ),
+    components(schemas(super::batch::BatchMessageIn)),
     modifiers(&BearerAuth, &CommonResponses, &Links),
     tags(
         (name = "auth", description = "OAuth 2 client credentials"),

@@ -15,12 +15,12 @@ use crate::{
     auth::{Principal, Scope},
     domain::{
         ids::TargetId,
-        target::{self, Target, TargetSpec},
+        target::{Target, TargetSpec},
     },
     service::targets::TargetChange,
     state::AppState,
     store::TargetCursor,
-    wire::{List, TargetIn, TargetOut},
+    wire::{target::TargetPatchIn, List, TargetIn, TargetOut},
 };
 
 fn parse_id(id: &str) -> ApiResult<TargetId> {
@@ -52,7 +52,7 @@ pub async fn create(
     JsonBody(body): JsonBody,
 ) -> ApiResult<Response> {
     principal.require(Scope::TargetsWrite)?;
-    let spec: TargetSpec = target::parse_spec(&body)?;
+    let spec: TargetSpec = crate::wire::target::parse(&body)?;
     let saved = state
         .service
         .create_target(&principal.account, spec)
@@ -136,7 +136,10 @@ pub async fn get(
 #[utoipa::path(
     patch, path = "/targets/{targetId}", tag = "targets",
     params(("targetId" = String, Path)),
-    request_body(content = Object, content_type = "application/merge-patch+json"),
+    request_body(content(
+        (TargetPatchIn = "application/merge-patch+json"),
+        (TargetPatchIn = "application/json"),
+    )),
     responses((status = 200, body = TargetOut), (status = 400, body = Problem, content_type = "application/problem+json"),
               (status = 404, body = Problem, content_type = "application/problem+json")),
     security(("bearer" = ["targets:write"]))

@@ -361,7 +361,7 @@ pub fn fields(session: &Session, f: &TargetForm, errors: &[FieldError], editing:
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::target::parse_spec;
+    use crate::wire::target::parse as parse_spec;
 
     #[test]
     fn a_webhook_form_becomes_the_api_document() {

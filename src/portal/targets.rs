@@ -18,7 +18,7 @@ use crate::{
     domain::{
         ids::TargetId,
         message::State as MsgState,
-        target::{self, FieldError, Target, TargetConfig},
+        target::{FieldError, Target, TargetConfig},
     },
     service::{targets::TargetChange, ServiceError},
     state::AppState,
@@ -205,7 +205,7 @@ pub async fn create(
     let action = "/portal/targets";
     let spec = match f
         .to_document(false)
-        .and_then(|doc| target::parse_spec(&doc))
+        .and_then(|doc| crate::wire::target::parse(&doc))
     {
         Ok(spec) => spec,
         Err(errors) => return Ok(invalid(&session, "New target", action, &f, &errors, false)),

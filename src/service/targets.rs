@@ -89,7 +89,7 @@ impl Service {
             target::keep_secrets(current.config.kind(), new, old, &sent)
                 .map_err(ServiceError::Invalid)?;
         }
-        let spec = target::parse_spec(&merged).map_err(ServiceError::Invalid)?;
+        let spec = crate::wire::target::parse(&merged).map_err(ServiceError::Invalid)?;
         self.check_outbound(&spec.config).await?;
         let now = self.now();
         let changed = Target {

@@ -5,6 +5,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
+pub mod target;
+
+pub use target::TargetIn;
+
 use crate::domain::{
     message::{Attempt, Message},
     target::{FieldError, Target},
@@ -55,31 +59,6 @@ impl TargetOut {
         }
         out
     }
-}
-
-/// What a target is.
-#[derive(Debug, ToSchema)]
-#[schema(rename_all = "lowercase")]
-#[allow(dead_code)]
-pub enum TargetKindIn {
-    Webhook,
-    Sqs,
-    Sns,
-}
-
-/// Create a target. `config` depends on `type`: see the README.
-#[derive(Debug, ToSchema)]
-#[allow(dead_code)]
-pub struct TargetIn {
-    /// 1 to 200 characters, not only spaces.
-    #[schema(min_length = 1, max_length = 200, pattern = "\\S")]
-    pub name: String,
-    #[schema(rename = "type")]
-    pub kind: TargetKindIn,
-    #[schema(value_type = Object)]
-    pub config: Value,
-    /// Defaults to true.
-    pub enabled: Option<bool>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]

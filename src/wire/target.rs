@@ -1,486 +1,250 @@
-//! Target configuration parsed from JSON, every problem named by its field.
+//! A target as a client sends it (API.md §3). `TargetIn` is what a create
+//! body deserializes into, and what the stored target with a merge patch
+//! applied deserializes into: the document is generated from these types,
+//! and `parse` turns them into a `TargetSpec` by the domain's rules
+//! (`domain::target::rules`), naming every problem by its field at once.
+//!
+//! The document gives each string its form: a pattern where one says it
+//! exactly, and otherwise a named `format` (`http-url`, `header-name`,
+//! `webhook-secret`) that the description defines.
 
 use std::collections::BTreeMap;
 
+use serde::Deserialize;
 use serde_json::{Map, Value};
-use url::Url;
+use utoipa::ToSchema;
 
-use super::{
-    generate_signing_secret, signing_key, AwsCredentials, FieldError, OAuthClientCredentials,
-    SnsConfig, SqsConfig, TargetConfig, TargetSpec, WebhookConfig,
+use self::{
+    read::err,
+    schema::{headers_schema, scopes_schema},
 };
+use super::Field;
+use crate::domain::target::{rules, FieldError, TargetConfig, TargetSpec};
 
-/// Headers a target may not set: Dispatch owns them.
-const RESERVED_HEADERS: &[&str] = &[
-    "content-type",
-    "content-length",
-    "user-agent",
-    "host",
-    "webhook-id",
-    "webhook-timestamp",
-    "webhook-signature",
-    "transfer-encoding",
-    "connection",
-];
+/// No string of a target may hold U+0000.
+pub(super) const NO_NUL: &str = "^[^\\u0000]*$";
+/// What `rules::is_name` accepts, for the document.
+pub(super) const NAME: &str = "^[^\\u0000]*[^\\s\\u0000-\\u001f\\u007f-\\u009f][^\\u0000]*$";
+pub(super) const HEADER_NAME: &str = "^[!#$%&'*+.^_`|~0-9A-Za-z-]+$";
+pub(super) const HEADER_VALUE: &str = "^[\\t\\u0020-\\u007e]*$";
 
-/// At most this many custom headers, and this many bytes of their names and
-/// values together: they are sent with every attempt.
-pub const MAX_HEADERS: usize = 32;
-pub const MAX_HEADER_BYTES: usize = 8 * 1024;
-
-/// Names every string of the document (values and keys) that holds U+0000:
-/// no store keeps it, and no receiver expects it.
-fn nul_errors(v: &Value, path: &str, errors: &mut Vec<FieldError>) {
-    let join = |key: &str| {
-        if path.is_empty() {
-            key.to_string()
-        } else {
-            format!("{path}.{key}")
-        }
-    };
-    match v {
-        Value::String(s) if s.contains('\0') => {
-            errors.push(FieldError::new(path, "must not contain U+0000"))
-        }
-        Value::Array(items) => {
-            for (i, item) in items.iter().enumerate() {
-                nul_errors(item, &format!("{path}[{i}]"), errors);
-            }
-        }
-        Value::Object(map) => {
-            for (key, value) in map {
-                let field = join(&key.replace('\0', "\\u0000"));
-                if key.contains('\0') {
-                    errors.push(FieldError::new(&field, "must not contain U+0000"));
-                }
-                nul_errors(value, &field, errors);
-            }
-        }
-        _ => {}
-    }
+/// A create body: `{"name", "type", "config", "enabled"?}`. `config` is read
+/// as the type's config (`WebhookConfigIn`, `SqsConfigIn`, `SnsConfigIn`)
+/// once `type` is known.
+#[derive(Debug, Default, Deserialize)]
+pub struct TargetIn {
+    pub name: Field<String>,
+    #[serde(rename = "type")]
+    pub kind: Field<TargetKindIn>,
+    pub config: Field<Map<String, Value>>,
+    pub enabled: Field<bool>,
 }
 
-/// Parses a create request body (`{"name", "type", "config", "enabled"?}`).
-pub fn parse_spec(body: &Value) -> Result<TargetSpec, Vec<FieldError>> {
-    let mut errors = Vec::new();
-    let Some(obj) = body.as_object() else {
+/// What a target is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum TargetKindIn {
+    Webhook,
+    Sqs,
+    Sns,
+}
+
+/// A webhook: Dispatch POSTs each message to `url`, signed (Standard Webhooks).
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WebhookConfigIn {
+    /// An http or https URL with a host (format `http-url`). By default its
+    /// address must be public: loopback, private, link-local and metadata
+    /// addresses answer 400.
+    #[schema(value_type = String, required = true, format = "http-url", min_length = 1, example = "https://example.com/hooks/orders")]
+    pub url: Field<String>,
+    /// Sent with every attempt: at most 32, with at most 8 KiB of names and
+    /// values in all. Names are RFC 9110 tokens other than those Dispatch
+    /// sets (`Host`, `Content-Length`, `Content-Type`, `Transfer-Encoding`,
+    /// `Connection`, `User-Agent`, `webhook-id`, `webhook-timestamp`,
+    /// `webhook-signature`, in any case; and `Authorization` when `auth` is
+    /// set): format `header-name`. Values are visible ASCII, spaces and tabs,
+    /// and secrets: a response shows `***`.
+    #[schema(schema_with = headers_schema, required = false)]
+    pub headers: Field<BTreeMap<String, Field<String>>>,
+    /// Milliseconds an attempt may take, 1 to 300000; the server's default when absent.
+    #[schema(value_type = Option<u64>, minimum = 1, maximum = 300000)]
+    pub timeout_ms: Field<f64>,
+    /// `whsec_` and 16 to 64 bytes in base64 (format `webhook-secret`);
+    /// generated when absent and shown once, in the response to the create.
+    #[schema(value_type = Option<String>, format = "webhook-secret", min_length = 1, example = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")]
+    pub signing_secret: Field<String>,
+    /// Dispatch fetches a token from `tokenUrl` and sends it as a bearer token.
+    #[schema(value_type = Option<OAuthIn>)]
+    pub auth: Field<OAuthIn>,
+}
+
+/// OAuth 2 client credentials for a webhook.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OAuthIn {
+    #[serde(rename = "type")]
+    #[schema(value_type = AuthKindIn, required = true)]
+    pub kind: Field<AuthKindIn>,
+    /// An http or https URL with a host (format `http-url`), public as `url` is.
+    #[schema(value_type = String, required = true, format = "http-url", min_length = 1)]
+    pub token_url: Field<String>,
+    #[schema(value_type = String, required = true, min_length = 1, pattern = "^[^\\u0000]*$")]
+    pub client_id: Field<String>,
+    /// A secret: a response shows `***`.
+    #[schema(value_type = String, required = true, min_length = 1, pattern = "^[^\\u0000]*$")]
+    pub client_secret: Field<String>,
+    #[schema(schema_with = scopes_schema, required = false)]
+    pub scopes: Field<Vec<Field<String>>>,
+}
+
+/// The only kind of webhook authentication.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, ToSchema)]
+pub enum AuthKindIn {
+    #[serde(rename = "oauth2ClientCredentials")]
+    OAuth2ClientCredentials,
+}
+
+/// An Amazon SQS queue.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SqsConfigIn {
+    #[schema(value_type = String, required = true, format = "http-url", min_length = 1, example = "https://sqs.eu-north-1.amazonaws.com/123456789012/orders")]
+    pub queue_url: Field<String>,
+    #[schema(value_type = String, required = true, pattern = "^[a-z]{2}(-[a-z]+)+-[0-9]+$", example = "eu-north-1")]
+    pub region: Field<String>,
+    /// Another endpoint than AWS's own (format `http-url`), public as a webhook's `url` is.
+    #[schema(value_type = Option<String>, format = "http-url", min_length = 1)]
+    pub endpoint_url: Field<String>,
+    /// Without them, the server's own AWS identity, only where the operator
+    /// allows it (`aws.allow_default_credentials`); otherwise 400.
+    #[schema(value_type = Option<AwsCredentialsIn>)]
+    pub credentials: Field<AwsCredentialsIn>,
+    /// The FIFO message group: 1 to 128 printable ASCII characters.
+    #[schema(value_type = Option<String>, pattern = "^[!-~]{1,128}$")]
+    pub message_group_id: Field<String>,
+}
+
+/// An Amazon SNS topic.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SnsConfigIn {
+    #[schema(value_type = String, required = true, example = "arn:aws:sns:eu-north-1:123456789012:orders",
+        pattern = "^arn:aws[^:\\u0000]*:sns:[a-z]{2}(-[a-z]+)+-[0-9]+:[0-9]{12}:[A-Za-z0-9_.-]{1,256}$")]
+    pub topic_arn: Field<String>,
+    #[schema(value_type = String, required = true, pattern = "^[a-z]{2}(-[a-z]+)+-[0-9]+$", example = "eu-north-1")]
+    pub region: Field<String>,
+    /// Another endpoint than AWS's own (format `http-url`), public as a webhook's `url` is.
+    #[schema(value_type = Option<String>, format = "http-url", min_length = 1)]
+    pub endpoint_url: Field<String>,
+    /// Without them, the server's own AWS identity, only where the operator
+    /// allows it (`aws.allow_default_credentials`); otherwise 400.
+    #[schema(value_type = Option<AwsCredentialsIn>)]
+    pub credentials: Field<AwsCredentialsIn>,
+    /// The FIFO message group: 1 to 128 printable ASCII characters.
+    #[schema(value_type = Option<String>, pattern = "^[!-~]{1,128}$")]
+    pub message_group_id: Field<String>,
+}
+
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AwsCredentialsIn {
+    #[schema(value_type = String, required = true, min_length = 1, pattern = "^[^\\u0000]*$")]
+    pub access_key_id: Field<String>,
+    /// A secret: a response shows `***`.
+    #[schema(value_type = String, required = true, min_length = 1, pattern = "^[^\\u0000]*$")]
+    pub secret_access_key: Field<String>,
+}
+
+/// A merge patch (RFC 7396) of a target, as the document shows it. The
+/// server applies the patch to the stored target and reads the result as a
+/// `TargetIn`; `type` cannot change.
+pub struct TargetPatchIn;
+
+/// What a string that holds U+0000 answers: no store keeps it, and no
+/// receiver expects it. Members the server does not read are ignored,
+/// whatever they hold.
+pub(super) const NUL: &str = "must not contain U+0000";
+
+/// Reads a target document (a create body, or a stored target with a merge
+/// patch applied) by the rules of API.md §3.
+pub fn parse(doc: &Value) -> Result<TargetSpec, Vec<FieldError>> {
+    if !doc.is_object() {
         return Err(vec![FieldError::new("", "the body must be a JSON object")]);
-    };
-    nul_errors(body, "", &mut errors);
-    if !errors.is_empty() {
-        return Err(errors);
     }
-    let name = match obj.get("name") {
-        Some(Value::String(s)) if !s.trim().is_empty() && s.chars().count() <= 200 => s.clone(),
-        Some(Value::String(_)) => {
-            errors.push(FieldError::new("name", "must be 1 to 200 characters"));
-            String::new()
-        }
-        None | Some(Value::Null) => {
-            errors.push(FieldError::new("name", "is required"));
-            String::new()
-        }
-        Some(_) => {
-            errors.push(FieldError::new("name", "must be a string"));
-            String::new()
-        }
-    };
-    let enabled = match obj.get("enabled") {
-        None | Some(Value::Null) => true,
-        Some(Value::Bool(b)) => *b,
-        Some(_) => {
-            errors.push(FieldError::new("enabled", "must be a boolean"));
-            true
-        }
-    };
-    let kind = match obj.get("type") {
-        Some(Value::String(s)) if matches!(s.as_str(), "webhook" | "sqs" | "sns") => {
-            Some(s.as_str())
-        }
-        None | Some(Value::Null) => {
-            errors.push(FieldError::new("type", "is required: webhook, sqs or sns"));
-            None
-        }
-        Some(_) => {
-            errors.push(FieldError::new("type", "must be one of webhook, sqs, sns"));
-            None
-        }
-    };
-    let empty = Value::Object(Map::new());
-    let config_value = match obj.get("config") {
-        Some(v @ Value::Object(_)) => v,
-        None | Some(Value::Null) => {
-            errors.push(FieldError::new("config", "is required"));
-            &empty
-        }
-        Some(_) => {
-            errors.push(FieldError::new("config", "must be an object"));
-            &empty
-        }
-    };
-    let mut generated_secret = false;
-    let config = kind.and_then(|kind| match kind {
-        "webhook" => parse_webhook(config_value, &mut errors, &mut generated_secret)
-            .map(TargetConfig::Webhook),
-        "sqs" => parse_sqs(config_value, &mut errors).map(TargetConfig::Sqs),
-        _ => parse_sns(config_value, &mut errors).map(TargetConfig::Sns),
-    });
-    match config {
-        Some(config) if errors.is_empty() => Ok(TargetSpec {
-            name,
-            enabled,
-            config,
-            generated_secret,
-        }),
-        _ => Err(errors),
-    }
+    let body: TargetIn = serde_json::from_value(doc.clone()).unwrap_or_default();
+    body.into_spec()
 }
 
-/// Reads the fields of a config object, recording what is wrong.
-struct Fields<'a> {
-    obj: &'a Map<String, Value>,
-    prefix: &'a str,
-    errors: &'a mut Vec<FieldError>,
-}
-
-impl<'a> Fields<'a> {
-    fn path(&self, key: &str) -> String {
-        format!("{}.{key}", self.prefix)
-    }
-
-    fn err(&mut self, key: &str, message: &str) {
-        let field = self.path(key);
-        self.errors.push(FieldError::new(field, message));
-    }
-
-    fn string(&mut self, key: &str, required: bool) -> Option<String> {
-        match self.obj.get(key) {
-            Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
-            None | Some(Value::Null) if !required => None,
-            None | Some(Value::Null) => {
-                self.err(key, "is required");
-                None
+impl TargetIn {
+    pub fn into_spec(self) -> Result<TargetSpec, Vec<FieldError>> {
+        let mut errors = Vec::new();
+        let e = &mut errors;
+        let name = match self.name {
+            Field::Valid(s) if s.contains('\0') => err(e, "name", NUL),
+            Field::Valid(s) if rules::is_name(&s) => Some(s),
+            Field::Valid(_) => err(
+                e,
+                "name",
+                "must be 1 to 200 characters, not only white space",
+            ),
+            Field::Missing => err(e, "name", "is required"),
+            Field::Invalid(_) => err(e, "name", "must be a string"),
+        };
+        let enabled = match self.enabled {
+            Field::Valid(b) => b,
+            Field::Missing => true,
+            Field::Invalid(_) => {
+                err::<()>(e, "enabled", "must be a boolean");
+                true
             }
-            Some(Value::String(_)) => {
-                self.err(key, "must not be empty");
-                None
-            }
-            Some(_) => {
-                self.err(key, "must be a string");
-                None
-            }
-        }
-    }
-
-    fn http_url(&mut self, key: &str, required: bool) -> Option<String> {
-        let s = self.string(key, required)?;
-        match Url::parse(&s) {
-            Ok(u)
-                if matches!(u.scheme(), "http" | "https")
-                    && u.host_str().is_some_and(|h| !h.is_empty()) =>
-            {
-                Some(s)
-            }
-            Ok(_) => {
-                self.err(key, "must be an http or https URL with a host");
-                None
-            }
-            Err(e) => {
-                self.err(key, &format!("is not a valid URL: {e}"));
-                None
-            }
-        }
-    }
-
-    fn region(&mut self) -> Option<String> {
-        let region = self.string("region", true)?;
-        if is_region(&region) {
-            Some(region)
-        } else {
-            self.err("region", "is not an AWS region such as eu-north-1");
-            None
-        }
-    }
-
-    fn credentials(&mut self) -> Option<AwsCredentials> {
-        match self.obj.get("credentials") {
-            None | Some(Value::Null) => None,
-            Some(Value::Object(c)) => {
-                let prefix = self.path("credentials");
-                let mut inner = Fields {
-                    obj: c,
-                    prefix: &prefix,
-                    errors: self.errors,
-                };
-                let access_key_id = inner.string("accessKeyId", true);
-                let secret_access_key = inner.string("secretAccessKey", true);
-                Some(AwsCredentials {
-                    access_key_id: access_key_id?,
-                    secret_access_key: secret_access_key?,
-                })
-            }
-            Some(_) => {
-                self.err(
-                    "credentials",
-                    "must be null or an object with accessKeyId and secretAccessKey",
-                );
-                None
-            }
-        }
-    }
-
-    fn message_group_id(&mut self) -> Option<String> {
-        let id = self.string("messageGroupId", false)?;
-        if id.chars().count() > 128 || !id.chars().all(|c| c.is_ascii_graphic()) {
-            self.err(
-                "messageGroupId",
-                "must be at most 128 printable ASCII characters",
-            );
-            return None;
-        }
-        Some(id)
-    }
-}
-
-fn is_region(s: &str) -> bool {
-    // eu-north-1, us-gov-west-1, ap-southeast-2, cn-north-1
-    let parts: Vec<&str> = s.split('-').collect();
-    parts.len() >= 3
-        && parts[0].len() == 2
-        && parts[..parts.len() - 1]
-            .iter()
-            .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_lowercase()))
-        && parts[parts.len() - 1].bytes().all(|b| b.is_ascii_digit())
-        && !parts[parts.len() - 1].is_empty()
-}
-
-fn parse_webhook(
-    v: &Value,
-    errors: &mut Vec<FieldError>,
-    generated: &mut bool,
-) -> Option<WebhookConfig> {
-    let obj = v.as_object()?;
-    let mut f = Fields {
-        obj,
-        prefix: "config",
-        errors,
-    };
-    let url = f.http_url("url", true);
-    let mut headers = BTreeMap::new();
-    match obj.get("headers") {
-        None | Some(Value::Null) => {}
-        Some(Value::Object(h)) => {
-            let bytes: usize = h
-                .iter()
-                .map(|(name, value)| name.len() + value.as_str().map_or(0, str::len))
-                .sum();
-            if h.len() > MAX_HEADERS {
-                f.err(
-                    "headers",
-                    &format!("must hold at most {MAX_HEADERS} headers"),
-                );
-            } else if bytes > MAX_HEADER_BYTES {
-                f.err(
-                    "headers",
-                    &format!("names and values must add up to at most {MAX_HEADER_BYTES} bytes"),
-                );
-            }
-            for (name, value) in h {
-                let field = format!("config.headers.{name}");
-                let valid_name = super::headers::is_header_name(name);
-                if !valid_name {
-                    f.errors
-                        .push(FieldError::new(field, "is not a valid header name"));
-                } else if RESERVED_HEADERS.contains(&name.to_ascii_lowercase().as_str()) {
-                    f.errors.push(FieldError::new(
-                        field,
-                        "is set by Dispatch and cannot be overridden",
-                    ));
-                } else if let Some(value) =
-                    value.as_str().filter(|s| super::headers::is_header_text(s))
-                {
-                    headers.insert(name.clone(), value.to_string());
-                } else {
-                    f.errors.push(FieldError::new(
-                        field,
-                        "must be a string valid as a header value",
-                    ));
-                }
-            }
-        }
-        Some(_) => f.err(
-            "headers",
-            "must be an object of header names to string values",
-        ),
-    }
-    let timeout_ms = match obj.get("timeoutMs") {
-        None | Some(Value::Null) => None,
-        Some(Value::Number(n)) if n.as_u64().is_some_and(|ms| (1..=300_000).contains(&ms)) => {
-            n.as_u64()
-        }
-        Some(_) => {
-            f.err("timeoutMs", "must be an integer from 1 to 300000");
-            None
-        }
-    };
-    let signing_secret = match f.string("signingSecret", false) {
-        None => {
-            *generated = true;
-            Some(generate_signing_secret())
-        }
-        Some(s) if signing_key(&s).is_some() => Some(s),
-        Some(_) => {
-            f.err(
-                "signingSecret",
-                "must be whsec_ followed by 16 to 64 bytes in base64",
-            );
-            None
-        }
-    };
-    let auth = match obj.get("auth") {
-        None | Some(Value::Null) => None,
-        Some(Value::Object(a)) => {
-            let mut af = Fields {
-                obj: a,
-                prefix: "config.auth",
-                errors: f.errors,
+        };
+        let kind = match self.kind {
+            Field::Valid(kind) => Some(kind),
+            Field::Missing => err(e, "type", "is required: webhook, sqs or sns"),
+            Field::Invalid(_) => err(e, "type", "must be one of webhook, sqs, sns"),
+        };
+        let config = match self.config {
+            Field::Valid(map) => Value::Object(map),
+            Field::Missing => err(e, "config", "is required").unwrap_or_default(),
+            Field::Invalid(_) => err(e, "config", "must be an object").unwrap_or_default(),
+        };
+        let mut generated_secret = false;
+        let config = kind.and_then(|kind| {
+            // Every member is a `Field`: an object always deserializes.
+            let config = if config.is_object() {
+                config
+            } else {
+                Value::Object(Map::new())
             };
-            let kind = af.string("type", true);
-            if kind
-                .as_deref()
-                .is_some_and(|k| k != "oauth2ClientCredentials")
-            {
-                af.err("type", "must be oauth2ClientCredentials");
+            match kind {
+                TargetKindIn::Webhook => serde_json::from_value::<WebhookConfigIn>(config)
+                    .unwrap_or_default()
+                    .read(e, &mut generated_secret)
+                    .map(TargetConfig::Webhook),
+                TargetKindIn::Sqs => serde_json::from_value::<SqsConfigIn>(config)
+                    .unwrap_or_default()
+                    .read(e)
+                    .map(TargetConfig::Sqs),
+                TargetKindIn::Sns => serde_json::from_value::<SnsConfigIn>(config)
+                    .unwrap_or_default()
+                    .read(e)
+                    .map(TargetConfig::Sns),
             }
-            let token_url = af.http_url("tokenUrl", true);
-            let client_id = af.string("clientId", true);
-            let client_secret = af.string("clientSecret", true);
-            let scopes = match a.get("scopes") {
-                None | Some(Value::Null) => Some(Vec::new()),
-                Some(Value::Array(items))
-                    if items
-                        .iter()
-                        .all(|s| s.as_str().is_some_and(|s| !s.is_empty())) =>
-                {
-                    Some(
-                        items
-                            .iter()
-                            .filter_map(|s| s.as_str().map(String::from))
-                            .collect(),
-                    )
-                }
-                Some(_) => {
-                    af.err("scopes", "must be an array of non-empty strings");
-                    None
-                }
-            };
-            match (kind, token_url, client_id, client_secret, scopes) {
-                (
-                    Some(kind),
-                    Some(token_url),
-                    Some(client_id),
-                    Some(client_secret),
-                    Some(scopes),
-                ) if kind == "oauth2ClientCredentials" => Some(OAuthClientCredentials {
-                    kind,
-                    token_url,
-                    client_id,
-                    client_secret,
-                    scopes,
-                }),
-                _ => None,
-            }
-        }
-        Some(_) => {
-            f.err("auth", "must be null or an oauth2ClientCredentials object");
-            None
-        }
-    };
-    if auth.is_some() {
-        // With OAuth, Dispatch sends the bearer token itself.
-        for name in headers.keys() {
-            if name.eq_ignore_ascii_case("authorization") {
-                f.errors.push(FieldError::new(
-                    format!("config.headers.{name}"),
-                    "is set by Dispatch when auth is set and cannot be overridden",
-                ));
-            }
+        });
+        match (name, config) {
+            (Some(name), Some(config)) if errors.is_empty() => Ok(TargetSpec {
+                name,
+                enabled,
+                config,
+                generated_secret,
+            }),
+            _ => Err(errors),
         }
     }
-    Some(WebhookConfig {
-        url: url?,
-        headers,
-        timeout_ms,
-        signing_secret: signing_secret?,
-        auth,
-    })
 }
 
-fn parse_sqs(v: &Value, errors: &mut Vec<FieldError>) -> Option<SqsConfig> {
-    let obj = v.as_object()?;
-    let mut f = Fields {
-        obj,
-        prefix: "config",
-        errors,
-    };
-    let queue_url = f.http_url("queueUrl", true);
-    let region = f.region();
-    let endpoint_url = f.http_url("endpointUrl", false);
-    let credentials = f.credentials();
-    let message_group_id = f.message_group_id();
-    Some(SqsConfig {
-        queue_url: queue_url?,
-        region: region?,
-        endpoint_url,
-        credentials,
-        message_group_id,
-    })
-}
-
-fn parse_sns(v: &Value, errors: &mut Vec<FieldError>) -> Option<SnsConfig> {
-    let obj = v.as_object()?;
-    let mut f = Fields {
-        obj,
-        prefix: "config",
-        errors,
-    };
-    let topic_arn = f.string("topicArn", true);
-    let topic_arn = topic_arn.and_then(|arn| {
-        if is_sns_arn(&arn) {
-            Some(arn)
-        } else {
-            f.err(
-                "topicArn",
-                "must be an SNS topic ARN: arn:aws:sns:<region>:<account>:<name>",
-            );
-            None
-        }
-    });
-    let region = f.region();
-    let endpoint_url = f.http_url("endpointUrl", false);
-    let credentials = f.credentials();
-    let message_group_id = f.message_group_id();
-    Some(SnsConfig {
-        topic_arn: topic_arn?,
-        region: region?,
-        endpoint_url,
-        credentials,
-        message_group_id,
-    })
-}
-
-fn is_sns_arn(arn: &str) -> bool {
-    let parts: Vec<&str> = arn.split(':').collect();
-    parts.len() == 6
-        && parts[0] == "arn"
-        && parts[1].starts_with("aws")
-        && parts[2] == "sns"
-        && is_region(parts[3])
-        && parts[4].len() == 12
-        && parts[4].bytes().all(|b| b.is_ascii_digit())
-        && !parts[5].is_empty()
-        && parts[5].len() <= 256
-        && parts[5]
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
-}
+mod read;
+mod schema;
+#[cfg(test)]
+mod tests;

@@ -1,7 +1,7 @@
 //! What a custom header may be, without an HTTP library: the domain stays pure.
 
 /// A header name: an RFC 9110 token.
-pub(super) fn is_header_name(name: &str) -> bool {
+pub fn is_header_name(name: &str) -> bool {
     !name.is_empty()
         && name
             .bytes()
@@ -9,7 +9,7 @@ pub(super) fn is_header_name(name: &str) -> bool {
 }
 
 /// A header value Dispatch can send as text: visible ASCII, spaces and tabs.
-pub(super) fn is_header_text(value: &str) -> bool {
+pub fn is_header_text(value: &str) -> bool {
     value
         .bytes()
         .all(|b| b == b'\t' || (0x20..0x7f).contains(&b))

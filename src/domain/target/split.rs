@@ -71,12 +71,9 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::domain::target::parse_spec;
 
     fn config(kind: &str, config: Value) -> TargetConfig {
-        parse_spec(&json!({"name": "t", "type": kind, "config": config}))
-            .unwrap()
-            .config
+        TargetConfig::from_stored_json(kind, config).unwrap()
     }
 
     #[test]
@@ -90,7 +87,10 @@ mod tests {
                        "auth": {"type": "oauth2ClientCredentials", "tokenUrl": "https://id.example.com/token",
                                 "clientId": "client-id", "clientSecret": "client-secret", "scopes": ["a"]}}),
             ),
-            config("webhook", json!({"url": "https://example.com/hook"})),
+            config(
+                "webhook",
+                json!({"url": "https://example.com/hook", "signingSecret": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}),
+            ),
             config(
                 "sqs",
                 json!({"queueUrl": "https://sqs.eu-north-1.amazonaws.com/123456789012/q", "region": "eu-north-1",
