@@ -10,17 +10,14 @@ use serde_json::{json, Value};
 
 async fn document() -> Value {
     let app = TestApp::spawn().await;
-    let doc = app
-        .http
-        .get(app.url("/openapi.json"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let doc = document_of(&app).await;
     app.shutdown().await;
     doc
+}
+
+async fn document_of(app: &TestApp) -> Value {
+    let r = app.http.get(app.url("/openapi.json")).send().await.unwrap();
+    r.json().await.unwrap()
 }
 
 fn operations(doc: &Value) -> Vec<(String, String, Value)> {
@@ -246,15 +243,7 @@ fn named<'a>(doc: &'a Value, reference: &Value) -> (&'a str, &'a Value) {
 #[tokio::test]
 async fn each_target_type_has_its_own_config_schema_whose_required_members_are_the_parsers() {
     let app = TestApp::spawn_with(|c| c.aws.allow_default_credentials = true).await;
-    let doc: Value = app
-        .http
-        .get(app.url("/openapi.json"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let doc = document_of(&app).await;
     let api = app.api("acme").await;
     let target_in = &doc["components"]["schemas"]["TargetIn"];
     assert_eq!(target_in["discriminator"]["propertyName"], "type");
@@ -267,16 +256,31 @@ async fn each_target_type_has_its_own_config_schema_whose_required_members_are_t
         let (_, variant) = named(&doc, reference);
         assert_eq!(variant["properties"]["type"]["enum"], json!([kind]));
         let (config_name, config) = named(&doc, &variant["properties"]["config"]["$ref"]);
+        // An object, or an allOf of objects (members shared between types).
+        let parts: Vec<&Value> = match config["allOf"].as_array() {
+            Some(all) => all
+                .iter()
+                .map(|p| match p.get("$ref") {
+                    Some(r) => named(&doc, r).1,
+                    None => p,
+                })
+                .collect(),
+            None => vec![config],
+        };
         // A config of the required members, each its documented example, is accepted.
-        let required: Vec<&str> = config["required"]
-            .as_array()
-            .unwrap()
+        let required: Vec<&str> = parts
             .iter()
+            .flat_map(|p| p["required"].as_array().into_iter().flatten())
             .map(|n| n.as_str().unwrap())
             .collect();
+        assert!(!required.is_empty(), "{config_name} requires members");
         let mut body = serde_json::Map::new();
         for name in &required {
-            let example = &config["properties"][*name]["example"];
+            let member = parts
+                .iter()
+                .map(|p| &p["properties"][*name])
+                .find(|m| m.is_object());
+            let example = &member.unwrap()["example"];
             assert!(example.is_string(), "{config_name}.{name} has no example");
             body.insert(name.to_string(), example.clone());
         }

@@ -113,16 +113,8 @@ pub struct SqsConfigIn {
     pub queue_url: Field<String>,
     #[schema(value_type = String, required = true, pattern = "^[a-z]{2}(-[a-z]+)+-[0-9]+$", example = "eu-north-1")]
     pub region: Field<String>,
-    /// Another endpoint than AWS's own (format `http-url`), public as a webhook's `url` is.
-    #[schema(value_type = Option<String>, format = "http-url", min_length = 1)]
-    pub endpoint_url: Field<String>,
-    /// Without them, the server's own AWS identity, only where the operator
-    /// allows it (`aws.allow_default_credentials`); otherwise 400.
-    #[schema(value_type = Option<AwsCredentialsIn>)]
-    pub credentials: Field<AwsCredentialsIn>,
-    /// The FIFO message group: 1 to 128 printable ASCII characters.
-    #[schema(value_type = Option<String>, pattern = "^[!-~]{1,128}$")]
-    pub message_group_id: Field<String>,
+    #[serde(flatten)]
+    pub aws: AwsIn,
 }
 
 /// An Amazon SNS topic.
@@ -134,6 +126,14 @@ pub struct SnsConfigIn {
     pub topic_arn: Field<String>,
     #[schema(value_type = String, required = true, pattern = "^[a-z]{2}(-[a-z]+)+-[0-9]+$", example = "eu-north-1")]
     pub region: Field<String>,
+    #[serde(flatten)]
+    pub aws: AwsIn,
+}
+
+/// What SQS and SNS configs share.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AwsIn {
     /// Another endpoint than AWS's own (format `http-url`), public as a webhook's `url` is.
     #[schema(value_type = Option<String>, format = "http-url", min_length = 1)]
     pub endpoint_url: Field<String>,

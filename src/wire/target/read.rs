@@ -3,9 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{
-    AuthKindIn, AwsCredentialsIn, OAuthIn, SnsConfigIn, SqsConfigIn, WebhookConfigIn, NUL,
-};
+use super::{AuthKindIn, AwsIn, OAuthIn, SnsConfigIn, SqsConfigIn, WebhookConfigIn, NUL};
 use crate::{
     domain::target::{
         generate_signing_secret, rules, signing_key, AwsCredentials, FieldError,
@@ -245,13 +243,6 @@ struct Aws {
     message_group_id: Option<String>,
 }
 
-/// What SQS and SNS configs share, as sent.
-struct AwsIn {
-    endpoint_url: Field<String>,
-    credentials: Field<AwsCredentialsIn>,
-    message_group_id: Field<String>,
-}
-
 impl AwsIn {
     fn read(self, e: &mut Vec<FieldError>) -> Option<Aws> {
         let (endpoint_url, endpoint_ok) =
@@ -299,13 +290,7 @@ impl SqsConfigIn {
     pub(super) fn read(self, e: &mut Vec<FieldError>) -> Option<SqsConfig> {
         let (queue_url, _) = http_url(self.queue_url, "config.queueUrl", true, e);
         let region = region(self.region, e);
-        let aws = AwsIn {
-            endpoint_url: self.endpoint_url,
-            credentials: self.credentials,
-            message_group_id: self.message_group_id,
-        }
-        .read(e);
-        let aws = aws?;
+        let aws = self.aws.read(e)?;
         Some(SqsConfig {
             queue_url: queue_url?,
             region: region?,
@@ -330,13 +315,7 @@ impl SnsConfigIn {
             }
         });
         let region = region(self.region, e);
-        let aws = AwsIn {
-            endpoint_url: self.endpoint_url,
-            credentials: self.credentials,
-            message_group_id: self.message_group_id,
-        }
-        .read(e);
-        let aws = aws?;
+        let aws = self.aws.read(e)?;
         Some(SnsConfig {
             topic_arn: topic_arn?,
             region: region?,
