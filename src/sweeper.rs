@@ -305,9 +305,14 @@ impl Sweeper {
         }
     }
 
+    /// How late the first attempt of a ladder started: after the delivery
+    /// time, or after the message was (re)scheduled when that was later (a
+    /// message scheduled for the past is due when it is scheduled, not years
+    /// before).
     fn observe_lateness(&self, c: &Claimed, started_at: chrono::DateTime<chrono::Utc>) {
         if c.ladder_attempts == 0 {
-            let lateness = (started_at - c.delivery_time).num_milliseconds().max(0) as f64 / 1000.0;
+            let due = c.delivery_time.max(c.scheduled_at);
+            let lateness = (started_at - due).num_milliseconds().max(0) as f64 / 1000.0;
             metrics::histogram!(m::LATENESS).record(lateness);
         }
     }

@@ -219,6 +219,38 @@ async fn metrics_are_prometheus_text_that_counts_deliveries_and_dead_letters() {
 }
 
 #[tokio::test]
+async fn a_message_scheduled_for_the_past_is_late_from_when_it_was_scheduled_not_from_then() {
+    let app = TestApp::spawn().await;
+    let api = app.api("acme").await;
+    let rx = Receiver::start().await;
+    let t = api.webhook(&rx.url("/hook")).await;
+    let lateness = "dispatch_delivery_lateness_seconds_sum";
+    let before = sample_sum(&metrics_text(&app).await, lateness).unwrap_or(0.0);
+    // A backfill: due in 2020, scheduled now.
+    let m = api
+        .schedule(
+            t["targetId"].as_str().unwrap(),
+            "2020-07-01T12:34:00Z",
+            "late",
+        )
+        .await;
+    api.wait_for_state(
+        m["messageId"].as_str().unwrap(),
+        "Delivered",
+        Duration::from_secs(5),
+    )
+    .await;
+    let added = sample_sum(&metrics_text(&app).await, lateness).unwrap() - before;
+    // Counted from 2020 it would add six years (about 1.9e8 s). Other tests
+    // of this binary deliver at the same time and add their own fractions.
+    assert!(
+        (0.0..60.0).contains(&added),
+        "{added} s of lateness for a message delivered at once"
+    );
+    app.shutdown().await;
+}
+
+#[tokio::test]
 async fn the_rows_retention_purges_are_counted_in_metrics() {
     let app = TestApp::spawn_with(|c| {
         c.retention.interval = Duration::from_millis(100);

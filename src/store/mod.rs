@@ -234,6 +234,10 @@ pub struct Claimed {
     pub target: TargetConfig,
     pub payload: String,
     pub delivery_time: DateTime<Utc>,
+    /// When it was last scheduled or rescheduled. While a message waits for
+    /// the first attempt of its ladder (`ladder_attempts == 0`) nothing else
+    /// changes its row, so this is its `updatedAt`.
+    pub scheduled_at: DateTime<Utc>,
     pub attempt_count: u32,
     pub ladder_attempts: u32,
     pub lease_token: Uuid,

@@ -10,6 +10,7 @@ checks!(
     a_disabled_targets_messages_are_not_claimed_until_it_is_enabled,
     next_due_is_the_earliest_claimable_time_and_ignores_paused_messages,
     two_concurrent_claimers_hand_out_all_200_messages_exactly_once,
+    a_claim_says_when_its_message_was_last_scheduled,
 );
 
 async fn claim_due_hands_out_only_due_scheduled_messages_oldest_due_first(store: Arc<dyn Store>) {
@@ -270,4 +271,48 @@ async fn two_concurrent_claimers_hand_out_all_200_messages_exactly_once(store: A
         b.len()
     );
     assert!(store.claim_due(now, 1000, LEASE).await.unwrap().is_empty());
+}
+
+async fn a_claim_says_when_its_message_was_last_scheduled(store: Arc<dyn Store>) {
+    let t = add_target(&*store, ACME).await;
+    let now = time::now();
+    // Scheduled now for a year ago; scheduled now and rescheduled a minute
+    // later for two hours ago.
+    let past = message_value(&t, now - hours(24 * 365), now);
+    let moved = message_value(&t, now + hours(5), now);
+    store
+        .insert_messages(ACME, &[past.clone(), moved.clone()])
+        .await
+        .unwrap();
+    done(
+        store
+            .reschedule(ACME, &moved.id, now - hours(2), now + secs(60))
+            .await
+            .unwrap(),
+    );
+    // Neither a pause of the target nor a lost lease moves it.
+    for (enabled, at) in [(false, 61), (true, 62)] {
+        store
+            .set_target_enabled(ACME, &t.id, enabled, now + secs(at))
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    let lost = store
+        .claim_due(now + secs(70), 10, Duration::from_millis(1))
+        .await
+        .unwrap();
+    assert_eq!(lost.len(), 2);
+    let claimed = store.claim_due(now + secs(80), 10, LEASE).await.unwrap();
+    let scheduled_at = |m: &Message| {
+        claimed
+            .iter()
+            .find(|c| c.id == m.id)
+            .map(|c| c.scheduled_at.timestamp_millis())
+    };
+    assert_eq!(scheduled_at(&past), Some(now.timestamp_millis()));
+    assert_eq!(
+        scheduled_at(&moved),
+        Some((now + secs(60)).timestamp_millis())
+    );
 }

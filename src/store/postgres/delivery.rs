@@ -34,7 +34,7 @@ impl DeliveryStore for PgStore {
                lease_token = $4 \
              FROM due, targets t WHERE m.id = due.id AND t.id = m.target_id \
              RETURNING m.id, m.target_id, t.kind, t.config, t.secrets_key_id, t.sealed_secrets, m.payload, \
-               m.delivery_time, m.attempt_count, m.ladder_attempts",
+               m.delivery_time, m.attempt_count, m.ladder_attempts, m.updated_at AS scheduled_at",
         )
         .bind(now)
         .bind(i64::from(limit))
@@ -81,6 +81,7 @@ impl DeliveryStore for PgStore {
                     target_id: TargetId::from_trusted(r.target_id),
                     payload: payload_from_bytes(r.payload)?.into_inner(),
                     delivery_time: r.delivery_time,
+                    scheduled_at: r.scheduled_at,
                     attempt_count: r.attempt_count.max(0) as u32,
                     ladder_attempts: r.ladder_attempts.max(0) as u32,
                     lease_token: token,

@@ -140,6 +140,7 @@ pub struct ClaimRow {
     pub delivery_time: DateTime<Utc>,
     pub attempt_count: i32,
     pub ladder_attempts: i32,
+    pub scheduled_at: DateTime<Utc>,
 }
 
 pub fn payload_from_bytes(bytes: Vec<u8>) -> StoreResult<Payload> {

@@ -31,7 +31,7 @@ impl DeliveryStore for SqliteStore {
              WHERE id IN (SELECT id FROM messages WHERE state = 'Scheduled' AND paused = 0 AND claim_at <= ?1 \
                           ORDER BY claim_at LIMIT ?4) \
              RETURNING id, target_id, payload, delivery_time, attempt_count, \
-               ladder_attempts",
+               ladder_attempts, updated_at AS scheduled_at",
         )
         .bind(ms(now))
         .bind(lease_end)
@@ -97,6 +97,7 @@ impl DeliveryStore for SqliteStore {
                         target,
                         payload: r.payload,
                         delivery_time: from_ms(r.delivery_time),
+                        scheduled_at: from_ms(r.scheduled_at),
                         attempt_count: r.attempt_count.max(0) as u32,
                         ladder_attempts: r.ladder_attempts.max(0) as u32,
                         lease_token: token,

@@ -175,4 +175,5 @@ pub struct ClaimRow {
     pub delivery_time: i64,
     pub attempt_count: i64,
     pub ladder_attempts: i64,
+    pub scheduled_at: i64,
 }
