@@ -1,5 +1,5 @@
 //! The command line: `serve` (default), `migrate`, `clients create|list|revoke`,
-//! `targets create`, `users create`, `secrets rotate`.
+//! `targets create`, `users create`, `secrets rotate`, `listen`.
 
 use std::path::PathBuf;
 
@@ -49,6 +49,9 @@ pub enum Command {
     /// Secrets at rest (target secrets, token-signing keys).
     #[command(subcommand)]
     Secrets(SecretsCommand),
+    /// Receive webhooks here and print them, checking their signatures: a
+    /// target to try Dispatch with, or to see what a target receives.
+    Listen(crate::listen::ListenArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -98,6 +101,10 @@ pub struct CreateTarget {
     /// The target's config as JSON, as in POST /targets.
     #[arg(long = "target-config", value_name = "JSON")]
     pub target_config: String,
+    /// When the account has a target of this name already, print it and
+    /// create none: for provisioning that runs more than once.
+    #[arg(long)]
+    pub unless_exists: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -135,9 +142,17 @@ pub struct CreateClient {
     /// A scope to grant; repeat for several. Default: all four.
     #[arg(long = "scope", value_name = "SCOPE")]
     pub scopes: Vec<String>,
+    /// Print shell `export` lines (DISPATCH_CLIENT_ID, DISPATCH_CLIENT_SECRET)
+    /// instead of JSON, for `eval "$(dispatch clients create … --shell)"`.
+    #[arg(long)]
+    pub shell: bool,
 }
 
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
+    if let Some(Command::Listen(args)) = cli.command {
+        // A receiver needs no configuration and no database.
+        return crate::listen::listen(args).await;
+    }
     let config = Config::load(cli.config.as_deref())?;
     match cli.command.unwrap_or(Command::Serve) {
         Command::Serve => serve(config).await,
@@ -152,6 +167,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Targets(TargetsCommand::Create(args)) => create_target(config, args).await,
         Command::Users(UsersCommand::Create(args)) => create_user(config, args).await,
         Command::Secrets(SecretsCommand::Rotate) => rotate_secrets(config).await,
+        Command::Listen(_) => unreachable!("answered above"),
     }
 }
 
@@ -267,11 +283,17 @@ async fn create_client(config: Config, args: CreateClient) -> anyhow::Result<()>
         .await
         .map_err(refused)
         .context("saving the client")?;
-    println!(
-        "{}",
-        json!({"clientId": client.record.client_id, "clientSecret": client.secret,
-               "account": account.as_str(), "scopes": client.record.scopes})
-    );
+    if args.shell {
+        // Ids and secrets are URL-safe text: single quotes need no escaping.
+        println!("export DISPATCH_CLIENT_ID='{}'", client.record.client_id);
+        println!("export DISPATCH_CLIENT_SECRET='{}'", client.secret);
+    } else {
+        println!(
+            "{}",
+            json!({"clientId": client.record.client_id, "clientSecret": client.secret,
+                   "account": account.as_str(), "scopes": client.record.scopes})
+        );
+    }
     Ok(())
 }
 
@@ -335,6 +357,17 @@ async fn create_target(config: Config, args: CreateTarget) -> anyhow::Result<()>
     )
     .map_err(invalid)?;
     let service = admin_service(config).await?;
+    if args.unless_exists {
+        if let Some(t) = service
+            .target_named(&account, &args.name)
+            .await
+            .map_err(refused)?
+        {
+            println!("{}", serde_json::to_string(&TargetOut::new(&t))?);
+            eprintln!("{} is named {:?} already: nothing created", t.id, t.name);
+            return Ok(());
+        }
+    }
     let saved = service
         .create_target(&account, spec)
         .await

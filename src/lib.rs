@@ -9,6 +9,7 @@ pub mod config;
 pub mod delivery;
 pub mod domain;
 pub mod limits;
+pub mod listen;
 pub mod metrics;
 pub mod portal;
 pub mod retention;

@@ -1,3 +1,5 @@
+use std::io::IsTerminal;
+
 use clap::Parser;
 use dispatch::{cli, config::Config};
 use tracing_subscriber::EnvFilter;
@@ -21,8 +23,11 @@ fn init_tracing(config_file: Option<&std::path::Path>) {
         Err(_) => ("pretty".into(), "info".into()),
     };
     let filter = EnvFilter::try_from_env("RUST_LOG").unwrap_or_else(|_| EnvFilter::new(filter));
+    // Colours only for a person at a terminal: a file or a log collector
+    // gets plain text.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     if format == "json" {
         builder.json().init();

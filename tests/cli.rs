@@ -113,13 +113,23 @@ pub(crate) async fn serve_in(
     dir: &std::path::Path,
     until: &str,
 ) -> (tokio::process::Child, Vec<String>) {
+    serve_logging(dir, until, "json").await
+}
+
+/// `dispatch serve` in `dir` with `log.format` set, its standard error read
+/// (a pipe, as a log collector reads it) up to the line holding `until`.
+pub(crate) async fn serve_logging(
+    dir: &std::path::Path,
+    until: &str,
+    format: &str,
+) -> (tokio::process::Child, Vec<String>) {
     let mut child = dispatch()
         .arg("serve")
         .current_dir(dir)
         .env("DISPATCH_SERVER__LISTEN", "127.0.0.1:0")
         .env("DISPATCH_WEBHOOK__ALLOW_PRIVATE_NETWORKS", "true")
         .env("RUST_LOG", "info")
-        .env("DISPATCH_LOG__FORMAT", "json")
+        .env("DISPATCH_LOG__FORMAT", format)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -247,6 +257,27 @@ async fn serve_with_no_configuration_runs_on_the_embedded_store_and_delivers() {
 }
 
 #[tokio::test]
+async fn logs_written_to_a_pipe_are_plain_text_or_json_as_configured() {
+    for format in ["pretty", "json"] {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut child, lines) = serve_logging(dir.path(), "dispatch is serving", format).await;
+        child.start_kill().unwrap();
+        child.wait().await.unwrap();
+        assert!(
+            !lines.iter().any(|l| l.contains('\u{1b}')),
+            "{format}: colour escapes in {lines:?}"
+        );
+        let serving = lines.last().unwrap();
+        if format == "json" {
+            let event: Value = serde_json::from_str(serving).expect("a JSON log line");
+            assert_eq!(event["level"], "INFO", "{serving}");
+        } else {
+            assert!(serving.contains(" INFO "), "{serving}");
+        }
+    }
+}
+
+#[tokio::test]
 async fn migrate_applies_the_schema() {
     let db = TestDb::new().await;
     let out = dispatch()
@@ -353,6 +384,36 @@ async fn targets_create_provisions_a_target_from_the_command_line() {
     let id: dispatch::domain::ids::TargetId = t["targetId"].as_str().unwrap().parse().unwrap();
     let store = common::open_any_store(&db.url).await;
     assert!(store.get_target("demo", &id).await.unwrap().is_some());
+
+    // Provisioning run again (the compose demo on every `up`) creates no second one.
+    for _ in 0..2 {
+        let again = dispatch()
+            .args([
+                "targets",
+                "create",
+                "--account",
+                "demo",
+                "--name",
+                "q",
+                "--type",
+                "sqs",
+            ])
+            .args(["--target-config", config, "--unless-exists"])
+            .env("DATABASE_URL", &db.url)
+            .output()
+            .await
+            .unwrap();
+        assert!(
+            again.status.success(),
+            "{}",
+            String::from_utf8_lossy(&again.stderr)
+        );
+        let same: Value = serde_json::from_slice(&again.stdout).unwrap();
+        assert_eq!(same["targetId"], t["targetId"]);
+        assert_eq!(same["config"]["credentials"]["secretAccessKey"], "***");
+    }
+    let all = store.list_targets("demo", None, 100).await.unwrap();
+    assert_eq!(all.len(), 1, "{all:?}");
 
     let bad = dispatch()
         .args([

@@ -14,6 +14,24 @@ pub fn sign(key: &[u8], id: &str, timestamp: i64, body: &[u8]) -> String {
     format!("v1,{}", B64.encode(mac.finalize().into_bytes()))
 }
 
+/// Whether any `v1,` signature in a `webhook-signature` header (several may
+/// be sent, space-separated, while a secret is rotated) signs this message;
+/// compared in constant time.
+pub fn verify(key: &[u8], id: &str, timestamp: i64, body: &[u8], header: &str) -> bool {
+    header.split(' ').any(|candidate| {
+        let Some(Ok(sig)) = candidate.strip_prefix("v1,").map(|s| B64.decode(s)) else {
+            return false;
+        };
+        let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("HMAC accepts keys of any length");
+        mac.update(id.as_bytes());
+        mac.update(b".");
+        mac.update(timestamp.to_string().as_bytes());
+        mac.update(b".");
+        mac.update(body);
+        mac.verify_slice(&sig).is_ok()
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -29,5 +47,25 @@ mod tests {
             br#"{"test": 2432232314}"#,
         );
         assert_eq!(sig, "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=");
+    }
+
+    #[test]
+    fn a_signature_verifies_only_for_its_own_message() {
+        let key = B64.decode("MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap();
+        let body = br#"{"test": 2432232314}"#;
+        let sig = sign(&key, "msg_1", 1614265330, body);
+        assert!(verify(&key, "msg_1", 1614265330, body, &sig));
+        assert!(verify(
+            &key,
+            "msg_1",
+            1614265330,
+            body,
+            &format!("v1,AAAA {sig}")
+        ));
+        assert!(!verify(&key, "msg_2", 1614265330, body, &sig));
+        assert!(!verify(&key, "msg_1", 1614265331, body, &sig));
+        assert!(!verify(&key, "msg_1", 1614265330, b"{}", &sig));
+        assert!(!verify(b"another key", "msg_1", 1614265330, body, &sig));
+        assert!(!verify(&key, "msg_1", 1614265330, body, "v2,whatever"));
     }
 }
