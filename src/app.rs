@@ -181,6 +181,7 @@ pub async fn start_with(
         WebhookClient::new(
             config.webhook.timeout,
             max_timeout,
+            config.webhook.connect_timeout,
             config.webhook.allow_private_networks,
         ),
         AwsClients::new(

@@ -101,6 +101,8 @@ pub struct RetryConfig {
     pub minute_delay: Duration,
     #[serde(with = "duration")]
     pub hour_delay: Duration,
+    #[serde(with = "duration")]
+    pub max_retry_after: Duration,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -134,6 +136,8 @@ pub struct WebhookConfig {
     pub allow_private_networks: bool,
     #[serde(with = "duration")]
     pub timeout: Duration,
+    #[serde(with = "duration")]
+    pub connect_timeout: Duration,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -334,6 +338,7 @@ impl From<&RetryConfig> for crate::domain::retry::RetryPolicy {
             hour_cycles: c.hour_cycles,
             minute_delay: c.minute_delay,
             hour_delay: c.hour_delay,
+            max_retry_after: c.max_retry_after,
         }
     }
 }
@@ -352,6 +357,7 @@ mod tests {
         assert_eq!(c.retry.hour_cycles, 24);
         assert_eq!(c.retry.minute_delay, Duration::from_secs(60));
         assert_eq!(c.retry.hour_delay, Duration::from_secs(3600));
+        assert_eq!(c.retry.max_retry_after, Duration::from_secs(3600));
         assert_eq!(c.retention.delivered, Duration::from_secs(86400));
         assert_eq!(c.retention.cancelled, Duration::from_secs(86400));
         assert_eq!(c.retention.failed_attempts, Duration::from_secs(7 * 86400));
@@ -361,6 +367,7 @@ mod tests {
         assert!(!c.webhook.allow_private_networks);
         assert!(!c.aws.allow_default_credentials);
         assert_eq!(c.webhook.timeout, Duration::from_secs(10));
+        assert_eq!(c.webhook.connect_timeout, Duration::from_secs(5));
         assert!(c.database.url.is_empty());
         assert_eq!(c.auth.token_attempts, 10);
         assert_eq!(c.auth.token_window, Duration::from_secs(60));

@@ -330,9 +330,12 @@ impl Sweeper {
         let finished_at = started_at + chrono::TimeDelta::from_std(elapsed).unwrap_or_default();
         metrics::histogram!(m::DELIVERY_SECONDS).record(elapsed.as_secs_f64());
         let ladder_attempts = ladder_before + 1;
-        let next = self
-            .policy
-            .next(ladder_attempts, delivered.outcome, finished_at);
+        let (next, waited) = self.policy.next_honouring(
+            ladder_attempts,
+            delivered.outcome,
+            finished_at,
+            delivered.retry_after,
+        );
         attempts.push(Attempt {
             attempt: c.attempt_count + attempts.len() as u32 + 1,
             started_at,
@@ -342,6 +345,7 @@ impl Sweeper {
             status_code: delivered.status_code,
             error: delivered.error,
             response_body: delivered.response_body,
+            retry_after_ms: waited.map(|w| w.as_millis() as u64),
         });
         Recorded {
             id: c.id,

@@ -135,6 +135,7 @@ async fn fill(store: &dyn Store, n: usize) -> anyhow::Result<(Vec<TargetId>, Mes
                     } else {
                         "{\"error\": \"nope\"}".into()
                     }),
+                    retry_after_ms: None,
                 };
                 let attempts = if dead {
                     vec![

@@ -177,6 +177,7 @@ impl AwsClients {
                 status_code: None,
                 error: None,
                 response_body: None,
+                retry_after: None,
             },
             Err(e) => classify("SQS", &e),
         }
@@ -235,6 +236,7 @@ impl AwsClients {
                                 status_code: None,
                                 error: None,
                                 response_body: None,
+                                retry_after: None,
                             };
                         }
                     }
@@ -303,6 +305,7 @@ impl AwsClients {
                 status_code: None,
                 error: None,
                 response_body: None,
+                retry_after: None,
             },
             Err(e) => classify("SNS", &e),
         }
@@ -398,11 +401,19 @@ where
             } else {
                 AttemptOutcome::NonRetryableFailure
             };
+            // Throttled: wait as long as AWS asks, when it says.
+            let throttled = status == 429 || status == 503 || code.contains("Throttl");
+            let retry_after = ctx
+                .raw()
+                .header("retry-after")
+                .filter(|_| throttled)
+                .and_then(super::retry_after);
             Delivered {
                 outcome,
                 status_code: Some(status),
                 error: Some(format!("{service} {code}: {message}")),
                 response_body: None,
+                retry_after,
             }
         }
         _ => Delivered::failure(
@@ -412,14 +423,19 @@ where
     }
 }
 
-/// The HTTP status of a raw SDK response.
+/// The HTTP status and headers of a raw SDK response.
 pub trait HasStatus {
     fn status_code(&self) -> u16;
+    fn header(&self, name: &str) -> Option<&str>;
 }
 
 impl HasStatus for aws_smithy_runtime_api::http::Response {
     fn status_code(&self) -> u16 {
         self.status().as_u16()
+    }
+
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers().get(name)
     }
 }
 

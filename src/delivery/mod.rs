@@ -50,6 +50,20 @@ impl<'a> Envelope<'a> {
     }
 }
 
+/// The wait a `Retry-After` value asks for: delay-seconds, or an HTTP date
+/// (a date already past asks for none). Anything else is ignored.
+pub fn retry_after(value: &str) -> Option<std::time::Duration> {
+    let value = value.trim();
+    if let Ok(seconds) = value.parse::<u64>() {
+        return Some(std::time::Duration::from_secs(seconds));
+    }
+    let at = httpdate::parse_http_date(value).ok()?;
+    Some(
+        at.duration_since(std::time::SystemTime::now())
+            .unwrap_or_default(),
+    )
+}
+
 /// What one attempt came to, before the ladder decides what follows.
 #[derive(Debug, Clone)]
 pub struct Delivered {
@@ -57,6 +71,9 @@ pub struct Delivered {
     pub status_code: Option<u16>,
     pub error: Option<String>,
     pub response_body: Option<String>,
+    /// The wait the receiver asked for before the next attempt (a 429 or 503
+    /// with Retry-After), as asked.
+    pub retry_after: Option<std::time::Duration>,
 }
 
 impl Delivered {
@@ -66,6 +83,7 @@ impl Delivered {
             status_code: None,
             error: Some(error.into()),
             response_body: None,
+            retry_after: None,
         }
     }
 }
@@ -153,5 +171,31 @@ fn sqs_entry<'a>(claimed: &'a Claimed, envelope: &'a Envelope<'a>) -> aws::SqsEn
         target_id: claimed.target_id.as_str(),
         original_delivery_time: &envelope.original_delivery_time,
         body: String::from_utf8(envelope.to_bytes()).expect("JSON is UTF-8"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, SystemTime};
+
+    use super::*;
+
+    #[test]
+    fn retry_after_is_seconds_or_an_http_date() {
+        assert_eq!(retry_after("120"), Some(Duration::from_secs(120)));
+        assert_eq!(retry_after(" 0 "), Some(Duration::ZERO));
+        let in_a_minute = httpdate::fmt_http_date(SystemTime::now() + Duration::from_secs(61));
+        let wait = retry_after(&in_a_minute).unwrap();
+        assert!(
+            wait > Duration::from_secs(55) && wait <= Duration::from_secs(61),
+            "{wait:?}"
+        );
+        assert_eq!(
+            retry_after("Wed, 21 Oct 2015 07:28:00 GMT"),
+            Some(Duration::ZERO)
+        );
+        for ignored in ["", "-5", "1.5", "soon", "120 seconds"] {
+            assert_eq!(retry_after(ignored), None, "{ignored:?}");
+        }
     }
 }

@@ -24,9 +24,17 @@ pub struct WebhookClient {
 }
 
 impl WebhookClient {
-    /// `max_timeout` keeps every attempt inside its lease.
-    pub fn new(default_timeout: Duration, max_timeout: Duration, allow_private: bool) -> Self {
+    /// `max_timeout` keeps every attempt inside its lease; opening a
+    /// connection (to a receiver or its token endpoint) may take at most
+    /// `connect_timeout` of it.
+    pub fn new(
+        default_timeout: Duration,
+        max_timeout: Duration,
+        connect_timeout: Duration,
+        allow_private: bool,
+    ) -> Self {
         let mut builder = Client::builder()
+            .connect_timeout(connect_timeout)
             .redirect(redirect::Policy::none())
             // A proxy would resolve names for us, past the private-network guard.
             .no_proxy()
@@ -185,6 +193,15 @@ pub fn classify_status(status: StatusCode) -> AttemptOutcome {
 
 async fn classify_response(mut response: reqwest::Response) -> Delivered {
     let status = response.status();
+    // Only a 429 or a 503 asks for a wait (RFC 9110 §10.2.3, API.md §9).
+    let retry_after = match status {
+        StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE => response
+            .headers()
+            .get(header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(super::retry_after),
+        _ => None,
+    };
     let mut excerpt = Vec::new();
     let mut read = 0usize;
     // Read a little of the body for the record; drain small bodies so the
@@ -215,6 +232,7 @@ async fn classify_response(mut response: reqwest::Response) -> Delivered {
         status_code: Some(status.as_u16()),
         error,
         response_body: Some(String::from_utf8_lossy(&excerpt).into_owned()),
+        retry_after,
     }
 }
 
@@ -222,10 +240,12 @@ fn classify_error(e: &reqwest::Error, timeout: Duration) -> Delivered {
     if let Some(refused) = guard::find_refusal(e) {
         return Delivered::failure(AttemptOutcome::NonRetryableFailure, refused.to_string());
     }
-    let message = if e.is_timeout() {
-        format!("timeout after {}ms", timeout.as_millis())
-    } else if e.is_connect() {
+    // A connection that could not be opened in webhook.connect_timeout is a
+    // connection failure, not the attempt's timeout.
+    let message = if e.is_connect() {
         format!("connection failed: {}", root_cause(e))
+    } else if e.is_timeout() {
+        format!("timeout after {}ms", timeout.as_millis())
     } else {
         format!("request failed: {}", root_cause(e))
     };

@@ -109,6 +109,9 @@ pub struct Attempt {
     pub status_code: Option<u16>,
     pub error: Option<String>,
     pub response_body: Option<String>,
+    /// The wait before the next attempt that the receiver asked for
+    /// (Retry-After), as applied: after the cap.
+    pub retry_after_ms: Option<u64>,
 }
 
 #[cfg(test)]

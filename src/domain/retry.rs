@@ -17,6 +17,8 @@ pub struct RetryPolicy {
     pub hour_cycles: u32,
     pub minute_delay: Duration,
     pub hour_delay: Duration,
+    /// The longest wait a receiver may ask for (Retry-After).
+    pub max_retry_after: Duration,
 }
 
 /// What an attempt came to.
@@ -83,6 +85,27 @@ impl RetryPolicy {
         }
     }
 
+    /// As `next`, when the receiver asked for `retry_after` (a 429 or 503
+    /// with Retry-After): a retry is no earlier than that wait, capped at
+    /// `max_retry_after`, and an immediate retry becomes a wait; the ladder
+    /// advances as usual. Also returns the wait applied (after the cap),
+    /// when there is a retry to apply it to.
+    pub fn next_honouring(
+        &self,
+        attempt: u32,
+        outcome: AttemptOutcome,
+        finished_at: DateTime<Utc>,
+        retry_after: Option<Duration>,
+    ) -> (Next, Option<Duration>) {
+        match (self.next(attempt, outcome, finished_at), retry_after) {
+            (Next::Retry(at), Some(asked)) => {
+                let wait = asked.min(self.max_retry_after);
+                (Next::Retry(at.max(finished_at + wait)), Some(wait))
+            }
+            (next, _) => (next, None),
+        }
+    }
+
     /// The wait after failed attempt `attempt`, or None when the ladder is exhausted.
     pub fn delay_after(&self, attempt: u32) -> Option<Duration> {
         let attempt = attempt.max(1);
@@ -110,6 +133,7 @@ mod tests {
             hour_cycles: 24,
             minute_delay: Duration::from_secs(60),
             hour_delay: Duration::from_secs(3600),
+            max_retry_after: Duration::from_secs(3600),
         }
     }
 
@@ -230,5 +254,48 @@ mod tests {
         ] {
             assert_eq!(AttemptOutcome::parse(o.as_str()), Some(o));
         }
+    }
+
+    #[test]
+    fn a_receivers_retry_after_delays_the_retry_up_to_the_cap() {
+        let p = RetryPolicy {
+            max_retry_after: Duration::from_secs(600),
+            ..default_policy()
+        };
+        let t = t0();
+        let retryable = AttemptOutcome::RetryableFailure;
+        // An immediate retry becomes a wait of what was asked.
+        assert_eq!(
+            p.next_honouring(1, retryable, t, Some(Duration::from_secs(30))),
+            (
+                Next::Retry(t + Duration::from_secs(30)),
+                Some(Duration::from_secs(30))
+            )
+        );
+        // A longer wish is cut to the cap.
+        assert_eq!(
+            p.next_honouring(1, retryable, t, Some(Duration::from_secs(7200))),
+            (
+                Next::Retry(t + Duration::from_secs(600)),
+                Some(Duration::from_secs(600))
+            )
+        );
+        // The ladder's own wait wins when it is longer.
+        assert_eq!(
+            p.next_honouring(2, retryable, t, Some(Duration::from_secs(5))),
+            (
+                Next::Retry(t + Duration::from_secs(60)),
+                Some(Duration::from_secs(5))
+            )
+        );
+        // Without a wish, or without a retry, nothing changes.
+        assert_eq!(
+            p.next_honouring(1, retryable, t, None),
+            (Next::Retry(t), None)
+        );
+        assert_eq!(
+            p.next_honouring(240, retryable, t, Some(Duration::from_secs(5))),
+            (Next::DeadLetter, None)
+        );
     }
 }

@@ -216,6 +216,9 @@ pub struct AttemptOut {
     pub error: Option<String>,
     /// The first 1,024 bytes of the response, decoded as UTF-8 with invalid sequences replaced.
     pub response_body: Option<String>,
+    /// The wait before the next attempt that the receiver asked for with
+    /// Retry-After (on a 429 or 503), as applied: at most `retry.max_retry_after`.
+    pub retry_after_ms: Option<u64>,
 }
 
 impl AttemptOut {
@@ -229,6 +232,7 @@ impl AttemptOut {
             status_code: a.status_code,
             error: a.error.clone(),
             response_body: a.response_body.clone(),
+            retry_after_ms: a.retry_after_ms,
         }
     }
 }

@@ -160,6 +160,7 @@ async fn a_cancel_after_a_stalled_attempt_lost_its_lease_wins_over_the_attempts_
             status_code: Some(200),
             error: None,
             response_body: None,
+            retry_after_ms: None,
         }],
         ladder_attempts: 1,
         next: Next::Delivered,

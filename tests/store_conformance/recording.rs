@@ -70,6 +70,8 @@ async fn recording_a_retry_schedules_the_next_attempt_at_the_given_time(store: A
     second.error = Some("timed out after 10s".into());
     second.status_code = None;
     second.response_body = None;
+    // The receiver asked for a minute (Retry-After): the record keeps it.
+    second.retry_after_ms = Some(60_000);
     let attempts = vec![
         attempt(1, AttemptOutcome::RetryableFailure, now + ms(20)),
         second,
@@ -99,6 +101,13 @@ async fn recording_a_retry_schedules_the_next_attempt_at_the_given_time(store: A
         read.delivery_time, m.delivery_time,
         "a retry keeps the requested delivery time"
     );
+
+    let waits: Vec<Option<u64>> = attempts_of(&*store, &m)
+        .await
+        .iter()
+        .map(|a| a.retry_after_ms)
+        .collect();
+    assert_eq!(waits, [None, Some(60_000)]);
 
     assert_eq!(store.next_due().await.unwrap(), Some(retry_at));
     assert!(store

@@ -179,6 +179,7 @@ pub(crate) fn attempt(n: u32, outcome: AttemptOutcome, finished_at: DateTime<Utc
         status_code,
         error,
         response_body,
+        retry_after_ms: None,
     }
 }
 

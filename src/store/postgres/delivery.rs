@@ -157,6 +157,7 @@ impl DeliveryStore for PgStore {
         let mut a_codes: Vec<Option<i32>> = Vec::with_capacity(n);
         let mut a_errors: Vec<Option<std::borrow::Cow<'_, str>>> = Vec::with_capacity(n);
         let mut a_bodies: Vec<Option<std::borrow::Cow<'_, str>>> = Vec::with_capacity(n);
+        let mut a_waits: Vec<Option<i64>> = Vec::with_capacity(n);
         for r in results {
             let last = r.last();
             ids.push(r.id.0);
@@ -179,6 +180,7 @@ impl DeliveryStore for PgStore {
                 a_codes.push(a.status_code.map(i32::from));
                 a_errors.push(a.error.as_deref().map(storable_text));
                 a_bodies.push(a.response_body.as_deref().map(storable_text));
+                a_waits.push(a.retry_after_ms.map(|ms| ms as i64));
             }
         }
         let recorded = sqlx::query(
@@ -198,13 +200,14 @@ impl DeliveryStore for PgStore {
                FROM input i WHERE m.id = i.id AND m.lease_token = i.token AND m.state = 'Scheduled' \
                RETURNING m.id, i.token, m.account) \
              INSERT INTO attempts (message_id, attempt, started_at, finished_at, duration_ms, outcome, \
-               status_code, error, response_body, account) \
+               status_code, error, response_body, account, retry_after_ms) \
              SELECT a.message_id, a.attempt, a.started_at, a.finished_at, a.duration_ms, a.outcome, \
-               a.status_code, a.error, a.response_body, u.account \
+               a.status_code, a.error, a.response_body, u.account, a.retry_after_ms \
              FROM unnest($9::uuid[], $10::int[], $11::timestamptz[], $12::timestamptz[], \
-               $13::bigint[], $14::text[], $15::int[], $16::text[], $17::text[], $19::uuid[]) \
+               $13::bigint[], $14::text[], $15::int[], $16::text[], $17::text[], $19::uuid[], \
+               $20::bigint[]) \
                AS a(message_id, attempt, started_at, finished_at, duration_ms, outcome, status_code, error, \
-                 response_body, token) \
+                 response_body, token, retry_after_ms) \
              JOIN upd u ON u.id = a.message_id AND u.token = a.token \
              ON CONFLICT (message_id, attempt) DO NOTHING",
         )
@@ -227,6 +230,7 @@ impl DeliveryStore for PgStore {
         .bind(&a_bodies)
         .bind(now)
         .bind(&a_tokens)
+        .bind(&a_waits)
         .persistent(false)
         .execute(&self.pool)
         .await

@@ -174,7 +174,8 @@ impl DeliveryStore for SqliteStore {
             for a in &r.attempts {
                 written += sqlx::query(
                     "INSERT INTO attempts (message_id, attempt, started_at, finished_at, duration_ms, outcome, \
-                       status_code, error, response_body, account) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
+                       status_code, error, response_body, account, retry_after_ms) \
+                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
                      ON CONFLICT (message_id, attempt) DO NOTHING",
                 )
                 .bind(id_text(&r.id))
@@ -187,6 +188,7 @@ impl DeliveryStore for SqliteStore {
                 .bind(a.error.as_deref().map(storable_text))
                 .bind(a.response_body.as_deref().map(storable_text))
                 .bind(&account)
+                .bind(a.retry_after_ms.map(|ms| ms as i64))
                 .execute(&mut *tx)
                 .await
                 .map_err(map_err)?

@@ -23,7 +23,8 @@ pub const TARGET_COLUMNS: &str =
     "id, account, name, kind, enabled, config, secrets_key_id, sealed_secrets, created_at, updated_at";
 
 pub const ATTEMPT_COLUMNS: &str =
-    "attempt, started_at, finished_at, duration_ms, outcome, status_code, error, response_body";
+    "attempt, started_at, finished_at, duration_ms, outcome, status_code, error, response_body, \
+     retry_after_ms";
 
 pub fn ms(t: DateTime<Utc>) -> i64 {
     t.timestamp_millis()
@@ -149,6 +150,7 @@ pub struct AttemptRow {
     status_code: Option<i64>,
     error: Option<String>,
     response_body: Option<String>,
+    retry_after_ms: Option<i64>,
 }
 
 impl TryFrom<AttemptRow> for Attempt {
@@ -163,6 +165,7 @@ impl TryFrom<AttemptRow> for Attempt {
             status_code: r.status_code.and_then(|c| u16::try_from(c).ok()),
             error: r.error,
             response_body: r.response_body,
+            retry_after_ms: r.retry_after_ms.map(|ms| ms.max(0) as u64),
         })
     }
 }

@@ -1,0 +1,161 @@
+//! Flow control toward receivers (API.md §9): a receiver's Retry-After is
+//! honoured up to `retry.max_retry_after` and kept on the attempt, and a
+//! connection that cannot be opened fails after `webhook.connect_timeout`,
+//! not after the attempt's whole timeout.
+
+mod common;
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use common::{
+    in_ms,
+    receiver::{Receiver, Reply},
+    Api, TestApp,
+};
+use serde_json::{json, Value};
+
+const WAIT: Duration = Duration::from_secs(10);
+
+fn time(v: &Value) -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339(v.as_str().unwrap())
+        .unwrap()
+        .with_timezone(&Utc)
+}
+
+/// Schedules one message for now to a webhook at `url` (with `extra`
+/// config) and waits for it to reach `state`; returns its attempts.
+async fn deliver(api: &Api, url: &str, extra: Value, state: &str) -> Vec<Value> {
+    let mut config = json!({ "url": url });
+    for (k, v) in extra.as_object().unwrap() {
+        config[k] = v.clone();
+    }
+    let r = api
+        .post(
+            "/targets",
+            json!({"name": "hook", "type": "webhook", "config": config}),
+        )
+        .await;
+    assert_eq!(r.status(), 201);
+    let target: Value = r.json().await.unwrap();
+    let m = api
+        .schedule(target["targetId"].as_str().unwrap(), &in_ms(0), "x")
+        .await;
+    let id = m["messageId"].as_str().unwrap();
+    api.wait_for_state(id, state, WAIT).await;
+    api.attempts(id).await
+}
+
+/// Milliseconds from the end of attempt `i` to the start of the next.
+fn gap_after(attempts: &[Value], i: usize) -> i64 {
+    (time(&attempts[i + 1]["startedAt"]) - time(&attempts[i]["finishedAt"])).num_milliseconds()
+}
+
+#[tokio::test]
+async fn a_429_with_retry_after_in_seconds_turns_the_immediate_retry_into_a_wait_cut_to_the_cap() {
+    let app = TestApp::spawn_with(|c| c.retry.max_retry_after = Duration::from_millis(400)).await;
+    let api = app.api("acme").await;
+    let rx = Receiver::start().await;
+    // An hour asked; 400 ms allowed.
+    rx.then([Reply::status(429).header("Retry-After", "3600")]);
+    rx.always(Reply::status(200));
+    let attempts = deliver(&api, &rx.url("/hook"), json!({}), "Delivered").await;
+    assert_eq!(attempts.len(), 2, "{attempts:?}");
+    assert_eq!(attempts[0]["statusCode"], 429);
+    assert_eq!(attempts[0]["retryAfterMs"], 400, "{}", attempts[0]);
+    assert!(attempts[1]["retryAfterMs"].is_null());
+    // Without Retry-After the second attempt is immediate (the ladder's
+    // first rung); with it, it waits.
+    let gap = gap_after(&attempts, 0);
+    assert!(gap >= 400, "the retry came {gap} ms after the 429");
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_503_with_retry_after_as_an_http_date_waits_until_then() {
+    let app = TestApp::spawn().await;
+    let api = app.api("acme").await;
+    let rx = Receiver::start().await;
+    let at = std::time::SystemTime::now() + Duration::from_secs(2);
+    rx.then([Reply::status(503).header("Retry-After", &httpdate::fmt_http_date(at))]);
+    rx.always(Reply::status(200));
+    let attempts = deliver(&api, &rx.url("/hook"), json!({}), "Delivered").await;
+    assert_eq!(attempts.len(), 2, "{attempts:?}");
+    // An HTTP date has whole seconds: the wait is up to two seconds.
+    let waited = attempts[0]["retryAfterMs"].as_u64().unwrap();
+    assert!((500..=2000).contains(&waited), "{waited} ms");
+    let gap = gap_after(&attempts, 0);
+    assert!(
+        gap >= waited as i64,
+        "waited {waited} ms, retried after {gap} ms"
+    );
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn retry_after_is_ignored_on_other_statuses_and_a_429_without_it_retries_at_once() {
+    let app = TestApp::spawn().await;
+    let api = app.api("acme").await;
+    let rx = Receiver::start().await;
+    rx.then([
+        Reply::status(500).header("Retry-After", "3600"),
+        Reply::status(200),
+    ]);
+    let attempts = deliver(&api, &rx.url("/a"), json!({}), "Delivered").await;
+    assert_eq!(attempts.len(), 2);
+    assert!(attempts[0]["retryAfterMs"].is_null(), "{}", attempts[0]);
+    assert!(gap_after(&attempts, 0) < 1000, "an immediate retry");
+
+    let rx = Receiver::start().await;
+    rx.then([Reply::status(429), Reply::status(200)]);
+    let attempts = deliver(&api, &rx.url("/b"), json!({}), "Delivered").await;
+    assert_eq!(attempts.len(), 2);
+    assert!(attempts[0]["retryAfterMs"].is_null(), "{}", attempts[0]);
+    assert!(gap_after(&attempts, 0) < 1000, "an immediate retry");
+    app.shutdown().await;
+}
+
+/// An address that accepts no more connections: its accept queue is full
+/// and nobody accepts, so a new connection's handshake is never answered.
+async fn unanswering_address() -> (tokio::net::TcpListener, Vec<std::net::TcpStream>) {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let listener = socket.listen(0).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut held = Vec::new();
+    for _ in 0..8 {
+        match std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(100)) {
+            Ok(s) => held.push(s),
+            Err(_) => break,
+        }
+    }
+    (listener, held)
+}
+
+#[tokio::test]
+async fn a_connection_that_cannot_be_opened_fails_after_the_connect_timeout_not_the_attempts() {
+    let app = TestApp::spawn_with(|c| {
+        c.webhook.connect_timeout = Duration::from_millis(300);
+        c.retry.immediate_retries = 0;
+        c.retry.minute_rounds = 1;
+        c.retry.hour_cycles = 1;
+    })
+    .await;
+    let api = app.api("acme").await;
+    let (listener, _held) = unanswering_address().await;
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    let attempts = deliver(&api, &url, json!({"timeoutMs": 8000}), "DeadLetter").await;
+    assert_eq!(attempts.len(), 1, "{attempts:?}");
+    let a = &attempts[0];
+    assert_eq!(a["outcome"], "RetryableFailure", "{a}");
+    assert!(
+        a["error"].as_str().unwrap().contains("connection failed"),
+        "{a}"
+    );
+    let took = a["durationMs"].as_u64().unwrap();
+    assert!(
+        (300..4000).contains(&took),
+        "a 300 ms connect timeout took {took} ms (the attempt may take 8 s)"
+    );
+    app.shutdown().await;
+}
