@@ -414,6 +414,27 @@ async fn targets_create_provisions_a_target_from_the_command_line() {
     }
     let all = store.list_targets("demo", None, 100).await.unwrap();
     assert_eq!(all.len(), 1, "{all:?}");
+    // Another account's target of that name is not this account's.
+    let theirs = dispatch()
+        .args(["targets", "create", "--account", "other", "--name", "q"])
+        .args([
+            "--type",
+            "sqs",
+            "--target-config",
+            config,
+            "--unless-exists",
+        ])
+        .env("DATABASE_URL", &db.url)
+        .output()
+        .await
+        .unwrap();
+    assert!(theirs.status.success());
+    let theirs: Value = serde_json::from_slice(&theirs.stdout).unwrap();
+    assert_ne!(theirs["targetId"], t["targetId"]);
+    assert_eq!(
+        store.list_targets("other", None, 100).await.unwrap().len(),
+        1
+    );
 
     let bad = dispatch()
         .args([

@@ -125,3 +125,64 @@ async fn the_readme_walkthrough_runs_as_written_and_ends_with_a_verified_deliver
     assert_eq!(cancelled.len(), 1, "the cancel:\n{stdout}");
     assert_eq!(cancelled[0]["payload"], "{\"orderId\":42}");
 }
+
+/// `dispatch listen` with a secret answers 401 to what it cannot verify (no
+/// signature, a forged one, a replayed old one) and prints it as invalid;
+/// without a secret it checks nothing; a GET is a probe, not printed.
+#[tokio::test]
+async fn the_listener_refuses_what_its_secret_does_not_sign() {
+    use base64::{engine::general_purpose::STANDARD as B64, Engine};
+    use tokio::io::{AsyncBufReadExt, BufReader};
+
+    let secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    let key = B64.decode("MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap();
+    let port = free_port();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_dispatch"))
+        .args(["listen", "--port", &port.to_string(), "--secret", secret])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap()).lines();
+    let banner = err.next_line().await.unwrap().unwrap();
+    assert!(banner.contains("signatures checked"), "{banner}");
+    let mut out = BufReader::new(child.stdout.take().unwrap()).lines();
+    let http = reqwest::Client::new();
+    let url = format!("http://127.0.0.1:{port}/hooks");
+    let body = r#"{"payload":"x"}"#;
+    let now = chrono::Utc::now().timestamp();
+    let signed =
+        |id: &str, ts: i64| dispatch::delivery::signing::sign(&key, id, ts, body.as_bytes());
+
+    assert_eq!(http.get(&url).send().await.unwrap().status(), 200);
+    let cases: [(Option<(&str, i64, String)>, u16, &str); 4] = [
+        (Some(("msg_1", now, signed("msg_1", now))), 200, "valid"),
+        (None, 401, "invalid"),
+        (Some(("msg_2", now, signed("msg_1", now))), 401, "invalid"),
+        (
+            Some(("msg_3", now - 3600, signed("msg_3", now - 3600))),
+            401,
+            "invalid",
+        ),
+    ];
+    for (headers, status, verdict) in cases {
+        let mut request = http.post(&url).body(body);
+        if let Some((id, ts, sig)) = &headers {
+            request = request
+                .header("webhook-id", *id)
+                .header("webhook-timestamp", ts.to_string())
+                .header("webhook-signature", sig);
+        }
+        assert_eq!(
+            request.send().await.unwrap().status(),
+            status,
+            "{headers:?}"
+        );
+        // The GET above printed nothing: the next line is this request's.
+        let line: Value = serde_json::from_str(&out.next_line().await.unwrap().unwrap()).unwrap();
+        assert_eq!(line["signature"], verdict, "{line}");
+        assert_eq!(line["body"]["payload"], "x");
+    }
+    child.kill().await.unwrap();
+}
