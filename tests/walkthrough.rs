@@ -126,6 +126,9 @@ async fn the_readme_walkthrough_runs_as_written_and_ends_with_a_verified_deliver
     assert_eq!(cancelled[0]["payload"], "{\"orderId\":42}");
 }
 
+/// The Standard Webhooks headers a request carries, if any.
+type Signed<'a> = Option<(&'a str, i64, String)>;
+
 /// `dispatch listen` with a secret answers 401 to what it cannot verify (no
 /// signature, a forged one, a replayed old one) and prints it as invalid;
 /// without a secret it checks nothing; a GET is a probe, not printed.
@@ -156,7 +159,8 @@ async fn the_listener_refuses_what_its_secret_does_not_sign() {
         |id: &str, ts: i64| dispatch::delivery::signing::sign(&key, id, ts, body.as_bytes());
 
     assert_eq!(http.get(&url).send().await.unwrap().status(), 200);
-    let cases: [(Option<(&str, i64, String)>, u16, &str); 4] = [
+    // (webhook-id, timestamp, signature) sent, the status and the verdict.
+    let cases: [(Signed, u16, &str); 4] = [
         (Some(("msg_1", now, signed("msg_1", now))), 200, "valid"),
         (None, 401, "invalid"),
         (Some(("msg_2", now, signed("msg_1", now))), 401, "invalid"),
