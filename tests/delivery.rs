@@ -41,22 +41,6 @@ fn time(v: &Value) -> DateTime<Utc> {
         .with_timezone(&Utc)
 }
 
-/// Creates a webhook target with extra `config` keys; returns the create response.
-async fn webhook_with(api: &Api, url: &str, extra: Value) -> Value {
-    let mut config = json!({ "url": url });
-    for (k, v) in extra.as_object().unwrap() {
-        config[k] = v.clone();
-    }
-    let r = api
-        .post(
-            "/targets",
-            json!({"name": "hook", "type": "webhook", "config": config}),
-        )
-        .await;
-    assert_eq!(r.status(), 201, "{:?}", r.text().await);
-    r.json().await.unwrap()
-}
-
 async fn schedule_now(api: &Api, target: &Value, payload: &str) -> String {
     let m = api
         .schedule(s(&target["targetId"]), &in_ms(0), payload)
@@ -193,12 +177,12 @@ async fn a_webhook_is_a_signed_json_post_with_the_standard_webhooks_headers() {
     let app = TestApp::spawn().await;
     let rx = Receiver::start().await;
     let api = app.api("acme").await;
-    let target = webhook_with(
-        &api,
-        &rx.url("/hook"),
-        json!({"headers": {"X-Api-Key": "key-123", "X-Tenant": "acme"}}),
-    )
-    .await;
+    let target = api
+        .webhook_with(
+            &rx.url("/hook"),
+            json!({"headers": {"X-Api-Key": "key-123", "X-Tenant": "acme"}}),
+        )
+        .await;
     let secret = s(&target["config"]["signingSecret"]).to_string();
     assert!(secret.starts_with("whsec_"), "{secret}");
     let payload = "Hello, \"World\"! € 😀\n{\"nested\": true}";
@@ -282,7 +266,7 @@ async fn every_retry_carries_the_same_webhook_id_and_a_fresh_valid_signature() {
     let rx = Receiver::start().await;
     rx.then([Reply::status(500)]);
     let api = app.api("acme").await;
-    let target = webhook_with(&api, &rx.url("/hook"), json!({})).await;
+    let target = api.webhook_with(&rx.url("/hook"), json!({})).await;
     let secret = s(&target["config"]["signingSecret"]).to_string();
     let id = schedule_now(&api, &target, "again").await;
     let m = api.wait_for_state(&id, "Delivered", WAIT).await;
@@ -462,7 +446,9 @@ async fn a_timeout_is_a_retryable_failure_that_says_so() {
     let rx = Receiver::start().await;
     rx.then([Reply::status(200).delay(Duration::from_millis(1000))]);
     let api = app.api("acme").await;
-    let target = webhook_with(&api, &rx.url("/hook"), json!({"timeoutMs": 200})).await;
+    let target = api
+        .webhook_with(&rx.url("/hook"), json!({"timeoutMs": 200}))
+        .await;
     assert_eq!(target["config"]["timeoutMs"], 200);
     let id = schedule_now(&api, &target, "x").await;
     let m = api.wait_for_state(&id, "Delivered", WAIT).await;

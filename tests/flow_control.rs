@@ -26,18 +26,7 @@ fn time(v: &Value) -> DateTime<Utc> {
 /// Schedules one message for now to a webhook at `url` (with `extra`
 /// config) and waits for it to reach `state`; returns its attempts.
 async fn deliver(api: &Api, url: &str, extra: Value, state: &str) -> Vec<Value> {
-    let mut config = json!({ "url": url });
-    for (k, v) in extra.as_object().unwrap() {
-        config[k] = v.clone();
-    }
-    let r = api
-        .post(
-            "/targets",
-            json!({"name": "hook", "type": "webhook", "config": config}),
-        )
-        .await;
-    assert_eq!(r.status(), 201);
-    let target: Value = r.json().await.unwrap();
+    let target = api.webhook_with(url, extra).await;
     let m = api
         .schedule(target["targetId"].as_str().unwrap(), &in_ms(0), "x")
         .await;

@@ -294,10 +294,19 @@ impl Api {
 
     /// Creates a webhook target for `url`; returns its JSON.
     pub async fn webhook(&self, url: &str) -> Value {
+        self.webhook_with(url, json!({})).await
+    }
+
+    /// A webhook target with `extra` config members; returns the create response.
+    pub async fn webhook_with(&self, url: &str, extra: Value) -> Value {
+        let mut config = json!({ "url": url });
+        for (k, v) in extra.as_object().unwrap() {
+            config[k] = v.clone();
+        }
         let r = self
             .post(
                 "/targets",
-                json!({"name": "hook", "type": "webhook", "config": {"url": url}}),
+                json!({"name": "hook", "type": "webhook", "config": config}),
             )
             .await;
         assert_eq!(r.status(), 201, "{:?}", r.text().await);
