@@ -148,3 +148,77 @@ async fn a_connection_that_cannot_be_opened_fails_after_the_connect_timeout_not_
     );
     app.shutdown().await;
 }
+
+/// Schedules `n` messages due now for `target` through the batch endpoint.
+async fn backlog(api: &Api, target: &str, n: usize) {
+    for chunk in 0..n.div_ceil(1000) {
+        let count = (n - chunk * 1000).min(1000);
+        let messages: Vec<Value> = (0..count)
+            .map(|_| json!({"targetId": target, "deliveryTime": in_ms(0), "payload": "held"}))
+            .collect();
+        let r = api
+            .post("/messages/batch", json!({ "messages": messages }))
+            .await;
+        assert_eq!(r.status(), 200);
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(body["scheduled"], count, "{}", body["items"][0]);
+    }
+}
+
+/// While one account's target hangs with 10,000 due messages, another
+/// account's message due now is attempted within a second: the hanging
+/// target holds at most `sweeper.target_concurrency` attempts per instance.
+async fn a_hanging_target_does_not_hold_back_another_account(instances: Vec<TestApp>) {
+    let first = &instances[0];
+    let hung = Receiver::start().await;
+    let gate = common::receiver::Gate::new();
+    hung.always(Reply::status(200).held_until(&gate));
+    let careless = first.api("careless").await;
+    let target = careless
+        .webhook_with(&hung.url("/slow"), json!({"timeoutMs": 20000}))
+        .await;
+    backlog(&careless, target["targetId"].as_str().unwrap(), 10_000).await;
+    // Every instance has taken its share of the hanging target's messages.
+    let share = 8 * instances.len();
+    hung.wait_for(share, WAIT).await;
+
+    let other = first.api("other").await;
+    let ok = Receiver::start().await;
+    ok.always(Reply::status(200));
+    let t = other.webhook(&ok.url("/fast")).await;
+    let m = other
+        .schedule(t["targetId"].as_str().unwrap(), &in_ms(0), "on time")
+        .await;
+    let id = m["messageId"].as_str().unwrap();
+    other.wait_for_state(id, "Delivered", WAIT).await;
+    let attempts = other.attempts(id).await;
+    let late = (time(&attempts[0]["startedAt"]) - time(&m["deliveryTime"])).num_milliseconds();
+    assert!(late < 1000, "attempted {late} ms after its delivery time");
+    assert_eq!(
+        hung.count(),
+        share,
+        "the hanging target holds its share of each instance and no more"
+    );
+    gate.open();
+    for app in instances {
+        app.shutdown().await;
+    }
+}
+
+fn small_share(c: &mut dispatch::config::Config) {
+    c.sweeper.target_concurrency = 8;
+    c.sweeper.lease = Duration::from_secs(30);
+}
+
+#[tokio::test]
+async fn a_hanging_target_does_not_hold_back_another_account_on_one_instance() {
+    let app = TestApp::spawn_with(small_share).await;
+    a_hanging_target_does_not_hold_back_another_account(vec![app]).await;
+}
+
+#[tokio::test]
+async fn a_hanging_target_does_not_hold_back_another_account_on_two_postgresql_instances() {
+    let first = TestApp::spawn_postgres_with(small_share).await;
+    let second = TestApp::spawn_on(first.db.clone(), small_share).await;
+    a_hanging_target_does_not_hold_back_another_account(vec![first, second]).await;
+}

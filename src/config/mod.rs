@@ -126,6 +126,8 @@ pub struct SweeperConfig {
     pub lease: Duration,
     pub batch_size: u32,
     pub concurrency: u32,
+    /// Attempts in flight per target on one instance.
+    pub target_concurrency: u32,
     #[serde(with = "duration")]
     pub poll_interval: Duration,
     pub enabled: bool,

@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use super::{
-    portal, BatchItem, Claimed, ClientRecord, ClientSummary, Cutoffs, DeleteTarget,
+    portal, BatchItem, ClaimShares, Claimed, ClientRecord, ClientSummary, Cutoffs, DeleteTarget,
     IdempotencyInput, InsertOutcome, MessageFilter, Purged, Recorded, ResealPage, SigningKey,
     StoreResult, TargetCursor, Transition,
 };
@@ -214,8 +214,23 @@ pub trait DeliveryStore: Send + Sync + 'static {
         lease: Duration,
     ) -> StoreResult<Vec<Claimed>>;
 
+    /// As `claim_due`, fairly across targets: round robin over the targets
+    /// among the oldest due messages (`CLAIM_WINDOW` claims' worth), each
+    /// taking at most its share (`ClaimShares`); a full target's messages
+    /// are left for later.
+    async fn claim_due_shared(
+        &self,
+        now: DateTime<Utc>,
+        limit: u32,
+        lease: Duration,
+        shares: &ClaimShares,
+    ) -> StoreResult<Vec<Claimed>>;
+
     /// The earliest `claim_at` among claimable messages.
     async fn next_due(&self) -> StoreResult<Option<DateTime<Utc>>>;
+
+    /// The earliest `claim_at` among claimable messages of the targets not in `full`.
+    async fn next_due_except(&self, full: &[TargetId]) -> StoreResult<Option<DateTime<Utc>>>;
 
     /// Applies attempt results whose lease still holds; returns the attempt rows written.
     async fn record(&self, results: &[Recorded], now: DateTime<Utc>) -> StoreResult<u64>;

@@ -243,6 +243,28 @@ pub struct Claimed {
     pub lease_token: Uuid,
 }
 
+/// What a fair claim may take from each target (`claim_due_shared`): none
+/// from a target whose room is 0, at most its room from one listed, and at
+/// most `per_target` from any other.
+#[derive(Debug, Clone, Default)]
+pub struct ClaimShares {
+    pub per_target: u32,
+    /// Targets with attempts in flight on this instance, and how many more
+    /// each may take now.
+    pub room: Vec<(TargetId, u32)>,
+}
+
+impl ClaimShares {
+    /// The targets that may take no more.
+    pub fn full(&self) -> impl Iterator<Item = &TargetId> {
+        self.room.iter().filter(|(_, n)| *n == 0).map(|(t, _)| t)
+    }
+}
+
+/// A fair claim ranks the oldest `limit × CLAIM_WINDOW` due messages round
+/// robin across their targets.
+pub const CLAIM_WINDOW: u32 = 4;
+
 /// The attempts made under one claim (one, or several when immediate
 /// retries ran at once) and what the ladder decided after the last.
 #[derive(Debug, Clone)]

@@ -11,6 +11,8 @@ checks!(
     next_due_is_the_earliest_claimable_time_and_ignores_paused_messages,
     two_concurrent_claimers_hand_out_all_200_messages_exactly_once,
     a_claim_says_when_its_message_was_last_scheduled,
+    a_shared_claim_goes_round_robin_and_takes_no_more_than_each_targets_share,
+    the_next_due_time_can_leave_out_full_targets,
 );
 
 async fn claim_due_hands_out_only_due_scheduled_messages_oldest_due_first(store: Arc<dyn Store>) {
@@ -314,5 +316,78 @@ async fn a_claim_says_when_its_message_was_last_scheduled(store: Arc<dyn Store>)
     assert_eq!(
         scheduled_at(&moved),
         Some((now + secs(60)).timestamp_millis())
+    );
+}
+
+async fn a_shared_claim_goes_round_robin_and_takes_no_more_than_each_targets_share(
+    store: Arc<dyn Store>,
+) {
+    let now = time::now();
+    let (a, b, c) = (
+        add_target(&*store, ACME).await,
+        add_target(&*store, ACME).await,
+        add_target(&*store, GLOBEX).await,
+    );
+    // a: the five oldest; b: three; c: two, but it is full.
+    let mut of_a = Vec::new();
+    for i in 0..5 {
+        of_a.push(schedule(&*store, &a, now - secs(60 - i)).await);
+    }
+    let mut of_b = Vec::new();
+    for i in 0..3 {
+        of_b.push(schedule(&*store, &b, now - secs(30 - i)).await);
+    }
+    for i in 0..2 {
+        schedule(&*store, &c, now - secs(20 - i)).await;
+    }
+    let shares = ClaimShares {
+        per_target: 2,
+        room: vec![(b.id.clone(), 1), (c.id.clone(), 0)],
+    };
+    let claimed = store
+        .claim_due_shared(now, 100, LEASE, &shares)
+        .await
+        .unwrap();
+    let got: std::collections::BTreeSet<MessageId> = claimed.iter().map(|c| c.id).collect();
+    let want: std::collections::BTreeSet<MessageId> =
+        [of_a[0].id, of_a[1].id, of_b[0].id].into_iter().collect();
+    assert_eq!(got, want, "a's two oldest, b's oldest, none of c's");
+
+    // With room for one message in all, the oldest of the round's first
+    // places goes: round robin, not the whole of the oldest target first.
+    let shares = ClaimShares {
+        per_target: 10,
+        room: vec![(c.id.clone(), 0)],
+    };
+    let next = store
+        .claim_due_shared(now, 2, LEASE, &shares)
+        .await
+        .unwrap();
+    let got: std::collections::BTreeSet<MessageId> = next.iter().map(|c| c.id).collect();
+    assert_eq!(got, [of_a[2].id, of_b[1].id].into_iter().collect());
+}
+
+async fn the_next_due_time_can_leave_out_full_targets(store: Arc<dyn Store>) {
+    let now = time::now();
+    let (a, b) = (
+        add_target(&*store, ACME).await,
+        add_target(&*store, GLOBEX).await,
+    );
+    schedule(&*store, &a, now - secs(60)).await;
+    let later = schedule(&*store, &b, now + secs(5)).await;
+    assert_eq!(store.next_due().await.unwrap(), Some(now - secs(60)));
+    assert_eq!(
+        store
+            .next_due_except(std::slice::from_ref(&a.id))
+            .await
+            .unwrap(),
+        Some(later.delivery_time)
+    );
+    assert_eq!(
+        store
+            .next_due_except(&[a.id.clone(), b.id.clone()])
+            .await
+            .unwrap(),
+        None
     );
 }

@@ -21,8 +21,8 @@ pub(crate) use dispatch::{
         portal::{EventKind, MessageEvent, Overview, SessionRecord, UserRecord},
         postgres::PgStore,
         prelude::*,
-        BatchItem, Claimed, ClientRecord, Cutoffs, DeleteTarget, IdempotencyInput, InsertOutcome,
-        MessageFilter, Purged, Recorded, TargetCursor, Transition,
+        BatchItem, ClaimShares, Claimed, ClientRecord, Cutoffs, DeleteTarget, IdempotencyInput,
+        InsertOutcome, MessageFilter, Purged, Recorded, TargetCursor, Transition,
     },
 };
 pub(crate) use serde_json::json;

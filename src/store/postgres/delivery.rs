@@ -43,80 +43,73 @@ impl DeliveryStore for PgStore {
         .fetch_all(&self.pool)
         .await
         .map_err(map_err)?;
-        let mut claimed = Vec::with_capacity(rows.len());
-        let (mut bad_ids, mut bad_reasons) = (Vec::new(), Vec::new());
-        // Each message carries its target's row; a target is opened once a claim.
-        let mut configs: HashMap<String, Result<TargetConfig, StoreError>> = HashMap::new();
-        let mut unopened: Vec<String> = Vec::new();
-        for r in rows {
-            let id = r.id;
-            let config = configs.entry(r.target_id.clone()).or_insert_with(|| {
-                open_config(
-                    self.sealer(),
-                    &r.target_id,
-                    &r.kind,
-                    r.config,
-                    r.secrets_key_id.as_deref(),
-                    r.sealed_secrets.as_deref(),
-                )
-            });
-            let target = match config {
-                Ok(c) => c.clone(),
-                // Sealed under a key this instance lacks: leave the message
-                // leased, for an instance that has the key once the lease ends.
-                Err(e) if e.is_unknown_key() => {
-                    unopened.push(r.target_id);
-                    continue;
-                }
-                Err(e) => {
-                    bad_ids.push(id);
-                    bad_reasons.push(error_chain(e));
-                    continue;
-                }
-            };
-            let read = || -> StoreResult<Claimed> {
-                Ok(Claimed {
-                    id: MessageId(r.id),
-                    target,
-                    target_id: TargetId::from_trusted(r.target_id),
-                    payload: payload_from_bytes(r.payload)?.into_inner(),
-                    delivery_time: r.delivery_time,
-                    scheduled_at: r.scheduled_at,
-                    attempt_count: r.attempt_count.max(0) as u32,
-                    ladder_attempts: r.ladder_attempts.max(0) as u32,
-                    lease_token: token,
-                })
-            };
-            match read() {
-                Ok(c) => claimed.push(c),
-                Err(e) => {
-                    bad_ids.push(id);
-                    bad_reasons.push(e.to_string());
-                }
-            }
-        }
-        report_left_leased(unopened);
-        if !bad_ids.is_empty() {
-            // A row that cannot be read cannot be delivered: dead-letter it,
-            // saying why, rather than let it hold the batch's lease forever.
-            tracing::error!(
-                count = bad_ids.len(),
-                "dead-lettering messages whose stored data is unreadable"
-            );
-            sqlx::query(
-                "UPDATE messages m SET state = 'DeadLetter', dead_lettered_at = $3, next_attempt_at = NULL, \
-                   claim_at = NULL, lease_token = NULL, last_error = u.reason, updated_at = $3 \
-                 FROM unnest($1::uuid[], $2::text[]) AS u(id, reason) WHERE m.id = u.id AND m.lease_token = $4",
-            )
-            .bind(&bad_ids)
-            .bind(&bad_reasons)
-            .bind(now)
-            .bind(token)
-            .execute(&self.pool)
-            .await
-            .map_err(map_err)?;
-        }
-        Ok(claimed)
+        self.open_claimed(rows, token, now).await
+    }
+
+    async fn claim_due_shared(
+        &self,
+        now: DateTime<Utc>,
+        limit: u32,
+        lease: Duration,
+        shares: &ClaimShares,
+    ) -> StoreResult<Vec<Claimed>> {
+        let token = Uuid::new_v4();
+        let full: Vec<&str> = shares.full().map(TargetId::as_str).collect();
+        let (room_ids, room): (Vec<&str>, Vec<i32>) = shares
+            .room
+            .iter()
+            .filter(|(_, n)| *n > 0)
+            .map(|(t, n)| (t.as_str(), i32::try_from(*n).unwrap_or(i32::MAX)))
+            .unzip();
+        // Round robin over the targets among the oldest due messages (a
+        // window of a few claims' worth), each target taking its share; a
+        // target with no room left is not read past its index entries.
+        let rows: Vec<ClaimRow> = sqlx::query_as(
+            "WITH cand AS ( \
+               SELECT id, target_id, claim_at FROM messages \
+               WHERE state = 'Scheduled' AND NOT paused AND claim_at <= $1 AND NOT (target_id = ANY($5)) \
+               ORDER BY claim_at LIMIT $6), \
+             ranked AS ( \
+               SELECT c.id, c.claim_at, COALESCE(r.room, $7) AS room, \
+                 row_number() OVER (PARTITION BY c.target_id ORDER BY c.claim_at) AS rn \
+               FROM cand c LEFT JOIN unnest($8::text[], $9::int[]) AS r(target_id, room) \
+                 ON r.target_id = c.target_id), \
+             pick AS (SELECT id FROM ranked WHERE rn <= room ORDER BY rn, claim_at LIMIT $2), \
+             due AS ( \
+               SELECT id FROM messages WHERE id IN (SELECT id FROM pick) \
+                 AND state = 'Scheduled' AND NOT paused AND claim_at <= $1 FOR UPDATE SKIP LOCKED) \
+             UPDATE messages m SET claim_at = $1 + make_interval(secs => $3::double precision / 1000), \
+               lease_token = $4 \
+             FROM due, targets t WHERE m.id = due.id AND t.id = m.target_id \
+             RETURNING m.id, m.target_id, t.kind, t.config, t.secrets_key_id, t.sealed_secrets, m.payload, \
+               m.delivery_time, m.attempt_count, m.ladder_attempts, m.updated_at AS scheduled_at",
+        )
+        .bind(now)
+        .bind(i64::from(limit))
+        .bind(millis_i64(lease))
+        .bind(token)
+        .bind(&full)
+        .bind(i64::from(limit.saturating_mul(CLAIM_WINDOW)))
+        .bind(i32::try_from(shares.per_target).unwrap_or(i32::MAX))
+        .bind(&room_ids)
+        .bind(&room)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(map_err)?;
+        self.open_claimed(rows, token, now).await
+    }
+
+    async fn next_due_except(&self, full: &[TargetId]) -> StoreResult<Option<DateTime<Utc>>> {
+        let full: Vec<&str> = full.iter().map(TargetId::as_str).collect();
+        let row: Option<(DateTime<Utc>,)> = sqlx::query_as(
+            "SELECT claim_at FROM messages WHERE state = 'Scheduled' AND NOT paused AND claim_at IS NOT NULL \
+               AND NOT (target_id = ANY($1)) ORDER BY claim_at LIMIT 1",
+        )
+        .bind(&full)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(map_err)?;
+        Ok(row.map(|r| r.0))
     }
 
     async fn next_due(&self) -> StoreResult<Option<DateTime<Utc>>> {
@@ -286,5 +279,92 @@ impl DeliveryStore for PgStore {
             attempts,
             idempotency_keys,
         })
+    }
+}
+
+impl PgStore {
+    /// Opens the claimed rows' targets and hands out the messages; a row that
+    /// cannot be read is dead-lettered, one sealed under a key this instance
+    /// lacks stays leased for another.
+    async fn open_claimed(
+        &self,
+        rows: Vec<ClaimRow>,
+        token: Uuid,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Vec<Claimed>> {
+        let mut claimed = Vec::with_capacity(rows.len());
+        let (mut bad_ids, mut bad_reasons) = (Vec::new(), Vec::new());
+        // Each message carries its target's row; a target is opened once a claim.
+        let mut configs: HashMap<String, Result<TargetConfig, StoreError>> = HashMap::new();
+        let mut unopened: Vec<String> = Vec::new();
+        for r in rows {
+            let id = r.id;
+            let config = configs.entry(r.target_id.clone()).or_insert_with(|| {
+                open_config(
+                    self.sealer(),
+                    &r.target_id,
+                    &r.kind,
+                    r.config,
+                    r.secrets_key_id.as_deref(),
+                    r.sealed_secrets.as_deref(),
+                )
+            });
+            let target = match config {
+                Ok(c) => c.clone(),
+                // Sealed under a key this instance lacks: leave the message
+                // leased, for an instance that has the key once the lease ends.
+                Err(e) if e.is_unknown_key() => {
+                    unopened.push(r.target_id);
+                    continue;
+                }
+                Err(e) => {
+                    bad_ids.push(id);
+                    bad_reasons.push(error_chain(e));
+                    continue;
+                }
+            };
+            let read = || -> StoreResult<Claimed> {
+                Ok(Claimed {
+                    id: MessageId(r.id),
+                    target,
+                    target_id: TargetId::from_trusted(r.target_id),
+                    payload: payload_from_bytes(r.payload)?.into_inner(),
+                    delivery_time: r.delivery_time,
+                    scheduled_at: r.scheduled_at,
+                    attempt_count: r.attempt_count.max(0) as u32,
+                    ladder_attempts: r.ladder_attempts.max(0) as u32,
+                    lease_token: token,
+                })
+            };
+            match read() {
+                Ok(c) => claimed.push(c),
+                Err(e) => {
+                    bad_ids.push(id);
+                    bad_reasons.push(e.to_string());
+                }
+            }
+        }
+        report_left_leased(unopened);
+        if !bad_ids.is_empty() {
+            // A row that cannot be read cannot be delivered: dead-letter it,
+            // saying why, rather than let it hold the batch's lease forever.
+            tracing::error!(
+                count = bad_ids.len(),
+                "dead-lettering messages whose stored data is unreadable"
+            );
+            sqlx::query(
+                "UPDATE messages m SET state = 'DeadLetter', dead_lettered_at = $3, next_attempt_at = NULL, \
+                   claim_at = NULL, lease_token = NULL, last_error = u.reason, updated_at = $3 \
+                 FROM unnest($1::uuid[], $2::text[]) AS u(id, reason) WHERE m.id = u.id AND m.lease_token = $4",
+            )
+            .bind(&bad_ids)
+            .bind(&bad_reasons)
+            .bind(now)
+            .bind(token)
+            .execute(&self.pool)
+            .await
+            .map_err(map_err)?;
+        }
+        Ok(claimed)
     }
 }

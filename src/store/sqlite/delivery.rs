@@ -22,109 +22,30 @@ impl DeliveryStore for SqliteStore {
         limit: u32,
         lease: Duration,
     ) -> StoreResult<Vec<Claimed>> {
-        let token = Uuid::new_v4();
-        let lease_end = ms(now) + i64::try_from(lease.as_millis()).unwrap_or(i64::MAX / 2);
-        let mut tx = self.begin().await?;
-        // The one writer serialises claims: no two callers get the same row.
-        let rows: Vec<ClaimRow> = sqlx::query_as(
-            "UPDATE messages SET claim_at = ?2, lease_token = ?3 \
-             WHERE id IN (SELECT id FROM messages WHERE state = 'Scheduled' AND paused = 0 AND claim_at <= ?1 \
-                          ORDER BY claim_at LIMIT ?4) \
-             RETURNING id, target_id, payload, delivery_time, attempt_count, \
-               ladder_attempts, updated_at AS scheduled_at",
+        self.claim(now, limit, lease, None).await
+    }
+
+    async fn claim_due_shared(
+        &self,
+        now: DateTime<Utc>,
+        limit: u32,
+        lease: Duration,
+        shares: &ClaimShares,
+    ) -> StoreResult<Vec<Claimed>> {
+        self.claim(now, limit, lease, Some(shares)).await
+    }
+
+    async fn next_due_except(&self, full: &[TargetId]) -> StoreResult<Option<DateTime<Utc>>> {
+        let full: Vec<&str> = full.iter().map(TargetId::as_str).collect();
+        let (next,): (Option<i64>,) = sqlx::query_as(
+            "SELECT min(claim_at) FROM messages WHERE state = 'Scheduled' AND paused = 0 \
+               AND target_id NOT IN (SELECT value FROM json_each(?1))",
         )
-        .bind(ms(now))
-        .bind(lease_end)
-        .bind(token.to_string())
-        .bind(i64::from(limit))
-        .fetch_all(&mut *tx)
+        .bind(serde_json::to_string(&full).expect("ids serialize"))
+        .fetch_one(&self.reader)
         .await
         .map_err(map_err)?;
-        let mut targets: HashMap<String, StoreResult<TargetConfig>> = HashMap::new();
-        if !rows.is_empty() {
-            let mut ids: Vec<&str> = rows.iter().map(|r| r.target_id.as_str()).collect();
-            ids.sort_unstable();
-            ids.dedup();
-            let mut q = QueryBuilder::<Sqlite>::new(
-                "SELECT id, kind, config, secrets_key_id, sealed_secrets FROM targets WHERE id IN (",
-            );
-            let mut list = q.separated(", ");
-            for id in &ids {
-                list.push_bind(*id);
-            }
-            q.push(")");
-            type Found = (String, String, String, Option<String>, Option<Vec<u8>>);
-            let found: Vec<Found> = q
-                .build_query_as()
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(map_err)?;
-            for (id, kind, config, key_id, sealed) in found {
-                let config = config_from_row(
-                    self.sealer(),
-                    &id,
-                    &kind,
-                    &config,
-                    key_id.as_deref(),
-                    sealed.as_deref(),
-                );
-                targets.insert(id, config);
-            }
-        }
-        let mut claimed: Vec<(i64, Claimed)> = Vec::with_capacity(rows.len());
-        let mut unopened: Vec<String> = Vec::new();
-        for r in rows {
-            let read = match targets.get(&r.target_id) {
-                Some(Ok(target)) => parse_id(&r.id).map(|id| (id, target.clone())),
-                // Sealed under a key this instance lacks: leave the message
-                // leased; it is delivered once the key is configured.
-                Some(Err(e)) if e.is_unknown_key() => {
-                    unopened.push(r.target_id);
-                    continue;
-                }
-                Some(Err(e)) => Err(StoreError::Corrupt(error_chain(e))),
-                None => Err(StoreError::Corrupt(format!(
-                    "message without target {}",
-                    r.target_id
-                ))),
-            };
-            match read {
-                Ok((id, target)) => claimed.push((
-                    r.delivery_time,
-                    Claimed {
-                        id,
-                        target_id: TargetId::from_trusted(r.target_id),
-                        target,
-                        payload: r.payload,
-                        delivery_time: from_ms(r.delivery_time),
-                        scheduled_at: from_ms(r.scheduled_at),
-                        attempt_count: r.attempt_count.max(0) as u32,
-                        ladder_attempts: r.ladder_attempts.max(0) as u32,
-                        lease_token: token,
-                    },
-                )),
-                Err(e) => {
-                    // A row that cannot be read cannot be delivered: dead-letter
-                    // it, saying why, rather than fail every claim after it.
-                    tracing::error!(message_id = %r.id, error = %e, "dead-lettering an unreadable message");
-                    sqlx::query(
-                        "UPDATE messages SET state = 'DeadLetter', dead_lettered_at = ?2, next_attempt_at = NULL, \
-                           claim_at = NULL, lease_token = NULL, last_error = ?3, updated_at = ?2 WHERE id = ?1",
-                    )
-                    .bind(&r.id)
-                    .bind(ms(now))
-                    .bind(e.to_string())
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(map_err)?;
-                }
-            }
-        }
-        tx.commit().await.map_err(map_err)?;
-        report_left_leased(unopened);
-        // RETURNING has no order; hand out the oldest due first.
-        claimed.sort_by_key(|(due, _)| *due);
-        Ok(claimed.into_iter().map(|(_, c)| c).collect())
+        Ok(opt_from_ms(next))
     }
 
     async fn next_due(&self) -> StoreResult<Option<DateTime<Utc>>> {
@@ -245,5 +166,158 @@ impl DeliveryStore for SqliteStore {
             attempts,
             idempotency_keys,
         })
+    }
+}
+
+impl SqliteStore {
+    /// Claims due messages, oldest first, or with `shares` round robin over
+    /// the targets among the oldest due (as the PostgreSQL store does).
+    async fn claim(
+        &self,
+        now: DateTime<Utc>,
+        limit: u32,
+        lease: Duration,
+        shares: Option<&ClaimShares>,
+    ) -> StoreResult<Vec<Claimed>> {
+        let token = Uuid::new_v4();
+        let lease_end = ms(now) + i64::try_from(lease.as_millis()).unwrap_or(i64::MAX / 2);
+        let mut tx = self.begin().await?;
+        // The one writer serialises claims: no two callers get the same row.
+        let update = |pick: &str| {
+            format!(
+                "UPDATE messages SET claim_at = ?2, lease_token = ?3 WHERE id IN ({pick}) \
+                 RETURNING id, target_id, payload, delivery_time, attempt_count, \
+                   ladder_attempts, updated_at AS scheduled_at"
+            )
+        };
+        let rows: Vec<ClaimRow> = match shares {
+            None => sqlx::query_as(&update(
+                "SELECT id FROM messages WHERE state = 'Scheduled' AND paused = 0 AND claim_at <= ?1 \
+                 ORDER BY claim_at LIMIT ?4",
+            ))
+            .bind(ms(now))
+            .bind(lease_end)
+            .bind(token.to_string())
+            .bind(i64::from(limit))
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(map_err)?,
+            Some(shares) => {
+                let full: Vec<&str> = shares.full().map(TargetId::as_str).collect();
+                let room: serde_json::Map<String, serde_json::Value> = shares
+                    .room
+                    .iter()
+                    .filter(|(_, n)| *n > 0)
+                    .map(|(t, n)| (t.as_str().to_string(), (*n).into()))
+                    .collect();
+                sqlx::query_as(&update(
+                    "SELECT id FROM ( \
+                       SELECT c.id, c.claim_at, COALESCE(r.value, ?6) AS room, \
+                         row_number() OVER (PARTITION BY c.target_id ORDER BY c.claim_at) AS rn \
+                       FROM (SELECT id, target_id, claim_at FROM messages \
+                             WHERE state = 'Scheduled' AND paused = 0 AND claim_at <= ?1 \
+                               AND target_id NOT IN (SELECT value FROM json_each(?5)) \
+                             ORDER BY claim_at LIMIT ?7) c \
+                       LEFT JOIN json_each(?8) r ON r.key = c.target_id) \
+                     WHERE rn <= room ORDER BY rn, claim_at LIMIT ?4",
+                ))
+                .bind(ms(now))
+                .bind(lease_end)
+                .bind(token.to_string())
+                .bind(i64::from(limit))
+                .bind(serde_json::to_string(&full).expect("ids serialize"))
+                .bind(i64::from(shares.per_target))
+                .bind(i64::from(limit.saturating_mul(CLAIM_WINDOW)))
+                .bind(serde_json::Value::Object(room).to_string())
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(map_err)?
+            }
+        };
+        let mut targets: HashMap<String, StoreResult<TargetConfig>> = HashMap::new();
+        if !rows.is_empty() {
+            let mut ids: Vec<&str> = rows.iter().map(|r| r.target_id.as_str()).collect();
+            ids.sort_unstable();
+            ids.dedup();
+            let mut q = QueryBuilder::<Sqlite>::new(
+                "SELECT id, kind, config, secrets_key_id, sealed_secrets FROM targets WHERE id IN (",
+            );
+            let mut list = q.separated(", ");
+            for id in &ids {
+                list.push_bind(*id);
+            }
+            q.push(")");
+            type Found = (String, String, String, Option<String>, Option<Vec<u8>>);
+            let found: Vec<Found> = q
+                .build_query_as()
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(map_err)?;
+            for (id, kind, config, key_id, sealed) in found {
+                let config = config_from_row(
+                    self.sealer(),
+                    &id,
+                    &kind,
+                    &config,
+                    key_id.as_deref(),
+                    sealed.as_deref(),
+                );
+                targets.insert(id, config);
+            }
+        }
+        let mut claimed: Vec<(i64, Claimed)> = Vec::with_capacity(rows.len());
+        let mut unopened: Vec<String> = Vec::new();
+        for r in rows {
+            let read = match targets.get(&r.target_id) {
+                Some(Ok(target)) => parse_id(&r.id).map(|id| (id, target.clone())),
+                // Sealed under a key this instance lacks: leave the message
+                // leased; it is delivered once the key is configured.
+                Some(Err(e)) if e.is_unknown_key() => {
+                    unopened.push(r.target_id);
+                    continue;
+                }
+                Some(Err(e)) => Err(StoreError::Corrupt(error_chain(e))),
+                None => Err(StoreError::Corrupt(format!(
+                    "message without target {}",
+                    r.target_id
+                ))),
+            };
+            match read {
+                Ok((id, target)) => claimed.push((
+                    r.delivery_time,
+                    Claimed {
+                        id,
+                        target_id: TargetId::from_trusted(r.target_id),
+                        target,
+                        payload: r.payload,
+                        delivery_time: from_ms(r.delivery_time),
+                        scheduled_at: from_ms(r.scheduled_at),
+                        attempt_count: r.attempt_count.max(0) as u32,
+                        ladder_attempts: r.ladder_attempts.max(0) as u32,
+                        lease_token: token,
+                    },
+                )),
+                Err(e) => {
+                    // A row that cannot be read cannot be delivered: dead-letter
+                    // it, saying why, rather than fail every claim after it.
+                    tracing::error!(message_id = %r.id, error = %e, "dead-lettering an unreadable message");
+                    sqlx::query(
+                        "UPDATE messages SET state = 'DeadLetter', dead_lettered_at = ?2, next_attempt_at = NULL, \
+                           claim_at = NULL, lease_token = NULL, last_error = ?3, updated_at = ?2 WHERE id = ?1",
+                    )
+                    .bind(&r.id)
+                    .bind(ms(now))
+                    .bind(e.to_string())
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(map_err)?;
+                }
+            }
+        }
+        tx.commit().await.map_err(map_err)?;
+        report_left_leased(unopened);
+        // RETURNING has no order; hand out the oldest due first.
+        claimed.sort_by_key(|(due, _)| *due);
+        Ok(claimed.into_iter().map(|(_, c)| c).collect())
     }
 }

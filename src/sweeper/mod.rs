@@ -30,6 +30,10 @@ use crate::{
     wake::Wake,
 };
 
+mod shares;
+
+use shares::InFlight;
+
 const RECORD_BATCH: usize = 1000;
 /// Kept free at the end of a lease, so that no attempt runs past it.
 const LEASE_MARGIN: Duration = Duration::from_secs(1);
@@ -50,6 +54,7 @@ impl Sweeper {
     /// finish and records them before returning.
     pub async fn run(self, shutdown: CancellationToken) {
         let permits = Arc::new(Semaphore::new(self.config.concurrency as usize));
+        let targets = Arc::new(InFlight::new(self.config.target_concurrency));
         let (results_tx, results_rx) = mpsc::unbounded_channel();
         let in_flight = TaskTracker::new();
         let recorder = tokio::spawn(record_loop(
@@ -78,7 +83,12 @@ impl Sweeper {
             let now = self.clock.now();
             // The lease runs from before the claim statement: attempts must end before it does.
             let claimed_at = Instant::now();
-            let claimed = match self.store.claim_due(now, limit, self.config.lease).await {
+            let shares = targets.shares();
+            let claimed = match self
+                .store
+                .claim_due_shared(now, limit, self.config.lease, &shares)
+                .await
+            {
                 Ok(claimed) => claimed,
                 Err(e) => {
                     warn!(error = %e, "claiming due messages failed; retrying shortly");
@@ -101,11 +111,15 @@ impl Sweeper {
                     .expect("claims never exceed free permits");
                 let this = self.clone();
                 let tx = results_tx.clone();
+                let target = group[0].target_id.clone();
+                targets.started(&target, n);
+                let targets = targets.clone();
                 in_flight.spawn(async move {
                     for recorded in this.attempt_group(group, claimed_at).await {
                         let _ = tx.send(recorded);
                     }
                     drop(permit);
+                    targets.ended(&target, n);
                 });
             }
             if count as u32 == limit {
@@ -113,7 +127,10 @@ impl Sweeper {
             }
             let backstop =
                 now + chrono::TimeDelta::from_std(self.config.poll_interval).unwrap_or_default();
-            let deadline = match self.store.next_due().await {
+            // Messages of a full target wait for one of its attempts to end,
+            // not for their due time, which has passed.
+            let full = targets.full();
+            let deadline = match self.store.next_due_except(&full).await {
                 Ok(Some(next)) if next < backstop => next,
                 Ok(_) => backstop,
                 Err(e) => {
@@ -137,6 +154,7 @@ impl Sweeper {
             tokio::select! {
                 _ = tokio::time::sleep(wait) => {}
                 _ = self.wake.notified() => {}
+                _ = targets.freed.notified(), if !full.is_empty() => {}
                 _ = shutdown.cancelled() => break,
             }
         }
