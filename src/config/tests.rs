@@ -22,6 +22,7 @@ fn defaults_match_the_contract() {
     assert!(!c.aws.allow_default_credentials);
     assert_eq!(c.webhook.timeout, Duration::from_secs(10));
     assert_eq!(c.webhook.connect_timeout, Duration::from_secs(5));
+    assert_eq!(c.sweeper.target_concurrency, 32);
     assert!(c.database.url.is_empty());
     assert_eq!(c.auth.token_attempts, 10);
     assert_eq!(c.auth.token_window, Duration::from_secs(60));
