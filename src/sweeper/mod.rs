@@ -111,15 +111,13 @@ impl Sweeper {
                     .expect("claims never exceed free permits");
                 let this = self.clone();
                 let tx = results_tx.clone();
-                let target = group[0].target_id.clone();
-                targets.started(&target, n);
-                let targets = targets.clone();
+                let share = targets.start(group[0].target_id.clone(), n);
                 in_flight.spawn(async move {
                     for recorded in this.attempt_group(group, claimed_at).await {
                         let _ = tx.send(recorded);
                     }
                     drop(permit);
-                    targets.ended(&target, n);
+                    drop(share);
                 });
             }
             if count as u32 == limit {

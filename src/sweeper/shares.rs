@@ -2,7 +2,10 @@
 //! more than `sweeper.target_concurrency` of them: a slow or hanging target
 //! cannot take the delivery slots every other account's messages need.
 
-use std::{collections::HashMap, sync::Mutex};
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+};
 
 use tokio::sync::Notify;
 
@@ -67,6 +70,17 @@ impl InFlight {
         *counts.entry(target.clone()).or_default() += n;
     }
 
+    /// `n` attempts to `target` start; they end when the returned share is
+    /// dropped, also if the task that holds it panics.
+    pub fn start(self: &Arc<Self>, target: TargetId, n: u32) -> Share {
+        self.started(&target, n);
+        Share {
+            of: self.clone(),
+            target,
+            n,
+        }
+    }
+
     pub fn ended(&self, target: &TargetId, n: u32) {
         let refilled = {
             let mut counts = self.counts.lock().expect("not poisoned");
@@ -85,6 +99,19 @@ impl InFlight {
             // A stored permit if nobody waits: the sweeper sees it next time.
             self.freed.notify_one();
         }
+    }
+}
+
+/// Attempts in flight to one target, counted until dropped.
+pub struct Share {
+    of: Arc<InFlight>,
+    target: TargetId,
+    n: u32,
+}
+
+impl Drop for Share {
+    fn drop(&mut self) {
+        self.of.ended(&self.target, self.n);
     }
 }
 
