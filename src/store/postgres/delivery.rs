@@ -16,6 +16,19 @@ use crate::{
     store::{sealed::open_config, *},
 };
 
+/// How a claim leases the messages of its `due` CTE ($1 now, $3 the lease
+/// in ms, $4 the lease token) and what it returns of them: one text for
+/// both claims.
+macro_rules! lease_due {
+    () => {
+        "UPDATE messages m SET claim_at = $1 + make_interval(secs => $3::double precision / 1000), \
+           lease_token = $4 \
+         FROM due, targets t WHERE m.id = due.id AND t.id = m.target_id \
+         RETURNING m.id, m.target_id, t.kind, t.config, t.secrets_key_id, t.sealed_secrets, m.payload, \
+           m.delivery_time, m.attempt_count, m.ladder_attempts, m.updated_at AS scheduled_at"
+    };
+}
+
 #[async_trait]
 impl DeliveryStore for PgStore {
     async fn claim_due(
@@ -25,17 +38,14 @@ impl DeliveryStore for PgStore {
         lease: Duration,
     ) -> StoreResult<Vec<Claimed>> {
         let token = Uuid::new_v4();
-        let rows: Vec<ClaimRow> = sqlx::query_as(
+        let rows: Vec<ClaimRow> = sqlx::query_as(concat!(
             "WITH due AS ( \
                SELECT id FROM messages \
                WHERE state = 'Scheduled' AND NOT paused AND claim_at <= $1 \
                ORDER BY claim_at LIMIT $2 FOR UPDATE SKIP LOCKED) \
-             UPDATE messages m SET claim_at = $1 + make_interval(secs => $3::double precision / 1000), \
-               lease_token = $4 \
-             FROM due, targets t WHERE m.id = due.id AND t.id = m.target_id \
-             RETURNING m.id, m.target_id, t.kind, t.config, t.secrets_key_id, t.sealed_secrets, m.payload, \
-               m.delivery_time, m.attempt_count, m.ladder_attempts, m.updated_at AS scheduled_at",
-        )
+             ",
+            lease_due!()
+        ))
         .bind(now)
         .bind(i64::from(limit))
         .bind(millis_i64(lease))
@@ -64,7 +74,7 @@ impl DeliveryStore for PgStore {
         // Round robin over the targets among the oldest due messages (a
         // window of a few claims' worth), each target taking its share; a
         // target with no room left is not read past its index entries.
-        let rows: Vec<ClaimRow> = sqlx::query_as(
+        let rows: Vec<ClaimRow> = sqlx::query_as(concat!(
             "WITH cand AS ( \
                SELECT id, target_id, claim_at FROM messages \
                WHERE state = 'Scheduled' AND NOT paused AND claim_at <= $1 AND NOT (target_id = ANY($5)) \
@@ -78,11 +88,9 @@ impl DeliveryStore for PgStore {
              due AS ( \
                SELECT id FROM messages WHERE id IN (SELECT id FROM pick) \
                  AND state = 'Scheduled' AND NOT paused AND claim_at <= $1 FOR UPDATE SKIP LOCKED) \
-             UPDATE messages m SET claim_at = $1 + make_interval(secs => $3::double precision / 1000), \
-               lease_token = $4 \
-             FROM due, targets t WHERE m.id = due.id AND t.id = m.target_id \
-             RETURNING m.id, m.target_id, t.kind, t.config, t.secrets_key_id, t.sealed_secrets, m.payload, \
-               m.delivery_time, m.attempt_count, m.ladder_attempts, m.updated_at AS scheduled_at",
+             ",
+            lease_due!()
+        ),
         )
         .bind(now)
         .bind(i64::from(limit))
