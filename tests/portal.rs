@@ -1068,6 +1068,31 @@ async fn a_test_message_from_the_target_page_is_delivered_and_shown_with_its_att
 }
 
 #[tokio::test]
+async fn an_attempt_answered_with_retry_after_shows_the_wait_it_imposed() {
+    let app =
+        TestApp::spawn_with(|c| c.retry.max_retry_after = std::time::Duration::from_millis(300))
+            .await;
+    let api = app.api("acme").await;
+    let rx = Receiver::start().await;
+    rx.then([Reply::status(429).header("Retry-After", "60")]);
+    rx.always(Reply::status(200));
+    let target = api.webhook(&rx.url("/hook")).await;
+    let m = api
+        .schedule(s(&target["targetId"]), &common::in_ms(0), "wait for me")
+        .await;
+    let id = s(&m["messageId"]);
+    api.wait_for_state(id, "Delivered", WAIT).await;
+    let mut b = signed_in(&app, "acme", "ops@example.com").await;
+    let page = b.get(&format!("/portal/messages/{id}")).await;
+    assert!(
+        page.body.contains("data-retry-after-ms=\"300\""),
+        "{}",
+        page.body
+    );
+    assert!(page.body.contains("the next attempt waited 300 ms"));
+}
+
+#[tokio::test]
 async fn redrive_shows_the_count_then_reschedules_every_matching_dead_letter() {
     let app = TestApp::spawn().await;
     let api = app.api("acme").await;

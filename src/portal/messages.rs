@@ -335,7 +335,12 @@ pub async fn show(
                                     td { (outcome(a.outcome)) }
                                     td.num { @if let Some(s) = a.status_code { (s) } @else { "—" } }
                                     td.num { (a.duration_ms) " ms" }
-                                    td.wrap { @if let Some(e) = &a.error { (e) } }
+                                    td.wrap {
+                                        @if let Some(e) = &a.error { (e) }
+                                        @if let Some(w) = a.retry_after_ms {
+                                            br; small data-retry-after-ms=(w) { "Retry-After: the next attempt waited " (w) " ms" }
+                                        }
+                                    }
                                     td.wrap { @if let Some(b) = a.response_body.as_deref().filter(|b| !b.is_empty()) {
                                         details { summary { (truncate(b, 40)) } pre { (b) } }
                                     } }
