@@ -387,8 +387,9 @@ async fn targets_create_provisions_a_target_from_the_command_line() {
 
     // Provisioning run again (the compose demo on every `up`) creates no second one.
     for _ in 0..2 {
-        let again = dispatch()
-            .args([
+        let same = common::dispatch_json(
+            &db.url,
+            [
                 "targets",
                 "create",
                 "--account",
@@ -397,39 +398,35 @@ async fn targets_create_provisions_a_target_from_the_command_line() {
                 "q",
                 "--type",
                 "sqs",
-            ])
-            .args(["--target-config", config, "--unless-exists"])
-            .env("DATABASE_URL", &db.url)
-            .output()
-            .await
-            .unwrap();
-        assert!(
-            again.status.success(),
-            "{}",
-            String::from_utf8_lossy(&again.stderr)
-        );
-        let same: Value = serde_json::from_slice(&again.stdout).unwrap();
+                "--target-config",
+                config,
+                "--unless-exists",
+            ],
+        )
+        .await;
         assert_eq!(same["targetId"], t["targetId"]);
         assert_eq!(same["config"]["credentials"]["secretAccessKey"], "***");
     }
     let all = store.list_targets("demo", None, 100).await.unwrap();
     assert_eq!(all.len(), 1, "{all:?}");
     // Another account's target of that name is not this account's.
-    let theirs = dispatch()
-        .args(["targets", "create", "--account", "other", "--name", "q"])
-        .args([
+    let theirs = common::dispatch_json(
+        &db.url,
+        [
+            "targets",
+            "create",
+            "--account",
+            "other",
+            "--name",
+            "q",
             "--type",
             "sqs",
             "--target-config",
             config,
             "--unless-exists",
-        ])
-        .env("DATABASE_URL", &db.url)
-        .output()
-        .await
-        .unwrap();
-    assert!(theirs.status.success());
-    let theirs: Value = serde_json::from_slice(&theirs.stdout).unwrap();
+        ],
+    )
+    .await;
     assert_ne!(theirs["targetId"], t["targetId"]);
     assert_eq!(
         store.list_targets("other", None, 100).await.unwrap().len(),

@@ -9,7 +9,6 @@ mod common;
 use std::{collections::BTreeSet, path::Path};
 
 use common::TestDb;
-use serde_json::Value;
 use yaml_rust2::{Yaml, YamlLoader};
 
 fn repo(path: &str) -> std::path::PathBuf {
@@ -121,18 +120,7 @@ async fn the_demo_target_setup_run_twice_leaves_one_target() {
     let db = TestDb::new().await;
     let mut ids = Vec::new();
     for _ in 0..2 {
-        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_dispatch"))
-            .args(&command)
-            .env("DATABASE_URL", &db.url)
-            .output()
-            .await
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let t: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let t = common::dispatch_json(&db.url, &command).await;
         ids.push(t["targetId"].as_str().unwrap().to_string());
     }
     assert_eq!(ids[0], ids[1], "the second run prints the first target");

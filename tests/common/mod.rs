@@ -381,3 +381,27 @@ pub async fn open_any_store(url: &str) -> Arc<dyn Store> {
         .into_parts()
         .0
 }
+
+/// Runs `dispatch ARGS` against the database at `db_url`, expects it to
+/// succeed (its standard error is the failure message) and returns the JSON
+/// it printed.
+pub async fn dispatch_json<I, S>(db_url: &str, args: I) -> Value
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_dispatch"))
+        .args(args)
+        .env("DATABASE_URL", db_url)
+        .env("RUST_LOG", "warn")
+        .kill_on_drop(true)
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
