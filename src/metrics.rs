@@ -12,6 +12,7 @@ pub const DELIVERY_SECONDS: &str = "dispatch_delivery_duration_seconds";
 pub const LATENESS: &str = "dispatch_delivery_lateness_seconds";
 pub const CLAIM_BATCH: &str = "dispatch_claim_batch_size";
 pub const PURGED: &str = "dispatch_retention_purged_total";
+pub const BREAKER: &str = "dispatch_circuit_breaker_transitions_total";
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
@@ -53,6 +54,10 @@ fn describe() {
     );
     metrics::describe_histogram!(CLAIM_BATCH, "Messages claimed per claim statement");
     metrics::describe_counter!(PURGED, "Rows deleted by retention");
+    metrics::describe_counter!(
+        BREAKER,
+        "Circuit breaker state changes, by the state entered (open, halfOpen, closed)"
+    );
     // Make the counters visible at zero before the first event.
     metrics::counter!(SCHEDULED).increment(0);
     metrics::counter!(DELIVERED).increment(0);

@@ -1,9 +1,15 @@
 //! Flow control toward receivers (API.md §9): a receiver's Retry-After is
-//! honoured up to `retry.max_retry_after` and kept on the attempt, and a
+//! honoured up to `retry.max_retry_after` and kept on the attempt, a
 //! connection that cannot be opened fails after `webhook.connect_timeout`,
-//! not after the attempt's whole timeout.
+//! not after the attempt's whole timeout, one hanging target does not hold
+//! back another account; a target's `flowControl` (`limits`) and circuit
+//! breaker (`breaker`).
 
+#[path = "flow_control/breaker.rs"]
+mod breaker;
 mod common;
+#[path = "flow_control/limits.rs"]
+mod limits;
 
 use std::time::Duration;
 

@@ -98,6 +98,8 @@ mod batch_keys;
 mod claims;
 #[path = "store_conformance/clients.rs"]
 mod clients;
+#[path = "store_conformance/gates.rs"]
+mod gates;
 #[path = "store_conformance/history.rs"]
 mod history;
 #[path = "store_conformance/idempotency.rs"]

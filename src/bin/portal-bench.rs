@@ -82,9 +82,11 @@ async fn fill(store: &dyn Store, n: usize) -> anyhow::Result<(Vec<TargetId>, Mes
                 timeout_ms: None,
                 signing_secret: dispatch::domain::target::generate_signing_secret(),
                 auth: None,
+                limits: Default::default(),
             }),
             created_at: now,
             updated_at: now,
+            health: dispatch::domain::target::gate::Health::closed(None),
         };
         store.insert_target(&t).await?;
         targets.push(t.id);

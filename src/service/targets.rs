@@ -98,6 +98,7 @@ impl Service {
             updated_at: now,
             ..current.clone()
         };
+        let limits_changed = changed.config.limits() != current.config.limits();
         let mut updated = if changed.name != current.name || changed.config != current.config {
             self.store
                 .update_target(&changed)
@@ -106,6 +107,11 @@ impl Service {
         } else {
             current
         };
+        if limits_changed {
+            // New limits hold from the next claim; one that admits more
+            // starts the messages held back now.
+            self.wake.now();
+        }
         if spec.enabled != updated.enabled {
             updated = self.set_target_enabled(account, id, spec.enabled).await?;
         }
@@ -158,6 +164,21 @@ impl Service {
             self.wake.now();
         }
         Ok(t)
+    }
+
+    /// Closes a target's circuit breaker by hand: its waiting messages go
+    /// at once.
+    pub async fn reset_health(&self, account: &AccountId, id: &TargetId) -> ServiceResult<Target> {
+        let (target, change) = self
+            .store
+            .reset_health(account, id, self.now())
+            .await?
+            .ok_or(ServiceError::NotFound)?;
+        if let Some(change) = change {
+            metrics::counter!(crate::metrics::BREAKER, "state" => change.to.as_str()).increment(1);
+            self.wake.now();
+        }
+        Ok(target)
     }
 
     /// Refused while it has Scheduled or DeadLetter messages.

@@ -12,13 +12,13 @@ use chrono::{DateTime, Utc};
 
 use super::{
     portal, BatchItem, ClaimShares, Claimed, ClientRecord, ClientSummary, Cutoffs, DeleteTarget,
-    IdempotencyInput, InsertOutcome, MessageFilter, Purged, Recorded, ResealPage, SigningKey,
-    StoreResult, TargetCursor, Transition,
+    GatedClaim, IdempotencyInput, InsertOutcome, MessageFilter, Purged, Recorded, ResealPage,
+    SigningKey, StoreResult, TargetCursor, Transition,
 };
 use crate::domain::{
     ids::{MessageId, TargetId},
     message::{Attempt, Message},
-    target::Target,
+    target::{gate::BreakerChange, Target},
 };
 
 /// Whether the database answers (the readiness probe).
@@ -238,6 +238,43 @@ pub trait DeliveryStore: Send + Sync + 'static {
     async fn purge_expired(&self, cutoffs: &Cutoffs, batch: u32) -> StoreResult<Purged>;
 }
 
+/// Gated targets (API.md §9: `flowControl`, `circuitBreaker`): their
+/// messages are claimed apart from the others, one target at a time under a
+/// lock on its row, as many as its gate admits; the breaker learns from the
+/// attempts' outcomes.
+#[async_trait]
+pub trait GateStore: Send + Sync + 'static {
+    /// Claims due messages of gated targets, oldest first within a target:
+    /// per target what its gate admits (counting the attempts in flight on
+    /// every instance) and `shares` allows, at most `limit` in all; records
+    /// the starts in the gate.
+    async fn claim_gated(
+        &self,
+        now: DateTime<Utc>,
+        limit: u32,
+        lease: Duration,
+        shares: &ClaimShares,
+    ) -> StoreResult<GatedClaim>;
+
+    /// Applies ended attempts to their targets' breakers, in order:
+    /// `Some(true)` a success, `Some(false)` a retryable failure, `None` a
+    /// final answer from the receiver.
+    async fn record_health(
+        &self,
+        ended: &[(TargetId, Option<bool>)],
+        now: DateTime<Utc>,
+    ) -> StoreResult<Vec<(TargetId, BreakerChange)>>;
+
+    /// Closes a target's breaker by hand; None when the target is unknown
+    /// in the account.
+    async fn reset_health(
+        &self,
+        account: &str,
+        id: &TargetId,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Option<(Target, Option<BreakerChange>)>>;
+}
+
 /// What the portal shows beyond messages: the overview, counts and a
 /// message's history.
 #[async_trait]
@@ -270,6 +307,7 @@ pub trait Store:
     + MessageStore
     + ActionStore
     + DeliveryStore
+    + GateStore
     + PortalReads
 {
 }
@@ -282,6 +320,7 @@ impl<T> Store for T where
         + MessageStore
         + ActionStore
         + DeliveryStore
+        + GateStore
         + PortalReads
 {
 }

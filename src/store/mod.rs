@@ -18,6 +18,7 @@
 //!   rather than dead-lettered (see `sealed`).
 
 mod capability;
+mod gates;
 pub mod portal;
 pub mod postgres;
 pub mod prelude;
@@ -26,6 +27,7 @@ mod sealed;
 pub mod sqlite;
 
 pub use capability::*;
+pub(crate) use gates::{health_from_row, plan, reopening, starts_to_text, GateRow};
 pub use rules::insert_new_target;
 pub(crate) use rules::{
     error_chain, key_live_since, last_error, outcome_from_str, refused_transition, replayed,
@@ -43,7 +45,7 @@ use crate::domain::{
     ids::{MessageId, TargetId},
     message::{Attempt, Message, State},
     retry::Next,
-    target::{Target, TargetConfig},
+    target::{gate::BreakerChange, Target, TargetConfig},
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -241,6 +243,9 @@ pub struct Claimed {
     pub attempt_count: u32,
     pub ladder_attempts: u32,
     pub lease_token: Uuid,
+    /// Its target is gated: each attempt goes through a claim (no immediate
+    /// retry under the same lease), and its outcome feeds the breaker.
+    pub gated: bool,
 }
 
 /// What a fair claim may take from each target (`claim_due_shared`): none
@@ -259,6 +264,20 @@ impl ClaimShares {
     pub fn full(&self) -> impl Iterator<Item = &TargetId> {
         self.room.iter().filter(|(_, n)| *n == 0).map(|(t, _)| t)
     }
+}
+
+/// What a claim from gated targets took, and when to look again.
+#[derive(Debug, Default)]
+pub struct GatedClaim {
+    pub claimed: Vec<Claimed>,
+    /// Breakers whose probe starts now (open to halfOpen).
+    pub changes: Vec<(TargetId, BreakerChange)>,
+    /// The earliest time at which a gated target may admit more or a gated
+    /// message falls due, when time alone decides it.
+    pub next: Option<DateTime<Utc>>,
+    /// A gated target with due messages waits for an attempt in flight to
+    /// end (its parallelism, or its probe), possibly on another instance.
+    pub waits_for_attempts: bool,
 }
 
 /// A fair claim ranks the oldest `limit × CLAIM_WINDOW` due messages round

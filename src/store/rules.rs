@@ -14,7 +14,7 @@ use crate::domain::{
     ids::TargetId,
     message::{Message, State},
     retry::{AttemptOutcome, Next},
-    target::{Target, TargetSpec},
+    target::{gate::Health, Target, TargetSpec},
 };
 
 /// Stores a new target of `account` under a fresh id (a few tries, should
@@ -34,6 +34,7 @@ pub async fn insert_new_target(
             config: spec.config.clone(),
             created_at: now,
             updated_at: now,
+            health: Health::closed(spec.config.limits().breaker.as_ref()),
         };
         if store.insert_target(&t).await? {
             return Ok(Some(t));

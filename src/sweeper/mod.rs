@@ -30,11 +30,15 @@ use crate::{
     wake::Wake,
 };
 
+mod record;
 mod shares;
 
+use record::{count_breaker_changes, record, record_loop, Done};
 use shares::InFlight;
 
-const RECORD_BATCH: usize = 1000;
+/// How soon a gated target that waits for attempts in flight (possibly on
+/// another instance) is looked at again.
+const GATE_POLL: chrono::TimeDelta = chrono::TimeDelta::milliseconds(50);
 /// Kept free at the end of a lease, so that no attempt runs past it.
 const LEASE_MARGIN: Duration = Duration::from_secs(1);
 
@@ -55,7 +59,7 @@ impl Sweeper {
     pub async fn run(self, shutdown: CancellationToken) {
         let permits = Arc::new(Semaphore::new(self.config.concurrency as usize));
         let targets = Arc::new(InFlight::new(self.config.target_concurrency));
-        let (results_tx, results_rx) = mpsc::unbounded_channel();
+        let (results_tx, results_rx) = mpsc::unbounded_channel::<Done>();
         let in_flight = TaskTracker::new();
         let recorder = tokio::spawn(record_loop(
             self.store.clone(),
@@ -84,12 +88,27 @@ impl Sweeper {
             // The lease runs from before the claim statement: attempts must end before it does.
             let claimed_at = Instant::now();
             let shares = targets.shares();
-            let claimed = match self
-                .store
-                .claim_due_shared(now, limit, self.config.lease, &shares)
-                .await
-            {
-                Ok(claimed) => claimed,
+            let claims = async {
+                let mut claimed = self
+                    .store
+                    .claim_due_shared(now, limit, self.config.lease, &shares)
+                    .await?;
+                // Gated targets (flowControl, circuitBreaker) take what is left.
+                let left = limit.saturating_sub(claimed.len() as u32);
+                let gated = self
+                    .store
+                    .claim_gated(now, left, self.config.lease, &shares)
+                    .await?;
+                claimed.extend(gated.claimed);
+                Ok::<_, crate::store::StoreError>((
+                    claimed,
+                    gated.next,
+                    gated.waits_for_attempts,
+                    gated.changes,
+                ))
+            };
+            let (claimed, gated_next, gated_waits, changes) = match claims.await {
+                Ok(c) => c,
                 Err(e) => {
                     warn!(error = %e, "claiming due messages failed; retrying shortly");
                     if sleep_or_shutdown(Duration::from_millis(500), &shutdown).await {
@@ -98,6 +117,7 @@ impl Sweeper {
                     continue;
                 }
             };
+            count_breaker_changes(&changes);
             let count = claimed.len();
             if count > 0 {
                 metrics::histogram!(m::CLAIM_BATCH).record(count as f64);
@@ -112,9 +132,13 @@ impl Sweeper {
                 let this = self.clone();
                 let tx = results_tx.clone();
                 let share = targets.start(group[0].target_id.clone(), n);
+                let gate = group[0].gated.then(|| group[0].target_id.clone());
                 in_flight.spawn(async move {
                     for recorded in this.attempt_group(group, claimed_at).await {
-                        let _ = tx.send(recorded);
+                        let _ = tx.send(Done {
+                            recorded,
+                            gate: gate.clone(),
+                        });
                     }
                     drop(permit);
                     drop(share);
@@ -135,6 +159,19 @@ impl Sweeper {
                     warn!(error = %e, "reading the next due time failed");
                     now + chrono::TimeDelta::seconds(1)
                 }
+            };
+            // A gated target reopens at a time its gate knows, or when an
+            // attempt in flight ends: here the record loop wakes the
+            // sweeper; on another instance nothing does, so look again soon.
+            let deadline = [Some(deadline), gated_next]
+                .into_iter()
+                .flatten()
+                .min()
+                .unwrap_or(deadline);
+            let deadline = if gated_waits {
+                deadline.min(self.clock.now() + GATE_POLL)
+            } else {
+                deadline
             };
             // Something due that we could not claim is locked by another
             // instance's claim in progress: look again shortly, not in a spin.
@@ -168,12 +205,35 @@ impl Sweeper {
         let mut total = 0;
         loop {
             let claimed_at = Instant::now();
+            let now = self.clock.now();
             let claimed = match self
                 .store
-                .claim_due(self.clock.now(), self.config.batch_size, self.config.lease)
+                .claim_due(now, self.config.batch_size, self.config.lease)
                 .await
             {
                 Ok(c) => c,
+                Err(e) => {
+                    warn!(error = %e, "claim failed");
+                    return total;
+                }
+            };
+            let claimed = match self
+                .store
+                .claim_gated(
+                    now,
+                    self.config.batch_size,
+                    self.config.lease,
+                    &crate::store::ClaimShares {
+                        per_target: self.config.target_concurrency,
+                        room: Vec::new(),
+                    },
+                )
+                .await
+            {
+                Ok(gated) => {
+                    count_breaker_changes(&gated.changes);
+                    claimed.into_iter().chain(gated.claimed).collect::<Vec<_>>()
+                }
                 Err(e) => {
                     warn!(error = %e, "claim failed");
                     return total;
@@ -183,18 +243,21 @@ impl Sweeper {
                 return total;
             }
             total += claimed.len();
-            let results = futures::future::join_all(
-                claimed
+            let results = futures::future::join_all(claimed.into_iter().map(|c| async move {
+                let gate = c.gated.then(|| c.target_id.clone());
+                self.attempt_group(vec![c], claimed_at)
+                    .await
                     .into_iter()
-                    .map(|c| self.attempt_group(vec![c], claimed_at)),
-            )
+                    .map(move |recorded| Done {
+                        recorded,
+                        gate: gate.clone(),
+                    })
+            }))
             .await
             .into_iter()
             .flatten()
             .collect::<Vec<_>>();
-            if let Err(e) = self.store.record(&results, self.clock.now()).await {
-                warn!(error = %e, "record failed");
-            }
+            record(self.store.as_ref(), &results, self.clock.now()).await;
         }
     }
 
@@ -305,6 +368,11 @@ impl Sweeper {
         mut recorded: Recorded,
         deadline: Instant,
     ) -> Recorded {
+        // A gated target's every attempt passes its gate: the retry is
+        // claimed again, under the target's limits and breaker.
+        if c.gated {
+            return recorded;
+        }
         loop {
             let Next::Retry(at) = recorded.next else {
                 return recorded;
@@ -378,66 +446,6 @@ fn cut_off() -> Delivered {
         AttemptOutcome::RetryableFailure,
         "attempt cut off at the end of its lease",
     )
-}
-
-/// Records results in batches: whatever has arrived while the previous batch
-/// was being written goes into the next statement.
-async fn record_loop(
-    store: Arc<dyn Store>,
-    wake: Arc<Wake>,
-    clock: Arc<dyn Clock>,
-    mut rx: mpsc::UnboundedReceiver<Recorded>,
-    shutdown: CancellationToken,
-) {
-    let mut batch = Vec::with_capacity(RECORD_BATCH);
-    while let Some(first) = rx.recv().await {
-        batch.push(first);
-        while batch.len() < RECORD_BATCH {
-            match rx.try_recv() {
-                Ok(r) => batch.push(r),
-                Err(_) => break,
-            }
-        }
-        let mut failures = 0u32;
-        loop {
-            match store.record(&batch, clock.now()).await {
-                Ok(_) => break,
-                Err(e) => {
-                    failures += 1;
-                    // Leases make unrecorded attempts claimable again, so
-                    // giving up at shutdown loses nothing (it may redeliver).
-                    if shutdown.is_cancelled() && failures >= 3 {
-                        warn!(error = %e, count = batch.len(), "giving up recording at shutdown");
-                        break;
-                    }
-                    warn!(error = %e, count = batch.len(), "recording results failed; retrying");
-                    tokio::time::sleep(Duration::from_millis(250)).await;
-                }
-            }
-        }
-        let mut next_retry = None;
-        for r in &batch {
-            match r.next {
-                Next::Delivered => metrics::counter!(m::DELIVERED).increment(1),
-                Next::DeadLetter => metrics::counter!(m::DEAD_LETTERED).increment(1),
-                Next::Retry(at) => {
-                    next_retry =
-                        Some(next_retry.map_or(at, |n: chrono::DateTime<chrono::Utc>| n.min(at)))
-                }
-            }
-            for a in r
-                .attempts
-                .iter()
-                .filter(|a| a.outcome != AttemptOutcome::Success)
-            {
-                metrics::counter!(m::FAILED, "outcome" => a.outcome.as_str()).increment(1);
-            }
-        }
-        batch.clear();
-        if let Some(at) = next_retry {
-            wake.due(at);
-        }
-    }
 }
 
 async fn sleep_or_shutdown(d: Duration, shutdown: &CancellationToken) -> bool {

@@ -35,6 +35,32 @@ pub struct TargetOut {
     #[serde(with = "serde_ts")]
     #[schema(value_type = String, format = DateTime)]
     pub updated_at: DateTime<Utc>,
+    /// The circuit breaker's state; null without `config.circuitBreaker`.
+    pub health: Option<HealthOut>,
+}
+
+/// A circuit breaker (API.md §9): `open`, its messages wait without
+/// consuming attempts until `openUntil`; then one probe (`halfOpen`) decides.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HealthOut {
+    #[schema(value_type = String, example = "closed")]
+    pub state: &'static str,
+    /// Retryable failures in a row across the target's messages.
+    pub consecutive_failures: u32,
+    #[serde(with = "serde_ts::option")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub open_until: Option<DateTime<Utc>>,
+}
+
+impl HealthOut {
+    pub fn new(t: &Target) -> Option<Self> {
+        t.config.limits().breaker.map(|_| Self {
+            state: t.health.state.as_str(),
+            consecutive_failures: t.health.consecutive_failures,
+            open_until: t.health.open_until,
+        })
+    }
 }
 
 impl TargetOut {
@@ -47,6 +73,7 @@ impl TargetOut {
             config: t.config.to_public_json(),
             created_at: t.created_at,
             updated_at: t.updated_at,
+            health: HealthOut::new(t),
         }
     }
 

@@ -77,6 +77,54 @@ pub struct WebhookConfigIn {
     /// Dispatch fetches a token from `tokenUrl` and sends it as a bearer token.
     #[schema(value_type = Option<OAuthIn>)]
     pub auth: Field<OAuthIn>,
+    #[serde(flatten)]
+    pub limits: LimitsIn,
+}
+
+/// What any target's config may limit (API.md §9).
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LimitsIn {
+    /// Holds back attempts to this target: they wait, Scheduled, and go in
+    /// delivery-time order as soon as the limits allow.
+    #[schema(value_type = Option<FlowControlIn>)]
+    pub flow_control: Field<FlowControlIn>,
+    /// Stops attempts to a failing target for a while.
+    #[schema(value_type = Option<CircuitBreakerIn>)]
+    pub circuit_breaker: Field<CircuitBreakerIn>,
+}
+
+/// `parallelism` caps the attempts in flight to the target across all
+/// instances; `rate` caps the attempts started in any `period` (a sliding
+/// window, not calendar-aligned). Either may be left out.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FlowControlIn {
+    #[schema(value_type = Option<u32>, minimum = 1, maximum = 10000)]
+    pub parallelism: Field<f64>,
+    #[schema(value_type = Option<u32>, minimum = 1, maximum = 1000000)]
+    pub rate: Field<f64>,
+    /// A whole number and a unit (`ms`, `s`, `m`, `h`): `1s` when absent.
+    #[schema(value_type = Option<String>, pattern = "^[1-9][0-9]{0,5}(ms|s|m|h)$", example = "1s")]
+    pub period: Field<String>,
+}
+
+/// After `failures` consecutive retryable failures across the target's
+/// messages the breaker opens: messages wait without consuming attempts;
+/// after `cooldown` one probe is made; a success closes it, a failure
+/// reopens it with the cooldown doubled, at most 1 h. A failure the
+/// receiver answers for good (a non-retryable one) shows it reachable and
+/// starts the count over.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CircuitBreakerIn {
+    /// 1 to 10000; 20 when absent.
+    #[schema(value_type = Option<u32>, minimum = 1, maximum = 10000)]
+    pub failures: Field<f64>,
+    /// A whole number and a unit (`ms`, `s`, `m`, `h`): `1m` when absent;
+    /// above `1h` it waits 1 h.
+    #[schema(value_type = Option<String>, pattern = "^[1-9][0-9]{0,5}(ms|s|m|h)$", example = "1m")]
+    pub cooldown: Field<String>,
 }
 
 /// OAuth 2 client credentials for a webhook.
@@ -144,6 +192,8 @@ pub struct AwsIn {
     /// The FIFO message group: 1 to 128 printable ASCII characters.
     #[schema(value_type = Option<String>, pattern = "^[!-~]{1,128}$")]
     pub message_group_id: Field<String>,
+    #[serde(flatten)]
+    pub limits: LimitsIn,
 }
 
 #[derive(Debug, Default, Deserialize, ToSchema)]

@@ -118,6 +118,27 @@ struct Inner {
     script: Mutex<VecDeque<Reply>>,
     default: Mutex<Option<Reply>>,
     arrived: Notify,
+    /// Requests being answered now, and the most there ever were at once.
+    concurrent: Mutex<(usize, usize)>,
+}
+
+/// Counts a request as being answered until dropped (also when the client
+/// hangs up and the handler is dropped).
+struct Answering(Arc<Inner>);
+
+impl Answering {
+    fn new(inner: &Arc<Inner>) -> Self {
+        let mut c = inner.concurrent.lock().unwrap();
+        c.0 += 1;
+        c.1 = c.1.max(c.0);
+        Self(inner.clone())
+    }
+}
+
+impl Drop for Answering {
+    fn drop(&mut self) {
+        self.0.concurrent.lock().unwrap().0 -= 1;
+    }
 }
 
 #[derive(Clone)]
@@ -159,6 +180,11 @@ impl Receiver {
         self.inner.received.lock().unwrap().clone()
     }
 
+    /// The most requests this receiver was answering at one time.
+    pub fn max_concurrent(&self) -> usize {
+        self.inner.concurrent.lock().unwrap().1
+    }
+
     pub fn count(&self) -> usize {
         self.inner.received.lock().unwrap().len()
     }
@@ -187,6 +213,7 @@ async fn handle(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    let _answering = Answering::new(&inner);
     inner.received.lock().unwrap().push(Received {
         path: uri.path().to_string(),
         headers,

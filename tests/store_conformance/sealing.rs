@@ -199,6 +199,7 @@ pub(crate) fn webhook_with_secrets(account: &str, name: &str) -> Target {
             client_secret: SECRETS[3].into(),
             scopes: vec!["a".into()],
         }),
+        limits: Default::default(),
     });
     t
 }
@@ -214,6 +215,7 @@ pub(crate) fn sqs_with_secret(account: &str) -> Target {
             secret_access_key: SECRETS[4].into(),
         }),
         message_group_id: None,
+        limits: Default::default(),
     });
     t
 }

@@ -15,7 +15,7 @@ pub(crate) use dispatch::{
         message::{Attempt, Message, State},
         payload::{Payload, MAX_PAYLOAD_CHARS},
         retry::{AttemptOutcome, Next},
-        target::{SqsConfig, Target, TargetConfig, WebhookConfig},
+        target::{gate::Health, SqsConfig, Target, TargetConfig, WebhookConfig},
     },
     store::{
         portal::{EventKind, MessageEvent, Overview, SessionRecord, UserRecord},
@@ -65,6 +65,7 @@ pub(crate) fn webhook(url: &str) -> TargetConfig {
         timeout_ms: Some(5_000),
         signing_secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".into(),
         auth: None,
+        limits: Default::default(),
     })
 }
 
@@ -77,6 +78,7 @@ pub(crate) fn target_value(account: &str, name: &str, created_at: DateTime<Utc>)
         config: webhook("https://example.com/hook"),
         created_at,
         updated_at: created_at,
+        health: Health::closed(None),
     }
 }
 

@@ -28,6 +28,7 @@ async fn an_inserted_target_reads_back_unchanged_and_a_duplicate_id_is_refused(
         endpoint_url: Some("http://127.0.0.1:5000".into()),
         credentials: None,
         message_group_id: Some("group-1".into()),
+        limits: Default::default(),
     });
     insert_target(&*store, &t).await;
     let read = store.get_target(ACME, &t.id).await.unwrap().unwrap();

@@ -8,8 +8,10 @@ use rand::Rng;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+use self::gate::Limits;
 use super::ids::TargetId;
 
+pub mod gate;
 mod headers;
 pub mod rules;
 mod secrets;
@@ -29,6 +31,8 @@ pub struct Target {
     pub config: TargetConfig,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+    /// Its breaker's state: closed when it has none.
+    pub health: gate::Health,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -49,6 +53,9 @@ pub struct WebhookConfig {
     pub signing_secret: String,
     #[serde(default)]
     pub auth: Option<OAuthClientCredentials>,
+    /// `flowControl` and `circuitBreaker` (API.md §9).
+    #[serde(flatten)]
+    pub limits: Limits,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -81,6 +88,8 @@ pub struct SqsConfig {
     pub credentials: Option<AwsCredentials>,
     #[serde(default)]
     pub message_group_id: Option<String>,
+    #[serde(flatten)]
+    pub limits: Limits,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -94,6 +103,8 @@ pub struct SnsConfig {
     pub credentials: Option<AwsCredentials>,
     #[serde(default)]
     pub message_group_id: Option<String>,
+    #[serde(flatten)]
+    pub limits: Limits,
 }
 
 /// One invalid field, named by its JSON path (`config.url`).
@@ -123,6 +134,15 @@ pub struct TargetSpec {
 }
 
 impl TargetConfig {
+    /// What the owner limited (API.md §9).
+    pub fn limits(&self) -> &Limits {
+        match self {
+            TargetConfig::Webhook(c) => &c.limits,
+            TargetConfig::Sqs(c) => &c.limits,
+            TargetConfig::Sns(c) => &c.limits,
+        }
+    }
+
     pub fn kind(&self) -> &'static str {
         match self {
             TargetConfig::Webhook(_) => "webhook",

@@ -25,7 +25,7 @@ macro_rules! lease_due {
            lease_token = $4 \
          FROM due, targets t WHERE m.id = due.id AND t.id = m.target_id \
          RETURNING m.id, m.target_id, t.kind, t.config, t.secrets_key_id, t.sealed_secrets, m.payload, \
-           m.delivery_time, m.attempt_count, m.ladder_attempts, m.updated_at AS scheduled_at"
+           m.delivery_time, m.attempt_count, m.ladder_attempts, m.updated_at AS scheduled_at, m.gated"
     };
 }
 
@@ -41,7 +41,7 @@ impl DeliveryStore for PgStore {
         let rows: Vec<ClaimRow> = sqlx::query_as(concat!(
             "WITH due AS ( \
                SELECT id FROM messages \
-               WHERE state = 'Scheduled' AND NOT paused AND claim_at <= $1 \
+               WHERE state = 'Scheduled' AND NOT paused AND NOT gated AND claim_at <= $1 \
                ORDER BY claim_at LIMIT $2 FOR UPDATE SKIP LOCKED) \
              ",
             lease_due!()
@@ -77,7 +77,7 @@ impl DeliveryStore for PgStore {
         let rows: Vec<ClaimRow> = sqlx::query_as(concat!(
             "WITH cand AS ( \
                SELECT id, target_id, claim_at FROM messages \
-               WHERE state = 'Scheduled' AND NOT paused AND claim_at <= $1 AND NOT (target_id = ANY($5)) \
+               WHERE state = 'Scheduled' AND NOT paused AND NOT gated AND claim_at <= $1 AND NOT (target_id = ANY($5)) \
                ORDER BY claim_at LIMIT $6), \
              ranked AS ( \
                SELECT c.id, c.claim_at, COALESCE(r.room, $7) AS room, \
@@ -87,7 +87,7 @@ impl DeliveryStore for PgStore {
              pick AS (SELECT id FROM ranked WHERE rn <= room ORDER BY rn, claim_at LIMIT $2), \
              due AS ( \
                SELECT id FROM messages WHERE id IN (SELECT id FROM pick) \
-                 AND state = 'Scheduled' AND NOT paused AND claim_at <= $1 FOR UPDATE SKIP LOCKED) \
+                 AND state = 'Scheduled' AND NOT paused AND NOT gated AND claim_at <= $1 FOR UPDATE SKIP LOCKED) \
              ",
             lease_due!()
         ),
@@ -110,7 +110,7 @@ impl DeliveryStore for PgStore {
     async fn next_due_except(&self, full: &[TargetId]) -> StoreResult<Option<DateTime<Utc>>> {
         let full: Vec<&str> = full.iter().map(TargetId::as_str).collect();
         let row: Option<(DateTime<Utc>,)> = sqlx::query_as(
-            "SELECT claim_at FROM messages WHERE state = 'Scheduled' AND NOT paused AND claim_at IS NOT NULL \
+            "SELECT claim_at FROM messages WHERE state = 'Scheduled' AND NOT paused AND NOT gated AND claim_at IS NOT NULL \
                AND NOT (target_id = ANY($1)) ORDER BY claim_at LIMIT 1",
         )
         .bind(&full)
@@ -122,7 +122,7 @@ impl DeliveryStore for PgStore {
 
     async fn next_due(&self) -> StoreResult<Option<DateTime<Utc>>> {
         let row: Option<(DateTime<Utc>,)> = sqlx::query_as(
-            "SELECT claim_at FROM messages WHERE state = 'Scheduled' AND NOT paused AND claim_at IS NOT NULL \
+            "SELECT claim_at FROM messages WHERE state = 'Scheduled' AND NOT paused AND NOT gated AND claim_at IS NOT NULL \
              ORDER BY claim_at LIMIT 1",
         )
         .fetch_optional(&self.pool)
@@ -294,7 +294,7 @@ impl PgStore {
     /// Opens the claimed rows' targets and hands out the messages; a row that
     /// cannot be read is dead-lettered, one sealed under a key this instance
     /// lacks stays leased for another.
-    async fn open_claimed(
+    pub(super) async fn open_claimed(
         &self,
         rows: Vec<ClaimRow>,
         token: Uuid,
@@ -342,6 +342,7 @@ impl PgStore {
                     attempt_count: r.attempt_count.max(0) as u32,
                     ladder_attempts: r.ladder_attempts.max(0) as u32,
                     lease_token: token,
+                    gated: r.gated,
                 })
             };
             match read() {

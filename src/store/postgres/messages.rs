@@ -58,8 +58,8 @@ impl MessageStore for PgStore {
         // enable/disable (which takes FOR UPDATE), so `paused` is always right.
         let inserted = sqlx::query(
             "INSERT INTO messages (id, account, target_id, state, payload, delivery_time, next_attempt_at, \
-               claim_at, paused, created_at, updated_at) \
-             SELECT $1, $2, t.id, 'Scheduled', $4, $5, $5, $5, NOT t.enabled, $6, $6 \
+               claim_at, paused, gated, created_at, updated_at) \
+             SELECT $1, $2, t.id, 'Scheduled', $4, $5, $5, $5, NOT t.enabled, t.gated, $6, $6 \
              FROM targets t WHERE t.id = $3 AND t.account = $2 FOR KEY SHARE",
         )
         .bind(m.id.0)
@@ -197,8 +197,9 @@ impl MessageStore for PgStore {
             let m = |i: usize| &items[i].message;
             let rows: Vec<(Uuid,)> = sqlx::query_as(
                 "INSERT INTO messages (id, account, target_id, state, payload, delivery_time, next_attempt_at, \
-                   claim_at, paused, created_at, updated_at) \
-                 SELECT i.id, i.account, t.id, 'Scheduled', i.payload, i.at, i.at, i.at, NOT t.enabled, i.now, i.now \
+                   claim_at, paused, gated, created_at, updated_at) \
+                 SELECT i.id, i.account, t.id, 'Scheduled', i.payload, i.at, i.at, i.at, NOT t.enabled, t.gated, \
+                   i.now, i.now \
                  FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bytea[], $5::timestamptz[], $6::timestamptz[]) \
                    AS i(id, account, target_id, payload, at, now) \
                  JOIN targets t ON t.id = i.target_id AND t.account = i.account \
@@ -283,8 +284,8 @@ impl MessageStore for PgStore {
         let mut tx = self.begin().await?;
         let inserted: Vec<(Uuid,)> = sqlx::query_as(
             "INSERT INTO messages (id, account, target_id, state, payload, delivery_time, next_attempt_at, \
-               claim_at, paused, created_at, updated_at) \
-             SELECT i.id, $1, t.id, 'Scheduled', i.payload, i.at, i.at, i.at, NOT t.enabled, $6, $6 \
+               claim_at, paused, gated, created_at, updated_at) \
+             SELECT i.id, $1, t.id, 'Scheduled', i.payload, i.at, i.at, i.at, NOT t.enabled, t.gated, $6, $6 \
              FROM unnest($2::uuid[], $3::text[], $4::bytea[], $5::timestamptz[]) AS i(id, target_id, payload, at) \
              JOIN targets t ON t.id = i.target_id AND t.account = $1 \
              FOR KEY SHARE OF t \

@@ -17,8 +17,10 @@
 //! the index's first entry even on an empty table.
 
 mod actions;
+#[macro_use]
 mod delivery;
 mod filter;
+mod gates;
 mod identities;
 pub mod listen;
 mod messages;

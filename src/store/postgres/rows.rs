@@ -12,14 +12,18 @@ use crate::{
         payload::Payload,
         target::Target,
     },
-    store::{outcome_from_str, sealed::open_config, state_from_str, StoreError, StoreResult},
+    store::{
+        health_from_row, outcome_from_str, sealed::open_config, state_from_str, StoreError,
+        StoreResult,
+    },
 };
 
 pub const MESSAGE_COLUMNS: &str = "id, account, target_id, state, payload, delivery_time, next_attempt_at, \
      attempt_count, delivered_at, cancelled_at, dead_lettered_at, last_error, created_at, updated_at";
 
 pub const TARGET_COLUMNS: &str =
-    "id, account, name, kind, enabled, config, secrets_key_id, sealed_secrets, created_at, updated_at";
+    "id, account, name, kind, enabled, config, secrets_key_id, sealed_secrets, created_at, updated_at, \
+     breaker_state, consecutive_failures, open_until, cooldown_ms";
 
 pub const ATTEMPT_COLUMNS: &str =
     "attempt, started_at, finished_at, duration_ms, outcome, status_code, error, response_body, \
@@ -77,20 +81,32 @@ pub struct TargetRow {
     sealed_secrets: Option<Vec<u8>>,
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
+    breaker_state: String,
+    consecutive_failures: i32,
+    open_until: Option<DateTime<Utc>>,
+    cooldown_ms: Option<i64>,
 }
 
 impl TargetRow {
     pub fn into_target(self, sealer: Option<&Sealer>) -> StoreResult<Target> {
         let r = self;
+        let config = open_config(
+            sealer,
+            &r.id,
+            &r.kind,
+            r.config,
+            r.secrets_key_id.as_deref(),
+            r.sealed_secrets.as_deref(),
+        )?;
         Ok(Target {
-            config: open_config(
-                sealer,
-                &r.id,
-                &r.kind,
-                r.config,
-                r.secrets_key_id.as_deref(),
-                r.sealed_secrets.as_deref(),
-            )?,
+            health: health_from_row(
+                config.limits().breaker.as_ref(),
+                &r.breaker_state,
+                i64::from(r.consecutive_failures),
+                r.open_until,
+                r.cooldown_ms,
+            ),
+            config,
             id: TargetId::from_trusted(r.id),
             account: r.account,
             name: r.name,
@@ -144,6 +160,7 @@ pub struct ClaimRow {
     pub attempt_count: i32,
     pub ladder_attempts: i32,
     pub scheduled_at: DateTime<Utc>,
+    pub gated: bool,
 }
 
 pub fn payload_from_bytes(bytes: Vec<u8>) -> StoreResult<Payload> {

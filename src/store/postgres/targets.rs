@@ -19,8 +19,8 @@ impl TargetStore for PgStore {
         let stored = seal_config(self.sealer(), t.id.as_str(), &t.config);
         let inserted = sqlx::query(
             "INSERT INTO targets (id, account, name, kind, enabled, config, secrets_key_id, sealed_secrets, \
-               created_at, updated_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT (id) DO NOTHING",
+               created_at, updated_at, gated) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) ON CONFLICT (id) DO NOTHING",
         )
         .bind(t.id.as_str())
         .bind(&t.account)
@@ -32,6 +32,7 @@ impl TargetStore for PgStore {
         .bind(stored.sealed_bytes())
         .bind(t.created_at)
         .bind(t.updated_at)
+        .bind(t.config.limits().gated())
         .execute(&mut *tx)
         .await
         .map_err(map_err)?
@@ -79,9 +80,31 @@ impl TargetStore for PgStore {
 
     async fn update_target(&self, t: &Target) -> StoreResult<Option<Target>> {
         let stored = seal_config(self.sealer(), t.id.as_str(), &t.config);
-        let row: Option<TargetRow> = sqlx::query_as(&format!(
+        let limits = t.config.limits();
+        let mut tx = self.begin().await?;
+        // FOR UPDATE conflicts with the KEY SHARE lock a concurrent schedule
+        // takes, so a message scheduled meanwhile is gated (or not) correctly.
+        let locked: Option<(bool,)> =
+            sqlx::query_as("SELECT gated FROM targets WHERE id = $1 AND account = $2 FOR UPDATE")
+                .bind(t.id.as_str())
+                .bind(&t.account)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(map_err)?;
+        let Some((was_gated,)) = locked else {
+            return Ok(None);
+        };
+        // A breaker taken away forgets its state; one kept keeps it. A rate
+        // kept counts what has just started.
+        let row: TargetRow = sqlx::query_as(&format!(
             "UPDATE targets SET name = $3, config = $4, secrets_key_id = $5, sealed_secrets = $6, \
-               updated_at = $7 WHERE id = $1 AND account = $2 \
+               updated_at = $7, gated = $8, \
+               breaker_state = CASE WHEN $9 THEN breaker_state ELSE 'closed' END, \
+               consecutive_failures = CASE WHEN $9 THEN consecutive_failures ELSE 0 END, \
+               open_until = CASE WHEN $9 THEN open_until END, \
+               cooldown_ms = CASE WHEN $9 THEN cooldown_ms END, \
+               flow_starts = CASE WHEN $10 THEN flow_starts ELSE '[]' END \
+             WHERE id = $1 AND account = $2 \
              RETURNING {TARGET_COLUMNS}"
         ))
         .bind(t.id.as_str())
@@ -91,10 +114,27 @@ impl TargetStore for PgStore {
         .bind(stored.key_id())
         .bind(stored.sealed_bytes())
         .bind(t.updated_at)
-        .fetch_optional(&self.pool)
+        .bind(limits.gated())
+        .bind(limits.breaker.is_some())
+        .bind(limits.flow.is_some_and(|f| f.rate.is_some()))
+        .fetch_one(&mut *tx)
         .await
         .map_err(map_err)?;
-        row.map(|r| r.into_target(self.sealer())).transpose()
+        if was_gated != limits.gated() {
+            // Its waiting messages move between the claims at once.
+            sqlx::query("UPDATE messages SET gated = $2 WHERE target_id = $1 AND state = 'Scheduled' AND gated <> $2")
+                .bind(t.id.as_str())
+                .bind(limits.gated())
+                .persistent(false)
+                .execute(&mut *tx)
+                .await
+                .map_err(map_err)?;
+            self.notify_if_soon(&mut tx, t.updated_at, t.updated_at)
+                .await?;
+        }
+        let target = row.into_target(self.sealer())?;
+        tx.commit().await.map_err(map_err)?;
+        Ok(Some(target))
     }
 
     async fn set_target_enabled(

@@ -38,7 +38,7 @@ impl DeliveryStore for SqliteStore {
     async fn next_due_except(&self, full: &[TargetId]) -> StoreResult<Option<DateTime<Utc>>> {
         let full: Vec<&str> = full.iter().map(TargetId::as_str).collect();
         let (next,): (Option<i64>,) = sqlx::query_as(
-            "SELECT min(claim_at) FROM messages WHERE state = 'Scheduled' AND paused = 0 \
+            "SELECT min(claim_at) FROM messages WHERE state = 'Scheduled' AND paused = 0 AND gated = 0 \
                AND target_id NOT IN (SELECT value FROM json_each(?1))",
         )
         .bind(serde_json::to_string(&full).expect("ids serialize"))
@@ -50,7 +50,7 @@ impl DeliveryStore for SqliteStore {
 
     async fn next_due(&self) -> StoreResult<Option<DateTime<Utc>>> {
         let (next,): (Option<i64>,) = sqlx::query_as(
-            "SELECT min(claim_at) FROM messages WHERE state = 'Scheduled' AND paused = 0",
+            "SELECT min(claim_at) FROM messages WHERE state = 'Scheduled' AND paused = 0 AND gated = 0",
         )
         .fetch_one(&self.reader)
         .await
@@ -187,12 +187,12 @@ impl SqliteStore {
             format!(
                 "UPDATE messages SET claim_at = ?2, lease_token = ?3 WHERE id IN ({pick}) \
                  RETURNING id, target_id, payload, delivery_time, attempt_count, \
-                   ladder_attempts, updated_at AS scheduled_at"
+                   ladder_attempts, updated_at AS scheduled_at, gated"
             )
         };
         let rows: Vec<ClaimRow> = match shares {
             None => sqlx::query_as(&update(
-                "SELECT id FROM messages WHERE state = 'Scheduled' AND paused = 0 AND claim_at <= ?1 \
+                "SELECT id FROM messages WHERE state = 'Scheduled' AND paused = 0 AND gated = 0 AND claim_at <= ?1 \
                  ORDER BY claim_at LIMIT ?4",
             ))
             .bind(ms(now))
@@ -215,7 +215,7 @@ impl SqliteStore {
                        SELECT c.id, c.claim_at, COALESCE(r.value, ?6) AS room, \
                          row_number() OVER (PARTITION BY c.target_id ORDER BY c.claim_at) AS rn \
                        FROM (SELECT id, target_id, claim_at FROM messages \
-                             WHERE state = 'Scheduled' AND paused = 0 AND claim_at <= ?1 \
+                             WHERE state = 'Scheduled' AND paused = 0 AND gated = 0 AND claim_at <= ?1 \
                                AND target_id NOT IN (SELECT value FROM json_each(?5)) \
                              ORDER BY claim_at LIMIT ?7) c \
                        LEFT JOIN json_each(?8) r ON r.key = c.target_id) \
@@ -234,6 +234,21 @@ impl SqliteStore {
                 .map_err(map_err)?
             }
         };
+        let claimed = self.open_claimed(&mut tx, rows, token, now).await?;
+        tx.commit().await.map_err(map_err)?;
+        Ok(claimed)
+    }
+
+    /// Opens claimed rows' targets and hands out the messages, oldest due
+    /// first; a row that cannot be read is dead-lettered, one sealed under a
+    /// key this instance lacks stays leased.
+    pub(super) async fn open_claimed(
+        &self,
+        tx: &mut sqlx::SqliteConnection,
+        rows: Vec<ClaimRow>,
+        token: Uuid,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Vec<Claimed>> {
         let mut targets: HashMap<String, StoreResult<TargetConfig>> = HashMap::new();
         if !rows.is_empty() {
             let mut ids: Vec<&str> = rows.iter().map(|r| r.target_id.as_str()).collect();
@@ -295,6 +310,7 @@ impl SqliteStore {
                         attempt_count: r.attempt_count.max(0) as u32,
                         ladder_attempts: r.ladder_attempts.max(0) as u32,
                         lease_token: token,
+                        gated: r.gated,
                     },
                 )),
                 Err(e) => {
@@ -314,7 +330,6 @@ impl SqliteStore {
                 }
             }
         }
-        tx.commit().await.map_err(map_err)?;
         report_left_leased(unopened);
         // RETURNING has no order; hand out the oldest due first.
         claimed.sort_by_key(|(due, _)| *due);

@@ -9,6 +9,7 @@
 mod actions;
 mod delivery;
 mod filter;
+mod gates;
 mod identities;
 mod messages;
 mod open;

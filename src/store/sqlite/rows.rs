@@ -13,14 +13,18 @@ use crate::{
         payload::Payload,
         target::{Target, TargetConfig},
     },
-    store::{outcome_from_str, sealed::open_config, state_from_str, StoreError, StoreResult},
+    store::{
+        health_from_row, outcome_from_str, sealed::open_config, state_from_str, StoreError,
+        StoreResult,
+    },
 };
 
 pub const MESSAGE_COLUMNS: &str = "id, account, target_id, state, payload, delivery_time, next_attempt_at, \
      attempt_count, delivered_at, cancelled_at, dead_lettered_at, last_error, created_at, updated_at";
 
 pub const TARGET_COLUMNS: &str =
-    "id, account, name, kind, enabled, config, secrets_key_id, sealed_secrets, created_at, updated_at";
+    "id, account, name, kind, enabled, config, secrets_key_id, sealed_secrets, created_at, updated_at, \
+     breaker_state, consecutive_failures, open_until, cooldown_ms";
 
 pub const ATTEMPT_COLUMNS: &str =
     "attempt, started_at, finished_at, duration_ms, outcome, status_code, error, response_body, \
@@ -116,20 +120,32 @@ pub struct TargetRow {
     sealed_secrets: Option<Vec<u8>>,
     created_at: i64,
     updated_at: i64,
+    breaker_state: String,
+    consecutive_failures: i64,
+    open_until: Option<i64>,
+    cooldown_ms: Option<i64>,
 }
 
 impl TargetRow {
     pub fn into_target(self, sealer: Option<&Sealer>) -> StoreResult<Target> {
         let r = self;
+        let config = config_from_row(
+            sealer,
+            &r.id,
+            &r.kind,
+            &r.config,
+            r.secrets_key_id.as_deref(),
+            r.sealed_secrets.as_deref(),
+        )?;
         Ok(Target {
-            config: config_from_row(
-                sealer,
-                &r.id,
-                &r.kind,
-                &r.config,
-                r.secrets_key_id.as_deref(),
-                r.sealed_secrets.as_deref(),
-            )?,
+            health: health_from_row(
+                config.limits().breaker.as_ref(),
+                &r.breaker_state,
+                r.consecutive_failures,
+                opt_from_ms(r.open_until),
+                r.cooldown_ms,
+            ),
+            config,
             id: TargetId::from_trusted(r.id),
             account: r.account,
             name: r.name,
@@ -179,4 +195,5 @@ pub struct ClaimRow {
     pub attempt_count: i64,
     pub ladder_attempts: i64,
     pub scheduled_at: i64,
+    pub gated: bool,
 }

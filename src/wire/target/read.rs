@@ -3,9 +3,13 @@
 
 use std::collections::BTreeMap;
 
-use super::{AuthKindIn, AwsIn, OAuthIn, SnsConfigIn, SqsConfigIn, WebhookConfigIn, NUL};
+use super::{
+    AuthKindIn, AwsIn, CircuitBreakerIn, FlowControlIn, LimitsIn, OAuthIn, SnsConfigIn,
+    SqsConfigIn, WebhookConfigIn, NUL,
+};
 use crate::{
     domain::target::{
+        gate::{self, period, CircuitBreaker, FlowControl, Limits},
         generate_signing_secret, rules, signing_key, AwsCredentials, FieldError,
         OAuthClientCredentials, SnsConfig, SqsConfig, WebhookConfig,
     },
@@ -106,6 +110,7 @@ impl WebhookConfigIn {
                 "must be null or an oauth2ClientCredentials object",
             ),
         };
+        let limits = self.limits.read(e);
         let headers = headers?;
         if matches!(auth, Some(Some(_))) {
             // With OAuth, Dispatch sends the bearer token itself.
@@ -126,6 +131,7 @@ impl WebhookConfigIn {
             timeout_ms,
             signing_secret: signing_secret?,
             auth: auth?,
+            limits: limits?,
         })
     }
 }
@@ -241,10 +247,12 @@ struct Aws {
     endpoint_url: Option<String>,
     credentials: Option<AwsCredentials>,
     message_group_id: Option<String>,
+    limits: Limits,
 }
 
 impl AwsIn {
     fn read(self, e: &mut Vec<FieldError>) -> Option<Aws> {
+        let limits = self.limits.read(e);
         let (endpoint_url, endpoint_ok) =
             http_url(self.endpoint_url, "config.endpointUrl", false, e);
         let credentials = match self.credentials {
@@ -282,6 +290,7 @@ impl AwsIn {
             endpoint_url: endpoint_ok.then_some(endpoint_url)?,
             credentials: credentials?,
             message_group_id: group?,
+            limits: limits?,
         })
     }
 }
@@ -297,6 +306,7 @@ impl SqsConfigIn {
             endpoint_url: aws.endpoint_url,
             credentials: aws.credentials,
             message_group_id: aws.message_group_id,
+            limits: aws.limits,
         })
     }
 }
@@ -322,6 +332,104 @@ impl SnsConfigIn {
             endpoint_url: aws.endpoint_url,
             credentials: aws.credentials,
             message_group_id: aws.message_group_id,
+            limits: aws.limits,
+        })
+    }
+}
+
+/// A whole number in `range`, as JSON Schema counts integers (5 and 5.0 alike).
+fn whole(
+    f: Field<f64>,
+    field: &str,
+    range: std::ops::RangeInclusive<u32>,
+    e: &mut Vec<FieldError>,
+) -> Option<Option<u32>> {
+    match f {
+        Field::Missing => Some(None),
+        Field::Valid(n)
+            if n.fract() == 0.0
+                && n >= f64::from(*range.start())
+                && n <= f64::from(*range.end()) =>
+        {
+            Some(Some(n as u32))
+        }
+        _ => err(
+            e,
+            field,
+            &format!(
+                "must be an integer from {} to {}",
+                range.start(),
+                range.end()
+            ),
+        ),
+    }
+}
+
+fn duration(f: Field<String>, field: &str, e: &mut Vec<FieldError>) -> Option<Option<u64>> {
+    match f {
+        Field::Missing => Some(None),
+        Field::Valid(s) => match period::parse(&s) {
+            Some(ms) => Some(Some(ms)),
+            None => err(
+                e,
+                field,
+                "must be a whole number from 1 to 999999 and a unit: 500ms, 1s, 5m, 1h",
+            ),
+        },
+        Field::Invalid(_) => err(e, field, "must be a string such as 1s"),
+    }
+}
+
+impl LimitsIn {
+    /// `flowControl` and `circuitBreaker`, each problem named by its field.
+    pub(super) fn read(self, e: &mut Vec<FieldError>) -> Option<Limits> {
+        let flow = match self.flow_control {
+            Field::Missing => Some(None),
+            Field::Valid(f) => f.read(e).map(Some),
+            Field::Invalid(_) => err(e, "config.flowControl", "must be null or an object"),
+        };
+        let breaker = match self.circuit_breaker {
+            Field::Missing => Some(None),
+            Field::Valid(b) => b.read(e).map(Some),
+            Field::Invalid(_) => err(e, "config.circuitBreaker", "must be null or an object"),
+        };
+        Some(Limits {
+            flow: flow?,
+            breaker: breaker?,
+        })
+    }
+}
+
+impl FlowControlIn {
+    fn read(self, e: &mut Vec<FieldError>) -> Option<FlowControl> {
+        let parallelism = whole(
+            self.parallelism,
+            "config.flowControl.parallelism",
+            1..=gate::MAX_PARALLELISM,
+            e,
+        );
+        let rate = whole(self.rate, "config.flowControl.rate", 1..=gate::MAX_RATE, e);
+        let period = duration(self.period, "config.flowControl.period", e);
+        Some(FlowControl {
+            parallelism: parallelism?,
+            rate: rate?,
+            period_ms: period?.unwrap_or(gate::DEFAULT_PERIOD_MS),
+        })
+    }
+}
+
+impl CircuitBreakerIn {
+    fn read(self, e: &mut Vec<FieldError>) -> Option<CircuitBreaker> {
+        let failures = whole(
+            self.failures,
+            "config.circuitBreaker.failures",
+            gate::FAILURES,
+            e,
+        );
+        let cooldown = duration(self.cooldown, "config.circuitBreaker.cooldown", e);
+        Some(CircuitBreaker {
+            failures: failures?.unwrap_or(gate::DEFAULT_FAILURES),
+            cooldown_ms: cooldown?.unwrap_or(gate::DEFAULT_COOLDOWN_MS),
         })
     }
 }

@@ -1,0 +1,263 @@
+//! Gated targets in the PostgreSQL store (API.md §9). A claim locks the rows
+//! of the gated targets that have due messages (SKIP LOCKED: another
+//! instance claiming one of them skips it), then, in a fresh statement that
+//! sees every lease committed before the lock was granted, counts their
+//! attempts in flight and takes what each gate admits. The index on leased
+//! gated messages bounds the count by the parallelism, and the per-target
+//! index bounds the claim by what it takes: a held-back backlog is never
+//! read.
+
+use std::{collections::HashMap, time::Duration};
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use uuid::Uuid;
+
+use super::{map_err, millis_i64, rows::*, PgStore};
+use crate::{
+    domain::{ids::TargetId, target::gate::BreakerChange},
+    store::*,
+};
+
+type PgGateRow = GateRow<Value, DateTime<Utc>>;
+
+const GATE_COLUMNS: &str =
+    "t.id, t.config, t.breaker_state, t.consecutive_failures::bigint AS consecutive_failures, \
+     t.open_until, t.cooldown_ms, t.flow_starts";
+
+#[async_trait]
+impl GateStore for PgStore {
+    async fn claim_gated(
+        &self,
+        now: DateTime<Utc>,
+        limit: u32,
+        lease: Duration,
+        shares: &ClaimShares,
+    ) -> StoreResult<GatedClaim> {
+        // Without gated messages due, one index probe and no transaction.
+        let (first,): (Option<DateTime<Utc>>,) = sqlx::query_as(
+            "SELECT min(claim_at) FROM messages WHERE state = 'Scheduled' AND NOT paused AND gated",
+        )
+        .fetch_one(&self.pool)
+        .await
+        .map_err(map_err)?;
+        match first {
+            None => return Ok(GatedClaim::default()),
+            Some(at) if at > now || limit == 0 => {
+                return Ok(GatedClaim {
+                    next: Some(at),
+                    ..GatedClaim::default()
+                })
+            }
+            Some(_) => {}
+        }
+        let mut tx = self.begin().await?;
+        let rows: Vec<PgGateRow> = sqlx::query_as(&format!(
+            "SELECT {GATE_COLUMNS} FROM targets t \
+             CROSS JOIN LATERAL (SELECT m.claim_at FROM messages m WHERE m.target_id = t.id \
+               AND m.state = 'Scheduled' AND NOT m.paused AND m.gated AND m.claim_at <= $1 \
+               ORDER BY m.claim_at LIMIT 1) head \
+             WHERE t.gated ORDER BY head.claim_at FOR NO KEY UPDATE OF t SKIP LOCKED"
+        ))
+        .bind(now)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        let gates: Vec<_> = rows.into_iter().map(|r| r.into_gate(|c| c, Some)).collect();
+        let ids: Vec<&str> = gates.iter().map(|(id, _)| id.as_str()).collect();
+        let in_flight: HashMap<String, i64> = sqlx::query_as::<_, (String, i64)>(
+            "SELECT target_id, count(*) FROM messages WHERE target_id = ANY($1) AND state = 'Scheduled' \
+               AND gated AND lease_token IS NOT NULL AND claim_at > $2 GROUP BY target_id",
+        )
+        .bind(&ids)
+        .bind(now)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(map_err)?
+        .into_iter()
+        .collect();
+        let gates = gates
+            .into_iter()
+            .map(|(id, gate)| {
+                let n = in_flight.get(id.as_str()).copied().unwrap_or(0);
+                (id, gate, u32::try_from(n).unwrap_or(u32::MAX))
+            })
+            .collect();
+        let mut planned = plan(gates, now, limit, shares);
+        let (want_ids, want_n): (Vec<&str>, Vec<i32>) = planned
+            .iter()
+            .filter(|p| p.admit.n > 0)
+            .map(|p| {
+                (
+                    p.target_id.as_str(),
+                    i32::try_from(p.admit.n).unwrap_or(i32::MAX),
+                )
+            })
+            .unzip();
+        let token = Uuid::new_v4();
+        let rows: Vec<ClaimRow> = if want_ids.is_empty() {
+            Vec::new()
+        } else {
+            sqlx::query_as(concat!(
+                "WITH due AS ( \
+                   SELECT d.id FROM unnest($5::text[], $6::int[]) AS w(target_id, n) \
+                   CROSS JOIN LATERAL (SELECT m.id FROM messages m WHERE m.target_id = w.target_id \
+                     AND m.state = 'Scheduled' AND NOT m.paused AND m.gated AND m.claim_at <= $1 \
+                     ORDER BY m.claim_at LIMIT w.n FOR UPDATE SKIP LOCKED) d LIMIT $2) \
+                 ",
+                lease_due!()
+            ))
+            .bind(now)
+            .bind(i64::from(limit))
+            .bind(millis_i64(lease))
+            .bind(token)
+            .bind(&want_ids)
+            .bind(&want_n)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(map_err)?
+        };
+        let mut taken: HashMap<&str, u32> = HashMap::new();
+        for r in &rows {
+            *taken.entry(r.target_id.as_str()).or_default() += 1;
+        }
+        let mut changes = Vec::new();
+        let (mut upd_ids, mut upd_starts, mut upd_states) = (Vec::new(), Vec::new(), Vec::new());
+        for p in &mut planned {
+            let n = taken.get(p.target_id.as_str()).copied().unwrap_or(0);
+            if n == 0 {
+                continue;
+            }
+            if let Some(change) = p.gate.started(now, n, p.admit.probe) {
+                changes.push((p.target_id.clone(), change));
+            }
+            upd_ids.push(p.target_id.as_str().to_string());
+            upd_starts.push(starts_to_text(&p.gate.starts));
+            upd_states.push(p.gate.health.state.as_str());
+        }
+        if !upd_ids.is_empty() {
+            sqlx::query(
+                "UPDATE targets t SET flow_starts = u.starts, breaker_state = u.state \
+                 FROM unnest($1::text[], $2::text[], $3::text[]) AS u(id, starts, state) WHERE t.id = u.id",
+            )
+            .bind(&upd_ids)
+            .bind(&upd_starts)
+            .bind(&upd_states)
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?;
+        }
+        let (reopens, waits_for_attempts) = reopening(&planned, now);
+        let (later,): (Option<DateTime<Utc>>,) = sqlx::query_as(
+            "SELECT min(claim_at) FROM messages WHERE state = 'Scheduled' AND NOT paused AND gated AND claim_at > $1",
+        )
+        .bind(now)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        tx.commit().await.map_err(map_err)?;
+        let claimed = self.open_claimed(rows, token, now).await?;
+        Ok(GatedClaim {
+            claimed,
+            changes,
+            next: [reopens, later].into_iter().flatten().min(),
+            waits_for_attempts,
+        })
+    }
+
+    async fn record_health(
+        &self,
+        ended: &[(TargetId, Option<bool>)],
+        now: DateTime<Utc>,
+    ) -> StoreResult<Vec<(TargetId, BreakerChange)>> {
+        let mut by_target: HashMap<&str, Vec<Option<bool>>> = HashMap::new();
+        for (t, outcome) in ended {
+            by_target.entry(t.as_str()).or_default().push(*outcome);
+        }
+        let mut ids: Vec<&str> = by_target.keys().copied().collect();
+        ids.sort_unstable();
+        let mut tx = self.begin().await?;
+        let rows: Vec<PgGateRow> = sqlx::query_as(&format!(
+            "SELECT {GATE_COLUMNS} FROM targets t WHERE t.id = ANY($1) AND t.gated \
+             ORDER BY t.id FOR NO KEY UPDATE OF t"
+        ))
+        .bind(&ids)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        let mut changes = Vec::new();
+        for row in rows {
+            let (id, mut gate) = row.into_gate(|c| c, Some);
+            if gate.limits.breaker.is_none() {
+                continue;
+            }
+            let before = gate.health;
+            let outcomes = by_target.get(id.as_str()).map_or(&[][..], Vec::as_slice);
+            for change in gate.ended(now, outcomes) {
+                changes.push((id.clone(), change));
+            }
+            if gate.health != before {
+                write_health(&mut tx, &id, &gate.health).await?;
+            }
+        }
+        tx.commit().await.map_err(map_err)?;
+        Ok(changes)
+    }
+
+    async fn reset_health(
+        &self,
+        account: &str,
+        id: &TargetId,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Option<(Target, Option<BreakerChange>)>> {
+        let mut tx = self.begin().await?;
+        let row: Option<PgGateRow> = sqlx::query_as(&format!(
+            "SELECT {GATE_COLUMNS} FROM targets t WHERE t.id = $1 AND t.account = $2 FOR NO KEY UPDATE OF t"
+        ))
+        .bind(id.as_str())
+        .bind(account)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let (_, mut gate) = row.into_gate(|c| c, Some);
+        let change = gate.reset();
+        write_health(&mut tx, id, &gate.health).await?;
+        if change.is_some() {
+            self.notify_if_soon(&mut tx, now, now).await?;
+        }
+        let row: TargetRow = sqlx::query_as(&format!(
+            "SELECT {TARGET_COLUMNS} FROM targets WHERE id = $1"
+        ))
+        .bind(id.as_str())
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        let target = row.into_target(self.sealer())?;
+        tx.commit().await.map_err(map_err)?;
+        Ok(Some((target, change)))
+    }
+}
+
+async fn write_health(
+    tx: &mut sqlx::PgConnection,
+    id: &TargetId,
+    h: &crate::domain::target::gate::Health,
+) -> StoreResult<()> {
+    sqlx::query(
+        "UPDATE targets SET breaker_state = $2, consecutive_failures = $3, open_until = $4, cooldown_ms = $5 \
+         WHERE id = $1",
+    )
+    .bind(id.as_str())
+    .bind(h.state.as_str())
+    .bind(i32::try_from(h.consecutive_failures).unwrap_or(i32::MAX))
+    .bind(h.open_until)
+    .bind(i64::try_from(h.cooldown_ms).unwrap_or(i64::MAX))
+    .execute(&mut *tx)
+    .await
+    .map_err(map_err)?;
+    Ok(())
+}
