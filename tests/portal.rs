@@ -11,7 +11,7 @@ use common::{
     Api, TestApp,
 };
 use reqwest::{header, redirect, StatusCode};
-use serde_json::Value;
+use serde_json::{json, Value};
 
 const WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 const PASSWORD: &str = "correct horse battery staple";
@@ -1090,6 +1090,109 @@ async fn an_attempt_answered_with_retry_after_shows_the_wait_it_imposed() {
         page.body
     );
     assert!(page.body.contains("the next attempt waited 300 ms"));
+}
+
+#[tokio::test]
+async fn a_targets_limits_are_set_with_the_form_and_an_open_breaker_is_closed_by_hand() {
+    let app = TestApp::spawn().await;
+    let api = app.api("acme").await;
+    let rx = Receiver::start().await;
+    rx.always(Reply::status(500));
+    let url = rx.url("/hook");
+    let t = api
+        .webhook_with(
+            &url,
+            json!({"circuitBreaker": {"failures": 1, "cooldown": "1h"}}),
+        )
+        .await;
+    let tid = s(&t["targetId"]).to_string();
+    let m = api.schedule(&tid, &common::in_ms(0), "x").await;
+    rx.wait_for(1, WAIT).await;
+    let mut b = signed_in(&app, "acme", "ops@example.com").await;
+    let page = loop {
+        let page = b.get(&format!("/portal/targets/{tid}")).await;
+        if page.body.contains("data-breaker=\"open\"") {
+            break page;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    assert!(page.body.contains("id=\"reset-breaker\""), "{}", page.body);
+    assert_eq!(message_state(&api, s(&m["messageId"])).await, "Scheduled");
+
+    // Closed by hand: the waiting message goes at once.
+    rx.always(Reply::status(200));
+    let csrf = page.csrf();
+    let p = b
+        .post(
+            &format!("/portal/targets/{tid}/reset-breaker"),
+            &[("csrf", &csrf)],
+        )
+        .await;
+    assert_eq!(p.status, StatusCode::SEE_OTHER, "{}", p.body);
+    api.wait_for_state(s(&m["messageId"]), "Delivered", WAIT)
+        .await;
+    let read: Value = api
+        .get(&format!("/targets/{tid}"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(read["health"]["state"], "closed", "{read}");
+
+    // The edit form sets the limits, and the page states them.
+    let edit = b.get(&format!("/portal/targets/{tid}/edit")).await;
+    assert!(edit
+        .body
+        .contains("name=\"cooldown\" type=\"text\" value=\"1h\""));
+    let p = b
+        .post(
+            &format!("/portal/targets/{tid}"),
+            &[
+                ("csrf", &csrf),
+                ("name", "limited"),
+                ("enabled", "on"),
+                ("url", &url),
+                ("signingSecret", ""),
+                ("parallelism", "2"),
+                ("rate", "10"),
+                ("period", "1s"),
+                ("failures", ""),
+                ("cooldown", ""),
+            ],
+        )
+        .await;
+    assert_eq!(p.status, StatusCode::SEE_OTHER, "{}", p.body);
+    let read: Value = api
+        .get(&format!("/targets/{tid}"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        read["config"]["flowControl"],
+        json!({"parallelism": 2, "rate": 10, "period": "1s"})
+    );
+    assert!(read["config"]["circuitBreaker"].is_null() && read["health"].is_null());
+    let page = b.get(&format!("/portal/targets/{tid}")).await;
+    assert!(
+        page.body
+            .contains("at most 2 in flight · at most 10 started per 1s"),
+        "{}",
+        page.body
+    );
+    let bad = b
+        .post(
+            &format!("/portal/targets/{tid}"),
+            &[
+                ("csrf", &csrf),
+                ("name", "limited"),
+                ("url", &url),
+                ("parallelism", "0"),
+            ],
+        )
+        .await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+    assert!(bad.body.contains("config.flowControl.parallelism"));
 }
 
 #[tokio::test]

@@ -148,6 +148,7 @@ pub fn notice(code: Option<&str>, n: Option<u64>) -> Option<String> {
         "created" => "The target was created.".into(),
         "saved" => "The target was saved.".into(),
         "enabled" => "The target is enabled: its messages are delivered again.".into(),
+        "breaker-closed" => "The circuit breaker is closed: waiting messages go now.".into(),
         "disabled" => "The target is disabled: its messages wait until it is enabled.".into(),
         "test" => "A test message was scheduled for now.".into(),
         "bulk-cancelled" => format!("{n} {} cancelled.", plural("message was", "messages were")),

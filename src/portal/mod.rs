@@ -56,6 +56,10 @@ pub fn router() -> Router<AppState> {
         .route("/portal/targets/{id}/enable", post(targets::enable))
         .route("/portal/targets/{id}/disable", post(targets::disable))
         .route("/portal/targets/{id}/test", post(targets::send_test))
+        .route(
+            "/portal/targets/{id}/reset-breaker",
+            post(targets::reset_breaker),
+        )
         .route("/portal/messages", get(messages::list))
         .route("/portal/messages/bulk", post(messages::bulk))
         .route(

@@ -7,7 +7,7 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::{layout, session::Session};
-use crate::domain::target::{FieldError, Target, TargetConfig, MASK};
+use crate::domain::target::{gate::period, FieldError, Target, TargetConfig, MASK};
 
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
@@ -35,6 +35,12 @@ pub struct TargetForm {
     pub access_key_id: String,
     pub secret_access_key: String,
     pub message_group_id: String,
+    /// `flowControl` and `circuitBreaker`: empty means not set.
+    pub parallelism: String,
+    pub rate: String,
+    pub period: String,
+    pub failures: String,
+    pub cooldown: String,
 }
 
 fn opt(s: &str) -> Value {
@@ -71,6 +77,16 @@ impl TargetForm {
             enabled: t.enabled.then(|| "on".into()),
             ..Self::default()
         };
+        let limits = t.config.limits();
+        if let Some(flow) = limits.flow {
+            f.parallelism = flow.parallelism.map(|n| n.to_string()).unwrap_or_default();
+            f.rate = flow.rate.map(|n| n.to_string()).unwrap_or_default();
+            f.period = period::format(flow.period_ms);
+        }
+        if let Some(b) = limits.breaker {
+            f.failures = b.failures.to_string();
+            f.cooldown = period::format(b.cooldown_ms);
+        }
         let aws = |f: &mut Self,
                    region: &str,
                    endpoint: &Option<String>,
@@ -208,6 +224,7 @@ impl TargetForm {
             }
             _ => errors.push(FieldError::new("type", "must be webhook, sqs or sns")),
         }
+        self.limits_into(&mut config, &mut errors);
         if !errors.is_empty() {
             return Err(errors);
         }
@@ -220,10 +237,63 @@ impl TargetForm {
     }
 }
 
+impl TargetForm {
+    /// `flowControl` and `circuitBreaker` from their fields: an object with
+    /// what is filled in, or null (none) when every field is empty.
+    fn limits_into(&self, config: &mut Map<String, Value>, errors: &mut Vec<FieldError>) {
+        let mut number = |value: &str, field: &str| -> Option<Value> {
+            match value.trim() {
+                "" => None,
+                v => match v.parse::<u64>() {
+                    Ok(n) => Some(json!(n)),
+                    Err(_) => {
+                        errors.push(FieldError::new(field, "must be a whole number"));
+                        None
+                    }
+                },
+            }
+        };
+        let text = |value: &str| (!value.trim().is_empty()).then(|| json!(value.trim()));
+        let members = |pairs: Vec<(&str, Option<Value>)>| -> Map<String, Value> {
+            pairs
+                .into_iter()
+                .filter_map(|(k, v)| v.map(|v| (k.to_string(), v)))
+                .collect()
+        };
+        let flow = members(vec![
+            (
+                "parallelism",
+                number(&self.parallelism, "config.flowControl.parallelism"),
+            ),
+            ("rate", number(&self.rate, "config.flowControl.rate")),
+            ("period", text(&self.period)),
+        ]);
+        let breaker = members(vec![
+            (
+                "failures",
+                number(&self.failures, "config.circuitBreaker.failures"),
+            ),
+            ("cooldown", text(&self.cooldown)),
+        ]);
+        for (key, object) in [("flowControl", flow), ("circuitBreaker", breaker)] {
+            let value = if object.is_empty() {
+                Value::Null
+            } else {
+                Value::Object(object)
+            };
+            config.insert(key.into(), value);
+        }
+    }
+}
+
 /// The label of the input an error's field path belongs to.
 fn input_of(field: &str) -> &str {
     let path = field.strip_prefix("config.").unwrap_or(field);
     match path {
+        p if p.starts_with("flowControl.") => &p[12..],
+        "flowControl" => "parallelism",
+        p if p.starts_with("circuitBreaker.") => &p[15..],
+        "circuitBreaker" => "failures",
         p if p.starts_with("headers") => "headers",
         p if p.starts_with("auth.") => &p[5..],
         "auth" => "tokenUrl",
@@ -355,65 +425,21 @@ pub fn fields(session: &Session, f: &TargetForm, errors: &[FieldError], editing:
             (f_("secretAccessKey", "Secret access key", &f.secret_access_key, keep, "password"))
             (f_("messageGroupId", "Message group id (FIFO)", &f.message_group_id, Some("Empty: the target id."), "text"))
         }
+        fieldset {
+            legend { "Limits" }
+            p.hint { "Held-back messages stay scheduled, consume no attempt and go in delivery-time order. Empty: no limit." }
+            (f_("parallelism", "Attempts in flight at most", &f.parallelism, Some("Across every instance, 1 to 10000."), "number"))
+            (f_("rate", "Attempts started per period at most", &f.rate, Some("1 to 1000000, in any window of one period."), "number"))
+            (f_("period", "Period", &f.period, Some("A number and a unit: 500ms, 1s, 5m, 1h. Empty: 1s."), "text"))
+        }
+        fieldset {
+            legend { "Circuit breaker" }
+            p.hint { "After this many retryable failures in a row, attempts stop for the cooldown; then one probe decides. Empty: off." }
+            (f_("failures", "Failures in a row", &f.failures, Some("1 to 10000; 20 when only the cooldown is set."), "number"))
+            (f_("cooldown", "Cooldown", &f.cooldown, Some("Doubles after each failed probe, up to 1h. Empty: 1m."), "text"))
+        }
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::wire::target::parse as parse_spec;
-
-    #[test]
-    fn a_webhook_form_becomes_the_api_document() {
-        let f = TargetForm {
-            name: "orders".into(),
-            kind: "webhook".into(),
-            enabled: Some("on".into()),
-            url: "https://example.com/hook".into(),
-            timeout_ms: "5000".into(),
-            headers: "X-Api-Key: abc\n\nX-Team: core".into(),
-            ..TargetForm::default()
-        };
-        let doc = f.to_document(false).unwrap();
-        assert_eq!(doc["config"]["headers"]["X-Api-Key"], "abc");
-        assert_eq!(doc["config"]["timeoutMs"], 5000);
-        let spec = parse_spec(&doc).unwrap();
-        assert!(spec.generated_secret);
-    }
-
-    #[test]
-    fn bad_header_lines_and_timeouts_are_named() {
-        let f = TargetForm {
-            kind: "webhook".into(),
-            timeout_ms: "soon".into(),
-            headers: "no colon here".into(),
-            ..TargetForm::default()
-        };
-        let fields: Vec<_> = f
-            .to_document(false)
-            .unwrap_err()
-            .into_iter()
-            .map(|e| e.field)
-            .collect();
-        assert_eq!(fields, ["config.timeoutMs", "config.headers"]);
-    }
-
-    #[test]
-    fn empty_secrets_on_an_edit_stand_for_the_stored_ones() {
-        let f = TargetForm {
-            kind: "sqs".into(),
-            queue_url: "https://sqs.eu-north-1.amazonaws.com/1/q".into(),
-            region: "eu-north-1".into(),
-            access_key_id: "AKIA".into(),
-            ..TargetForm::default()
-        };
-        let doc = f.to_document(true).unwrap();
-        assert_eq!(doc["config"]["credentials"]["secretAccessKey"], MASK);
-        assert_eq!(
-            input_of("config.credentials.secretAccessKey"),
-            "secretAccessKey"
-        );
-        assert_eq!(input_of("config.auth.tokenUrl"), "tokenUrl");
-        assert_eq!(input_of("config.headers.X-Api-Key"), "headers");
-    }
-}
+mod tests;

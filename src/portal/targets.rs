@@ -1,4 +1,5 @@
-//! Targets: list, create, show, edit, enable/disable, send a test message.
+//! Targets: list, create, show (with limits and breaker), edit,
+//! enable/disable, close an open breaker, send a test message.
 
 use axum::{
     extract::{Path, Query, State},
@@ -18,7 +19,10 @@ use crate::{
     domain::{
         ids::TargetId,
         message::State as MsgState,
-        target::{FieldError, Target, TargetConfig},
+        target::{
+            gate::{period, BreakerState},
+            FieldError, Target, TargetConfig,
+        },
     },
     service::{targets::TargetChange, ServiceError},
     state::AppState,
@@ -278,6 +282,8 @@ pub async fn show(
             dt { "Type" } dd { (kind_label(&t.config)) }
             dt { "Status" } dd #target-status { @if t.enabled { "Enabled" } @else { span.off { "Disabled" } } }
             dt { "Destination" } dd.wrap { code { (destination(&t.config)) } }
+            dt { "Limits" } dd #target-limits { (limits_text(&t)) }
+            dt { "Circuit breaker" } dd #target-health { (health_text(&t)) }
             dt { "Created" } dd { (layout::time(&t.created_at)) }
             dt { "Updated" } dd { (layout::time(&t.updated_at)) }
         }
@@ -287,6 +293,12 @@ pub async fn show(
         }
         section.actions-row aria-label="Actions" {
             (toggle_form(&session, &t))
+            @if t.config.limits().breaker.is_some() && t.health.state != BreakerState::Closed {
+                form.inline method="post" action={ "/portal/targets/" (t.id) "/reset-breaker" } {
+                    (layout::csrf_field(&session))
+                    button type="submit" #reset-breaker { "Close the breaker now" }
+                }
+            }
             form.inline method="post" action={ "/portal/targets/" (t.id) "/test" } {
                 (layout::csrf_field(&session))
                 button type="submit" #send-test { "Send test message" }
@@ -364,6 +376,66 @@ pub async fn update(
         );
     }
     Ok(Redirect::to(&format!("/portal/targets/{}?notice=saved", current.id)).into_response())
+}
+
+/// What the target's `flowControl` allows, in words.
+fn limits_text(t: &Target) -> String {
+    let Some(flow) = t.config.limits().flow else {
+        return "None".into();
+    };
+    let mut parts = Vec::new();
+    if let Some(p) = flow.parallelism {
+        parts.push(format!("at most {p} in flight"));
+    }
+    if let Some(r) = flow.rate {
+        parts.push(format!(
+            "at most {r} started per {}",
+            period::format(flow.period_ms)
+        ));
+    }
+    if parts.is_empty() {
+        "None".into()
+    } else {
+        parts.join(" · ")
+    }
+}
+
+fn health_text(t: &Target) -> Markup {
+    let Some(b) = t.config.limits().breaker else {
+        return html! { "Off" };
+    };
+    let h = &t.health;
+    let setting = format!(
+        "opens after {} retryable failures in a row; cooldown {}",
+        b.failures,
+        period::format(b.cooldown_ms)
+    );
+    html! {
+        @match h.state {
+            BreakerState::Closed => { "Closed" }
+            BreakerState::Open => {
+                span.off data-breaker="open" { "Open" }
+                @if let Some(until) = h.open_until { " until " (layout::time(&until)) }
+            }
+            BreakerState::HalfOpen => { span.off data-breaker="halfOpen" { "Half open: a probe is under way" } }
+        }
+        " (" (h.consecutive_failures) " failures in a row; " (setting) ")"
+    }
+}
+
+/// Closes an open breaker by hand: its waiting messages go at once.
+pub async fn reset_breaker(
+    State(state): State<AppState>,
+    session: Session,
+    Path(id): Path<String>,
+    PortalForm(f): PortalForm<CsrfForm>,
+) -> PortalResult<Redirect> {
+    session.check_csrf(&f.csrf)?;
+    let id: TargetId = id.parse().map_err(|_| PortalError::NotFound)?;
+    state.service.reset_health(&session.account, &id).await?;
+    Ok(Redirect::to(&format!(
+        "/portal/targets/{id}?notice=breaker-closed"
+    )))
 }
 
 async fn set_enabled(

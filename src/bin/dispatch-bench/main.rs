@@ -7,8 +7,10 @@
 //! Scenarios: `burst` (N messages due at one instant), `steady` (messages due
 //! at a fixed rate), `backlog` (steady behind far-future messages), `ingest`
 //! (POST /messages), `batch` (POST /messages/batch), `sqs` (N messages due at
-//! one instant for one SQS queue on moto), `token` (POST /oauth/token for a
-//! valid client, then floods of wrong secrets and unknown ids). Lateness is arrival at the receiver (for SQS: the acknowledged send)
+//! one instant for one SQS queue on moto), `noisy` (steady, while another
+//! account's target hangs with `--noisy` messages due), `token` (POST
+//! /oauth/token for a valid client, then floods of wrong secrets and unknown
+//! ids). Lateness is arrival at the receiver (for SQS: the acknowledged send)
 //! minus the scheduled time. Every scenario checks that every message arrived
 //! and counts duplicates.
 
@@ -21,6 +23,7 @@ use std::{
 
 use anyhow::bail;
 
+mod noisy;
 mod service;
 mod token;
 
@@ -46,7 +49,7 @@ struct Args {
         default_value = "postgres://postgres@127.0.0.1:5432/postgres"
     )]
     pg: String,
-    /// Scenarios to run: burst, steady, backlog, ingest, batch, sqs, token (comma-separated).
+    /// Scenarios to run: burst, steady, backlog, ingest, batch, sqs, noisy, token (comma-separated).
     #[arg(long, default_value = "burst,steady,backlog,ingest,batch")]
     scenarios: String,
     /// The store Dispatch runs on: postgres or sqlite (the embedded store).
@@ -88,6 +91,10 @@ struct Args {
     steady_rate: usize,
     #[arg(long, default_value_t = 20)]
     steady_seconds: usize,
+    /// Messages due at once for another account's hanging target in the
+    /// noisy scenario (which is otherwise the steady one).
+    #[arg(long, default_value_t = 10_000)]
+    noisy: usize,
     /// Runs of each scenario; the table shows the median.
     #[arg(long, default_value_t = 1)]
     runs: usize,
@@ -148,9 +155,11 @@ async fn run_scenario(args: &Args, scenario: &str, run: usize) -> anyhow::Result
     let arrivals = Arc::new(Arrivals::default());
     let app = Router::new()
         .route("/hook", post(receive))
+        .route("/hang", post(noisy::hang))
         .with_state(arrivals.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let hook = format!("http://{}/hook", listener.local_addr()?);
+    let hang = format!("http://{}/hang", listener.local_addr()?);
     let server = tokio::spawn(async move { axum::serve(listener, app).await });
 
     let service = start_service(args).await?;
@@ -178,9 +187,12 @@ async fn run_scenario(args: &Args, scenario: &str, run: usize) -> anyhow::Result
                 .await?;
         }
     }
+    if scenario == "noisy" {
+        noisy::noisy_neighbour(args, &service, &hang).await?;
+    }
     let n_planned = match scenario {
         "burst" => args.burst,
-        "steady" | "backlog" => args.steady_rate * args.steady_seconds,
+        "steady" | "backlog" | "noisy" => args.steady_rate * args.steady_seconds,
         "sqs" => args.sqs,
         other => bail!("unknown scenario {other}"),
     };
@@ -193,7 +205,7 @@ async fn run_scenario(args: &Args, scenario: &str, run: usize) -> anyhow::Result
     };
     let start = Utc::now() + TimeDelta::milliseconds(lead_ms);
     let times: Vec<DateTime<Utc>> = match scenario {
-        "steady" | "backlog" => (0..n_planned)
+        "steady" | "backlog" | "noisy" => (0..n_planned)
             .map(|i| {
                 start + TimeDelta::microseconds((i as i64 * 1_000_000) / args.steady_rate as i64)
             })
