@@ -502,13 +502,23 @@ fn urlencode(s: &str) -> String {
 }
 
 #[tokio::test]
-async fn a_limit_over_1000_or_below_1_answers_400() {
+async fn a_limit_over_1000_or_below_1_or_an_empty_filter_answers_400() {
     let app = TestApp::spawn().await;
     let api = app.api("acme").await;
     for bad in ["1001", "0", "-1", "many"] {
         let r = api.get(&format!("/messages?limit={bad}")).await;
         let p = assert_problem(r, 400).await;
         assert!(error_fields(&p).iter().any(|f| f == "limit"), "{bad}: {p}");
+    }
+    // A filter sent empty names no state or target: 400, not "no filter".
+    for (query, field) in [
+        ("state=", "state"),
+        ("targetId=", "targetId"),
+        ("limit=", "limit"),
+    ] {
+        let r = api.get(&format!("/messages?{query}")).await;
+        let p = assert_problem(r, 400).await;
+        assert!(error_fields(&p).iter().any(|f| f == field), "{query}: {p}");
     }
     app.shutdown().await;
 }

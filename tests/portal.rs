@@ -513,6 +513,10 @@ async fn another_accounts_targets_and_messages_are_not_found_and_not_listed() {
             format!("/portal/targets/{tid}/test"),
             vec![("csrf", csrf.as_str())],
         ),
+        (
+            format!("/portal/targets/{tid}/reset-breaker"),
+            vec![("csrf", csrf.as_str())],
+        ),
     ] {
         assert_eq!(
             b.post(&path, &form).await.status,

@@ -135,6 +135,12 @@ pub const DEFAULT_LIMIT: u32 = 50;
 pub const MAX_LIMIT: u32 = 1000;
 
 impl QueryParams {
+    /// A parameter as sent, empty or not: a filter sent empty (`state=`)
+    /// names no value the document allows, so it answers 400.
+    pub fn sent(&self, key: &str) -> Option<&str> {
+        self.0.get(key).map(String::as_str)
+    }
+
     pub fn get(&self, key: &str) -> Option<&str> {
         self.0
             .get(key)

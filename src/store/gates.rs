@@ -2,12 +2,16 @@
 //! row reads into the domain's `Gate`, and how a claim across gates is
 //! planned. The locking and the SQL are each backend's own.
 
+use std::collections::BTreeMap;
+
 use chrono::{DateTime, Utc};
 
 use super::ClaimShares;
 use crate::domain::{
     ids::TargetId,
-    target::gate::{Admit, BreakerState, CircuitBreaker, Gate, Health, Limits, StartLog},
+    target::gate::{
+        Admit, BreakerChange, BreakerState, CircuitBreaker, Gate, Health, Limits, StartLog,
+    },
 };
 
 /// A breaker's state as its row holds it.
@@ -92,6 +96,39 @@ impl<C, T> GateRow<C, T> {
             },
         )
     }
+}
+
+/// Ended attempts' outcomes by target, in the order they ended; targets in
+/// id order (the order rows are locked in).
+pub(crate) fn outcomes_by_target(
+    ended: &[(TargetId, Option<bool>)],
+) -> BTreeMap<&str, Vec<Option<bool>>> {
+    let mut by_target: BTreeMap<&str, Vec<Option<bool>>> = BTreeMap::new();
+    for (t, outcome) in ended {
+        by_target.entry(t.as_str()).or_default().push(*outcome);
+    }
+    by_target
+}
+
+/// What a target's breaker learns from `outcomes`: its changes go into
+/// `changes`; true when its health must be written.
+pub(crate) fn learn(
+    id: &TargetId,
+    gate: &mut Gate,
+    outcomes: &[Option<bool>],
+    now: DateTime<Utc>,
+    changes: &mut Vec<(TargetId, BreakerChange)>,
+) -> bool {
+    if gate.limits.breaker.is_none() {
+        return false;
+    }
+    let before = gate.health;
+    changes.extend(
+        gate.ended(now, outcomes)
+            .into_iter()
+            .map(|c| (id.clone(), c)),
+    );
+    gate.health != before
 }
 
 /// One locked gate and what a claim decided for it.

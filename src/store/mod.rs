@@ -27,7 +27,9 @@ mod sealed;
 pub mod sqlite;
 
 pub use capability::*;
-pub(crate) use gates::{health_from_row, plan, reopening, starts_to_text, GateRow};
+pub(crate) use gates::{
+    health_from_row, learn, outcomes_by_target, plan, reopening, starts_to_text, GateRow,
+};
 pub use rules::insert_new_target;
 pub(crate) use rules::{
     error_chain, key_live_since, last_error, outcome_from_str, refused_transition, replayed,

@@ -171,12 +171,8 @@ impl GateStore for PgStore {
         ended: &[(TargetId, Option<bool>)],
         now: DateTime<Utc>,
     ) -> StoreResult<Vec<(TargetId, BreakerChange)>> {
-        let mut by_target: HashMap<&str, Vec<Option<bool>>> = HashMap::new();
-        for (t, outcome) in ended {
-            by_target.entry(t.as_str()).or_default().push(*outcome);
-        }
-        let mut ids: Vec<&str> = by_target.keys().copied().collect();
-        ids.sort_unstable();
+        let by_target = outcomes_by_target(ended);
+        let ids: Vec<&str> = by_target.keys().copied().collect();
         let mut tx = self.begin().await?;
         let rows: Vec<PgGateRow> = sqlx::query_as(&format!(
             "SELECT {GATE_COLUMNS} FROM targets t WHERE t.id = ANY($1) AND t.gated \
@@ -189,15 +185,8 @@ impl GateStore for PgStore {
         let mut changes = Vec::new();
         for row in rows {
             let (id, mut gate) = row.into_gate(|c| c, Some);
-            if gate.limits.breaker.is_none() {
-                continue;
-            }
-            let before = gate.health;
             let outcomes = by_target.get(id.as_str()).map_or(&[][..], Vec::as_slice);
-            for change in gate.ended(now, outcomes) {
-                changes.push((id.clone(), change));
-            }
-            if gate.health != before {
+            if learn(&id, &mut gate, outcomes, now, &mut changes) {
                 write_health(&mut tx, &id, &gate.health).await?;
             }
         }

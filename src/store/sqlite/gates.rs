@@ -3,7 +3,7 @@
 //! flight and takes what the gate admits in one transaction; the indexes on
 //! gated messages bound what it reads by what it takes.
 
-use std::{collections::HashMap, time::Duration};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -141,10 +141,7 @@ impl GateStore for SqliteStore {
         ended: &[(TargetId, Option<bool>)],
         now: DateTime<Utc>,
     ) -> StoreResult<Vec<(TargetId, BreakerChange)>> {
-        let mut by_target: HashMap<&str, Vec<Option<bool>>> = HashMap::new();
-        for (t, outcome) in ended {
-            by_target.entry(t.as_str()).or_default().push(*outcome);
-        }
+        let by_target = outcomes_by_target(ended);
         let mut tx = self.begin().await?;
         let mut changes = Vec::new();
         for (id, outcomes) in by_target {
@@ -157,14 +154,7 @@ impl GateStore for SqliteStore {
             .map_err(map_err)?;
             let Some(row) = row else { continue };
             let (id, mut gate) = row.into_gate(json, time);
-            if gate.limits.breaker.is_none() {
-                continue;
-            }
-            let before = gate.health;
-            for change in gate.ended(now, &outcomes) {
-                changes.push((id.clone(), change));
-            }
-            if gate.health != before {
+            if learn(&id, &mut gate, &outcomes, now, &mut changes) {
                 write_health(&mut tx, &id, &gate.health).await?;
             }
         }
