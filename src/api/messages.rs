@@ -167,15 +167,13 @@ pub async fn list(
 ) -> ApiResult<Json<List<MessageOut>>> {
     principal.require(Scope::MessagesRead)?;
     let mut errors = Vec::new();
-    let target_id = q
-        .sent("targetId")
-        .and_then(|s| match s.parse::<TargetId>() {
-            Ok(t) => Some(t),
-            Err(_) => {
-                errors.push(FieldError::new("targetId", "is not a target id"));
-                None
-            }
-        });
+    let target_id = q.get("targetId").and_then(|s| match s.parse::<TargetId>() {
+        Ok(t) => Some(t),
+        Err(_) => {
+            errors.push(FieldError::new("targetId", "is not a target id"));
+            None
+        }
+    });
     let state_filter = q.sent("state").and_then(|s| match MsgState::parse(s) {
         Some(st) => Some(st),
         None => {
