@@ -131,6 +131,20 @@ pub(crate) fn learn(
     gate.health != before
 }
 
+/// Closes a breaker by hand, in the statement both stores run: a null
+/// cooldown reads as the target's setting (`health_from_row`).
+pub(crate) const RESET_HEALTH: &str = "UPDATE targets SET breaker_state = 'closed', \
+     consecutive_failures = 0, open_until = NULL, cooldown_ms = NULL";
+
+/// The change a reset makes to a breaker that was in `was`, if any.
+pub(crate) fn closed_from(was: &str) -> Option<BreakerChange> {
+    let from = BreakerState::parse(was);
+    (from != BreakerState::Closed).then_some(BreakerChange {
+        from,
+        to: BreakerState::Closed,
+    })
+}
+
 /// One locked gate and what a claim decided for it.
 pub(crate) struct Planned {
     pub target_id: TargetId,

@@ -28,7 +28,8 @@ pub mod sqlite;
 
 pub use capability::*;
 pub(crate) use gates::{
-    health_from_row, learn, outcomes_by_target, plan, reopening, starts_to_text, GateRow,
+    closed_from, health_from_row, learn, outcomes_by_target, plan, reopening, starts_to_text,
+    GateRow, RESET_HEALTH,
 };
 pub use rules::insert_new_target;
 pub(crate) use rules::{

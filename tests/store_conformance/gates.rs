@@ -219,6 +219,39 @@ async fn an_open_breaker_admits_nothing_until_its_cooldown_then_one_probe(store:
     let (reset, change) = store.reset_health(ACME, &t.id, now).await.unwrap().unwrap();
     assert_eq!(reset.health.state, BreakerState::Closed);
     assert_eq!(change.map(|c| c.from), Some(BreakerState::Open));
+    assert_eq!(reset.health.cooldown_ms, 1000, "the setting's cooldown");
+
+    // A change that keeps a breaker keeps its state; one that takes it
+    // away forgets it, so a breaker added again starts closed.
+    store.record_health(&fail, now).await.unwrap();
+    let with = |failures| {
+        let mut changed = t.clone();
+        limited(Limits {
+            flow: None,
+            breaker: Some(CircuitBreaker {
+                failures,
+                cooldown_ms: 1000,
+            }),
+        })(&mut changed);
+        changed
+    };
+    let kept = store.update_target(&with(5)).await.unwrap().unwrap();
+    assert_eq!(
+        (kept.health.state, kept.health.consecutive_failures),
+        (BreakerState::Open, 2)
+    );
+    let mut without = t.clone();
+    limited(Limits::default())(&mut without);
+    store.update_target(&without).await.unwrap().unwrap();
+    let again = store.update_target(&with(5)).await.unwrap().unwrap();
+    assert_eq!(
+        (
+            again.health.state,
+            again.health.consecutive_failures,
+            again.health.open_until
+        ),
+        (BreakerState::Closed, 0, None)
+    );
 }
 
 async fn changing_the_limits_moves_waiting_messages_between_the_claims(store: Arc<dyn Store>) {

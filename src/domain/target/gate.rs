@@ -355,32 +355,6 @@ impl Gate {
         }
         changes
     }
-
-    /// An operator closes an open breaker by hand.
-    pub fn reset(&mut self) -> Option<BreakerChange> {
-        let from = self.health.state;
-        self.health = Health::closed(self.limits.breaker.as_ref());
-        (from != BreakerState::Closed).then_some(BreakerChange {
-            from,
-            to: BreakerState::Closed,
-        })
-    }
-
-    /// The gate after its owner changed the limits: the breaker's state
-    /// stays while it has one (its cooldown follows the new setting once it
-    /// closes), and the start log stays so that a new rate counts what has
-    /// just gone.
-    pub fn with_limits(&self, limits: Limits) -> Self {
-        let health = match limits.breaker {
-            Some(_) if self.limits.breaker.is_some() => self.health,
-            b => Health::closed(b.as_ref()),
-        };
-        Self {
-            limits,
-            health,
-            starts: self.starts.clone(),
-        }
-    }
 }
 
 #[cfg(test)]

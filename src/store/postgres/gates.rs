@@ -201,30 +201,28 @@ impl GateStore for PgStore {
         now: DateTime<Utc>,
     ) -> StoreResult<Option<(Target, Option<BreakerChange>)>> {
         let mut tx = self.begin().await?;
-        let row: Option<PgGateRow> = sqlx::query_as(&format!(
-            "SELECT {GATE_COLUMNS} FROM targets t WHERE t.id = $1 AND t.account = $2 FOR NO KEY UPDATE OF t"
-        ))
+        let was: Option<(String,)> = sqlx::query_as(
+            "SELECT breaker_state FROM targets WHERE id = $1 AND account = $2 FOR NO KEY UPDATE",
+        )
         .bind(id.as_str())
         .bind(account)
         .fetch_optional(&mut *tx)
         .await
         .map_err(map_err)?;
-        let Some(row) = row else {
+        let Some((was,)) = was else {
             return Ok(None);
         };
-        let (_, mut gate) = row.into_gate(|c| c, Some);
-        let change = gate.reset();
-        write_health(&mut tx, id, &gate.health).await?;
-        if change.is_some() {
-            self.notify_if_soon(&mut tx, now, now).await?;
-        }
         let row: TargetRow = sqlx::query_as(&format!(
-            "SELECT {TARGET_COLUMNS} FROM targets WHERE id = $1"
+            "{RESET_HEALTH} WHERE id = $1 RETURNING {TARGET_COLUMNS}"
         ))
         .bind(id.as_str())
         .fetch_one(&mut *tx)
         .await
         .map_err(map_err)?;
+        let change = closed_from(&was);
+        if change.is_some() {
+            self.notify_if_soon(&mut tx, now, now).await?;
+        }
         let target = row.into_target(self.sealer())?;
         tx.commit().await.map_err(map_err)?;
         Ok(Some((target, change)))
