@@ -257,7 +257,7 @@ impl Sweeper {
             .into_iter()
             .flatten()
             .collect::<Vec<_>>();
-            record(self.store.as_ref(), &results, self.clock.now()).await;
+            record(self.store.as_ref(), results, self.clock.now()).await;
         }
     }
 

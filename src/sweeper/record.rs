@@ -126,15 +126,11 @@ fn breaker_outcome(outcome: AttemptOutcome) -> Option<bool> {
 }
 
 /// Records by hand (`deliver_due_now`): results, then what the breakers learn.
-pub(super) async fn record(store: &dyn Store, done: &[Done], now: chrono::DateTime<chrono::Utc>) {
+pub(super) async fn record(store: &dyn Store, done: Vec<Done>, now: chrono::DateTime<chrono::Utc>) {
     let mut batch = Vec::with_capacity(done.len());
     let mut ended = Vec::new();
     for d in done {
-        Done {
-            recorded: d.recorded.clone(),
-            gate: d.gate.clone(),
-        }
-        .take(&mut batch, &mut ended);
+        d.take(&mut batch, &mut ended);
     }
     record_health(store, &ended, now).await;
     if let Err(e) = store.record(&batch, now).await {

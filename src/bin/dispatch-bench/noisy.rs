@@ -28,21 +28,7 @@ async fn account_token(args: &Args, service: &Service, account: &str) -> anyhow:
         String::from_utf8_lossy(&out.stderr)
     );
     let client: Value = serde_json::from_slice(&out.stdout)?;
-    let token: Value = reqwest::Client::new()
-        .post(format!("{}/oauth/token", service.base))
-        .basic_auth(
-            client["clientId"].as_str().context("a client id")?,
-            client["clientSecret"].as_str(),
-        )
-        .form(&[("grant_type", "client_credentials")])
-        .send()
-        .await?
-        .json()
-        .await?;
-    Ok(token["access_token"]
-        .as_str()
-        .context("a token")?
-        .to_string())
+    super::service::token_for(&service.base, &client).await
 }
 
 /// Account `noisy`: a webhook at `hang_url` (30 s per attempt) and

@@ -116,24 +116,11 @@ pub(crate) async fn start_service(args: &Args) -> anyhow::Result<Service> {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let token: Value = http
-        .post(format!("{base}/oauth/token"))
-        .basic_auth(
-            client["clientId"].as_str().unwrap(),
-            client["clientSecret"].as_str(),
-        )
-        .form(&[("grant_type", "client_credentials")])
-        .send()
-        .await?
-        .json()
-        .await?;
+    let token = token_for(&base, &client).await?;
     Ok(Service {
         child,
         base,
-        token: token["access_token"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string(),
+        token,
         client: (
             client["clientId"].as_str().unwrap_or_default().to_string(),
             client["clientSecret"]
@@ -145,6 +132,25 @@ pub(crate) async fn start_service(args: &Args) -> anyhow::Result<Service> {
         db_name,
         _dir: dir,
     })
+}
+
+/// An access token for `client`, as `dispatch clients create` printed it.
+pub(crate) async fn token_for(base: &str, client: &Value) -> anyhow::Result<String> {
+    let token: Value = reqwest::Client::new()
+        .post(format!("{base}/oauth/token"))
+        .basic_auth(
+            client["clientId"].as_str().context("a client id")?,
+            client["clientSecret"].as_str(),
+        )
+        .form(&[("grant_type", "client_credentials")])
+        .send()
+        .await?
+        .json()
+        .await?;
+    Ok(token["access_token"]
+        .as_str()
+        .context("an access token")?
+        .to_string())
 }
 
 impl Service {
