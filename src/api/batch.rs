@@ -68,6 +68,10 @@ pub struct BatchMessageIn {
     #[schema(value_type = Option<String>, min_length = 1, max_length = 255,
         pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$")]
     pub idempotency_key: Field<String>,
+    /// As `orderingKey` of `POST /messages` (API.md §10).
+    #[schema(value_type = Option<String>, min_length = 1, max_length = 255, example = "order-1234",
+        pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$")]
+    pub ordering_key: Field<String>,
 }
 
 /// One message's result, in the order sent.
@@ -137,6 +141,7 @@ fn item(entry: Value) -> Result<crate::service::messages::ScheduleRequest, Vec<F
         target_id: m.target_id,
         delivery_time: m.delivery_time,
         payload: m.payload,
+        ordering_key: m.ordering_key,
     };
     schedule_request(message, key)
 }

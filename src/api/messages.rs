@@ -17,7 +17,7 @@ use crate::{
     auth::{Principal, Scope},
     domain::{
         ids::{MessageId, TargetId},
-        message::State as MsgState,
+        message::{parse_ordering_key, State as MsgState},
         payload::Payload,
         target::FieldError,
         time,
@@ -25,7 +25,7 @@ use crate::{
     service::{messages::ScheduleRequest, messages::Scheduled, IdempotencyKey},
     state::AppState,
     store::MessageFilter,
-    wire::{AttemptOut, List, MessageIn, MessageOut, RescheduleIn},
+    wire::{AttemptOut, Field, List, MessageIn, MessageOut, RescheduleIn},
 };
 
 fn parse_id(id: &str) -> ApiResult<MessageId> {
@@ -73,6 +73,18 @@ pub(super) fn schedule_request(
                 None
             }
         });
+    let ordering_key = match m.ordering_key {
+        Field::Missing => None,
+        key => key
+            .take("orderingKey", &mut errors)
+            .and_then(|k| match parse_ordering_key(k) {
+                Ok(k) => Some(k),
+                Err(rule) => {
+                    errors.push(FieldError::new("orderingKey", rule));
+                    None
+                }
+            }),
+    };
     match (target_id, delivery_time, payload) {
         (Some(target_id), Some(delivery_time), Some(payload)) if errors.is_empty() => {
             Ok(ScheduleRequest {
@@ -80,6 +92,7 @@ pub(super) fn schedule_request(
                 delivery_time,
                 payload,
                 idempotency_key,
+                ordering_key,
             })
         }
         _ => Err(errors),
@@ -155,6 +168,7 @@ pub async fn create(
     get, path = "/messages", tag = "messages",
     params(
         ("targetId" = Option<String>, Query), ("state" = Option<String>, Query, description = "Scheduled, Delivered, Cancelled or DeadLetter"),
+        ("orderingKey" = Option<String>, Query, description = "Only the messages with this orderingKey"),
         ("limit" = Option<u32>, Query, description = "1 to 1000, default 50"), ("cursor" = Option<String>, Query),
     ),
     responses((status = 200, body = List<MessageOut>), (status = 400, body = Problem, content_type = "application/problem+json")),
@@ -214,6 +228,7 @@ pub async fn list(
     let filter = MessageFilter {
         target_id,
         state: state_filter,
+        ordering_key: q.get("orderingKey").map(str::to_string),
         ..MessageFilter::default()
     };
     let mut messages = state

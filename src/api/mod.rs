@@ -2,6 +2,7 @@
 
 pub mod batch;
 pub mod body;
+pub mod bulk;
 mod doc;
 pub mod error;
 pub mod extract;
@@ -32,6 +33,9 @@ pub fn routes() -> Router<AppState> {
         .route("/targets/{id}/disable", post(targets::disable))
         .route("/messages", get(messages::list).post(messages::create))
         .route("/messages/batch", post(batch::create))
+        .route("/messages/redrive", post(bulk::redrive))
+        .route("/messages/cancel", post(bulk::cancel))
+        .route("/messages/replay", post(bulk::replay))
         .route("/messages/{id}", get(messages::get))
         .route("/messages/{id}/attempts", get(messages::attempts))
         .route("/messages/{id}/cancel", post(messages::cancel))

@@ -89,6 +89,7 @@ impl Modify for BearerAuth {
         super::targets::enable, super::targets::disable, super::targets::delete,
         super::messages::create, super::batch::create, super::messages::list, super::messages::get, super::messages::attempts,
         super::messages::cancel, super::messages::reschedule,
+        super::bulk::redrive, super::bulk::cancel, super::bulk::replay,
         live, ready, metrics, openapi,
     ),
     components(schemas(super::batch::BatchMessageIn)),

@@ -158,6 +158,7 @@ async fn fill(store: &dyn Store, n: usize) -> anyhow::Result<(Vec<TargetId>, Mes
                     } else {
                         Next::Delivered
                     },
+                    key: None,
                 }
             })
             .collect();

@@ -34,6 +34,21 @@ pub struct Config {
     pub portal: PortalConfig,
     #[serde(default)]
     pub secrets: SecretsConfig,
+    #[serde(default)]
+    pub bulk: BulkConfig,
+}
+
+/// Bulk redrive, cancel and replay (API.md §11).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct BulkConfig {
+    /// A call matching more messages than this answers 400 and changes nothing.
+    pub max: u64,
+}
+
+impl Default for BulkConfig {
+    fn default() -> Self {
+        Self { max: 100_000 }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]

@@ -50,7 +50,36 @@ pub struct SqsEntry<'a> {
     pub message_id: String,
     pub target_id: &'a str,
     pub original_delivery_time: &'a str,
+    pub ordering_key: Option<&'a str>,
     pub body: String,
+}
+
+impl SqsEntry<'_> {
+    /// A FIFO queue's or topic's `MessageGroupId` (API.md §10): the
+    /// orderingKey, else the target's `messageGroupId`, else the targetId. A
+    /// key that is not a valid group id (over 128 characters, or other than
+    /// printable ASCII) is sent as `sha256:` and its digest in hex, the same
+    /// for every message of the key.
+    pub fn group_id<'b>(&'b self, configured: Option<&'b str>) -> std::borrow::Cow<'b, str> {
+        use std::borrow::Cow;
+        match self.ordering_key {
+            Some(k) if k.len() <= 128 && k.bytes().all(|b| b.is_ascii_graphic()) => {
+                Cow::Borrowed(k)
+            }
+            Some(k) => {
+                use sha2::Digest;
+                let digest = sha2::Sha256::digest(k.as_bytes());
+                Cow::Owned(format!(
+                    "sha256:{}",
+                    digest
+                        .iter()
+                        .map(|b| format!("{b:02x}"))
+                        .collect::<String>()
+                ))
+            }
+            None => Cow::Borrowed(configured.unwrap_or(self.target_id)),
+        }
+    }
 }
 
 impl AwsClients {
@@ -168,7 +197,7 @@ impl AwsClients {
         }
         if c.queue_url.ends_with(".fifo") {
             request = request
-                .message_group_id(c.message_group_id.as_deref().unwrap_or(entry.target_id))
+                .message_group_id(entry.group_id(c.message_group_id.as_deref()))
                 .message_deduplication_id(&entry.message_id);
         }
         match request.send().await {
@@ -207,7 +236,7 @@ impl AwsClients {
             }
             if fifo {
                 e = e
-                    .message_group_id(c.message_group_id.as_deref().unwrap_or(entry.target_id))
+                    .message_group_id(entry.group_id(c.message_group_id.as_deref()))
                     .message_deduplication_id(&entry.message_id);
             }
             match e.build() {
@@ -296,7 +325,7 @@ impl AwsClients {
         }
         if c.topic_arn.ends_with(".fifo") {
             request = request
-                .message_group_id(c.message_group_id.as_deref().unwrap_or(entry.target_id))
+                .message_group_id(entry.group_id(c.message_group_id.as_deref()))
                 .message_deduplication_id(&entry.message_id);
         }
         match request.send().await {
@@ -312,12 +341,14 @@ impl AwsClients {
     }
 }
 
-fn attributes<'a>(entry: &'a SqsEntry<'a>) -> [(&'static str, &'a str); 3] {
+fn attributes<'a>(entry: &'a SqsEntry<'a>) -> impl Iterator<Item = (&'static str, &'a str)> {
     [
         ("messageId", entry.message_id.as_str()),
         ("targetId", entry.target_id),
         ("originalDeliveryTime", entry.original_delivery_time),
     ]
+    .into_iter()
+    .chain(entry.ordering_key.map(|k| ("orderingKey", k)))
 }
 
 fn entry_index(id: &str) -> Option<usize> {

@@ -128,9 +128,13 @@ impl Deliverer {
         let envelope = Envelope::new(claimed, SystemClock.now());
         match &claimed.target {
             TargetConfig::Webhook(config) => {
-                self.webhook
-                    .deliver(config, &claimed.id, &envelope.to_bytes())
-                    .await
+                let body = envelope.to_bytes();
+                let letter = webhook::Letter {
+                    id: &claimed.id,
+                    ordering_key: claimed.ordering_key.as_deref(),
+                    body: &body,
+                };
+                self.webhook.deliver(config, &letter).await
             }
             TargetConfig::Sqs(config) => {
                 self.aws
@@ -170,6 +174,7 @@ fn sqs_entry<'a>(claimed: &'a Claimed, envelope: &'a Envelope<'a>) -> aws::SqsEn
         message_id: claimed.id.to_string(),
         target_id: claimed.target_id.as_str(),
         original_delivery_time: &envelope.original_delivery_time,
+        ordering_key: claimed.ordering_key.as_deref(),
         body: String::from_utf8(envelope.to_bytes()).expect("JSON is UTF-8"),
     }
 }

@@ -15,6 +15,14 @@ const DRAIN_LIMIT: usize = 64 * 1024;
 
 pub const USER_AGENT: &str = concat!("Dispatch/", env!("CARGO_PKG_VERSION"));
 
+/// What one attempt sends: the message's id (`webhook-id`), its orderingKey
+/// (`dispatch-ordering-key`) and the body.
+pub struct Letter<'a> {
+    pub id: &'a MessageId,
+    pub ordering_key: Option<&'a str>,
+    pub body: &'a [u8],
+}
+
 pub struct WebhookClient {
     client: Client,
     tokens: ReceiverTokens,
@@ -67,15 +75,14 @@ impl WebhookClient {
 
     /// One attempt: fetches or reuses the receiver's OAuth token when the
     /// target has one, and on a 401 refreshes it once and tries again.
-    pub async fn deliver(&self, config: &WebhookConfig, id: &MessageId, body: &[u8]) -> Delivered {
+    pub async fn deliver(&self, config: &WebhookConfig, letter: &Letter<'_>) -> Delivered {
         let timeout = config
             .timeout_ms
             .map(Duration::from_millis)
             .unwrap_or(self.default_timeout)
             .min(self.max_timeout);
         // The whole attempt, token requests included, stays inside the lease.
-        match tokio::time::timeout(self.max_timeout, self.attempt(config, id, body, timeout)).await
-        {
+        match tokio::time::timeout(self.max_timeout, self.attempt(config, letter, timeout)).await {
             Ok(delivered) => delivered,
             Err(_) => Delivered::failure(
                 AttemptOutcome::RetryableFailure,
@@ -87,8 +94,7 @@ impl WebhookClient {
     async fn attempt(
         &self,
         config: &WebhookConfig,
-        id: &MessageId,
-        body: &[u8],
+        letter: &Letter<'_>,
         timeout: Duration,
     ) -> Delivered {
         let Ok(url) = reqwest::Url::parse(&config.url) else {
@@ -107,7 +113,7 @@ impl WebhookClient {
             );
         };
         let Some(auth) = &config.auth else {
-            return self.send(&url, config, &key, id, body, timeout, None).await;
+            return self.send(&url, config, &key, letter, timeout, None).await;
         };
         if let Some(refused) = reqwest::Url::parse(&auth.token_url)
             .ok()
@@ -120,14 +126,14 @@ impl WebhookClient {
             Err(f) => return Delivered::failure(f.outcome, f.error),
         };
         let first = self
-            .send(&url, config, &key, id, body, timeout, Some(&token))
+            .send(&url, config, &key, letter, timeout, Some(&token))
             .await;
         if first.status_code != Some(401) {
             return first;
         }
         match self.tokens.token(auth, Some(&token), timeout).await {
             Ok(fresh) => {
-                self.send(&url, config, &key, id, body, timeout, Some(&fresh))
+                self.send(&url, config, &key, letter, timeout, Some(&fresh))
                     .await
             }
             Err(f) => Delivered::failure(f.outcome, f.error),
@@ -144,17 +150,16 @@ impl WebhookClient {
         })
     }
 
-    #[allow(clippy::too_many_arguments)]
     async fn send(
         &self,
         url: &reqwest::Url,
         config: &WebhookConfig,
         key: &[u8],
-        id: &MessageId,
-        body: &[u8],
+        letter: &Letter<'_>,
         timeout: Duration,
         bearer: Option<&str>,
     ) -> Delivered {
+        let (id, body) = (letter.id, letter.body);
         let msg_id = id.to_string();
         let timestamp = chrono::Utc::now().timestamp();
         let mut request = self
@@ -168,6 +173,18 @@ impl WebhookClient {
                 "webhook-signature",
                 signing::sign(key, &msg_id, timestamp, body),
             );
+        if let Some(key) = letter.ordering_key {
+            // Any UTF-8 without control characters is a valid header value.
+            match header::HeaderValue::from_bytes(key.as_bytes()) {
+                Ok(value) => request = request.header("dispatch-ordering-key", value),
+                Err(_) => {
+                    return Delivered::failure(
+                        AttemptOutcome::NonRetryableFailure,
+                        "the orderingKey cannot be sent as a header",
+                    )
+                }
+            }
+        }
         for (name, value) in &config.headers {
             request = request.header(name, value);
         }

@@ -49,6 +49,18 @@ impl State {
     }
 }
 
+/// An orderingKey (API.md §10): 1 to 255 characters, none of them a
+/// control character (it travels in an HTTP header).
+pub fn parse_ordering_key(s: String) -> Result<String, &'static str> {
+    let n = s.chars().count();
+    if n == 0 || n > 255 || s.chars().any(char::is_control) {
+        return Err(ORDERING_KEY_RULE);
+    }
+    Ok(s)
+}
+
+pub const ORDERING_KEY_RULE: &str = "must be 1 to 255 characters, none of them a control character";
+
 /// A message as the store holds it.
 #[derive(Debug, Clone)]
 pub struct Message {
@@ -63,6 +75,8 @@ pub struct Message {
     pub cancelled_at: Option<DateTime<Utc>>,
     pub dead_lettered_at: Option<DateTime<Utc>>,
     pub last_error: Option<String>,
+    /// API.md §10: messages of one target and key go one at a time, in order.
+    pub ordering_key: Option<String>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     pub payload: Payload,
@@ -91,6 +105,7 @@ impl Message {
             cancelled_at: None,
             dead_lettered_at: None,
             last_error: None,
+            ordering_key: None,
             created_at: now,
             updated_at: now,
             payload,
@@ -124,6 +139,16 @@ mod tests {
         assert!(State::DeadLetter.can_cancel_or_reschedule());
         assert!(!State::Delivered.can_cancel_or_reschedule());
         assert!(!State::Cancelled.can_cancel_or_reschedule());
+    }
+
+    #[test]
+    fn ordering_keys_are_one_to_255_characters_without_controls() {
+        assert!(parse_ordering_key("order-17".into()).is_ok());
+        assert!(parse_ordering_key("é".repeat(255)).is_ok());
+        assert!(parse_ordering_key("é".repeat(256)).is_err());
+        assert!(parse_ordering_key(String::new()).is_err());
+        assert!(parse_ordering_key("a\nb".into()).is_err());
+        assert!(parse_ordering_key("a\u{85}b".into()).is_err());
     }
 
     #[test]

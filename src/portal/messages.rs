@@ -39,6 +39,8 @@ const PAGE: u32 = 50;
 pub struct ListQuery {
     pub state: String,
     pub target: String,
+    /// An orderingKey.
+    pub key: String,
     pub from: String,
     pub to: String,
     pub tz: String,
@@ -74,6 +76,9 @@ impl ListQuery {
             state,
             delivery_from: bound(&self.from)?,
             delivery_to: bound(&self.to)?,
+            ordering_key: Some(self.key.trim())
+                .filter(|k| !k.is_empty())
+                .map(str::to_string),
         })
     }
 
@@ -83,6 +88,7 @@ impl ListQuery {
         for (k, v) in [
             ("state", &self.state),
             ("target", &self.target),
+            ("key", &self.key),
             ("from", &self.from),
             ("to", &self.to),
             ("tz", &self.tz),

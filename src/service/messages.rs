@@ -17,7 +17,7 @@ use crate::{
         time,
     },
     metrics as m,
-    store::{BatchItem, InsertOutcome, MessageFilter, Transition},
+    store::{BatchItem, Bulk, BulkAction, InsertOutcome, MessageFilter, RangeOn, Transition},
     wire::MessageOut,
 };
 
@@ -28,6 +28,9 @@ pub struct ScheduleRequest {
     pub delivery_time: DateTime<Utc>,
     pub payload: Payload,
     pub idempotency_key: Option<IdempotencyKey>,
+    /// API.md §10: one at a time, in order, with the other messages of the
+    /// target that carry the same key.
+    pub ordering_key: Option<String>,
 }
 
 /// A schedule request's answer: the message and its 201 body, or (for a
@@ -51,8 +54,9 @@ impl Service {
         req: ScheduleRequest,
         now: DateTime<Utc>,
     ) -> (BatchItem, Value) {
-        let message =
+        let mut message =
             Message::scheduled(account, req.target_id, req.delivery_time, req.payload, now);
+        message.ordering_key = req.ordering_key;
         let response =
             serde_json::to_value(MessageOut::new(&message)).expect("a message serialises to JSON");
         let idempotency = req
@@ -146,6 +150,7 @@ impl Service {
             delivery_time: now,
             payload: Payload::parse(payload).expect("a small payload"),
             idempotency_key: None,
+            ordering_key: None,
         };
         match self.schedule(account, req).await {
             Ok(Scheduled::Created { message, .. }) => Ok(*message),
@@ -157,7 +162,12 @@ impl Service {
 
     pub async fn cancel(&self, account: &AccountId, id: &MessageId) -> ServiceResult<Message> {
         let t = self.store.cancel(account, id, self.now()).await?;
-        transition(t, "cancelled")
+        let m = transition(t, "cancelled")?;
+        if m.ordering_key.is_some() {
+            // The next message of its key may be due: it goes now.
+            self.wake.now();
+        }
+        Ok(m)
     }
 
     /// Delivery at `at`; the retry ladder starts over.
@@ -169,6 +179,10 @@ impl Service {
     ) -> ServiceResult<Message> {
         let t = self.store.reschedule(account, id, at, self.now()).await?;
         let m = transition(t, "rescheduled")?;
+        if m.ordering_key.is_some() {
+            // Another message of its key may now be first, and due.
+            self.wake.now();
+        }
         self.wake.due(at);
         Ok(m)
     }
@@ -197,14 +211,18 @@ impl Service {
         ids: Option<&[MessageId]>,
         at: DateTime<Utc>,
     ) -> ServiceResult<u64> {
-        let n = self
-            .store
-            .redrive(account, filter, ids, at, self.now())
-            .await?;
-        if n > 0 {
-            self.wake.due(at);
-        }
-        Ok(n)
+        self.bulk(
+            account,
+            &Bulk {
+                action: BulkAction::Redrive { at },
+                target_id: filter.target_id.clone(),
+                ids: ids.map(<[MessageId]>::to_vec),
+                range_on: RangeOn::DeliveryTime,
+                from: filter.delivery_from,
+                to: filter.delivery_to,
+            },
+        )
+        .await
     }
 }
 

@@ -8,6 +8,7 @@
 //! It may import the domain, the store, the outbound policy and the wire
 //! types it remembers for idempotent replays; never `api` or `portal`.
 
+pub mod bulk;
 pub mod coalesce;
 mod idempotency;
 pub mod identities;

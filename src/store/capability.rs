@@ -11,9 +11,9 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use super::{
-    portal, BatchItem, ClaimShares, Claimed, ClientRecord, ClientSummary, Cutoffs, DeleteTarget,
-    GatedClaim, IdempotencyInput, InsertOutcome, MessageFilter, Purged, Recorded, ResealPage,
-    SigningKey, StoreResult, TargetCursor, Transition,
+    portal, BatchItem, Bulk, BulkBatch, ClaimShares, Claimed, ClientRecord, ClientSummary, Cutoffs,
+    DeleteTarget, GatedClaim, IdempotencyInput, InsertOutcome, MessageFilter, Purged, Recorded,
+    ResealPage, SigningKey, StoreResult, TargetCursor, Transition,
 };
 use crate::domain::{
     ids::{MessageId, TargetId},
@@ -191,16 +191,28 @@ pub trait ActionStore: Send + Sync + 'static {
         now: DateTime<Utc>,
     ) -> StoreResult<Transition>;
 
-    /// Reschedules, in one transaction, the dead letters that match the filter
-    /// (and are among `ids`, when given); returns how many.
-    async fn redrive(
+    /// How many messages a bulk action matches now, counting up to `cap`.
+    async fn bulk_count(
         &self,
         account: &str,
-        filter: &MessageFilter,
-        ids: Option<&[MessageId]>,
-        at: DateTime<Utc>,
+        bulk: &Bulk,
+        cap: u64,
         now: DateTime<Utc>,
     ) -> StoreResult<u64>;
+
+    /// Applies a bulk action, in one transaction, to up to `limit` of the
+    /// messages it matches whose id follows `after` (in id order), each
+    /// only if it is still as it was read, and records each in the
+    /// message's history. Messages with an orderingKey take their new
+    /// place in their key's order.
+    async fn bulk_batch(
+        &self,
+        account: &str,
+        bulk: &Bulk,
+        after: Option<&MessageId>,
+        limit: u32,
+        now: DateTime<Utc>,
+    ) -> StoreResult<BulkBatch>;
 }
 
 /// The sweeper's side: claiming due messages, recording what their attempts

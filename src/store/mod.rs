@@ -17,8 +17,10 @@
 //!   is an error naming its row, and a claim leaves its messages leased
 //!   rather than dead-lettered (see `sealed`).
 
+mod bulk;
 mod capability;
 mod gates;
+pub(crate) mod ordering;
 pub mod portal;
 pub mod postgres;
 pub mod prelude;
@@ -26,6 +28,7 @@ mod rules;
 mod sealed;
 pub mod sqlite;
 
+pub use bulk::*;
 pub use capability::*;
 pub(crate) use gates::{
     closed_from, health_from_row, learn, outcomes_by_target, plan, reopening, starts_to_text,
@@ -229,6 +232,7 @@ pub struct MessageFilter {
     pub delivery_from: Option<DateTime<Utc>>,
     /// Delivery time before.
     pub delivery_to: Option<DateTime<Utc>>,
+    pub ordering_key: Option<String>,
 }
 
 /// A message handed to the sweeper with its target's configuration.
@@ -249,6 +253,8 @@ pub struct Claimed {
     /// Its target is gated: each attempt goes through a claim (no immediate
     /// retry under the same lease), and its outcome feeds the breaker.
     pub gated: bool,
+    /// Its orderingKey: while it is claimed, no other message of the key is.
+    pub ordering_key: Option<String>,
 }
 
 /// What a fair claim may take from each target (`claim_due_shared`): none
@@ -297,6 +303,9 @@ pub struct Recorded {
     pub attempts: Vec<Attempt>,
     pub ladder_attempts: u32,
     pub next: Next,
+    /// The message's target and orderingKey, when it has one: recording
+    /// its result may hand the key to the next message.
+    pub key: Option<(TargetId, String)>,
 }
 
 impl Recorded {

@@ -437,6 +437,10 @@ impl Sweeper {
             attempts,
             ladder_attempts,
             next,
+            key: c
+                .ordering_key
+                .as_ref()
+                .map(|k| (c.target_id.clone(), k.clone())),
         }
     }
 }

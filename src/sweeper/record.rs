@@ -83,8 +83,9 @@ pub(super) async fn record_loop(
                 metrics::counter!(m::FAILED, "outcome" => a.outcome.as_str()).increment(1);
             }
         }
-        // A gated target may have room again: its next message may go now.
-        if gated {
+        // A gated target may have room again, and a key whose message
+        // ended hands on to its next one: they may go now.
+        if gated || batch.iter().any(|r| r.key.is_some()) {
             wake.now();
         }
         batch.clear();

@@ -113,6 +113,8 @@ pub struct MessageOut {
     #[schema(value_type = Option<String>, format = DateTime)]
     pub dead_lettered_at: Option<DateTime<Utc>>,
     pub last_error: Option<String>,
+    /// The message's orderingKey (API.md §10), if it has one.
+    pub ordering_key: Option<String>,
     #[serde(with = "serde_ts")]
     #[schema(value_type = String, format = DateTime)]
     pub created_at: DateTime<Utc>,
@@ -139,6 +141,7 @@ impl MessageOut {
             cancelled_at: m.cancelled_at,
             dead_lettered_at: m.dead_lettered_at,
             last_error: m.last_error.clone(),
+            ordering_key: m.ordering_key.clone(),
             created_at: m.created_at,
             updated_at: m.updated_at,
             payload: m.payload.as_str().to_string(),
@@ -158,6 +161,11 @@ pub struct MessageIn {
     /// At most 61,440 characters (Unicode scalar values); send JSON as a string.
     #[schema(value_type = String, required = true, example = "Hello, World!", max_length = 61440)]
     pub payload: Field<String>,
+    /// Messages of one target with the same orderingKey are attempted one at
+    /// a time, in order of deliveryTime, then of creation (API.md §10).
+    #[schema(value_type = Option<String>, min_length = 1, max_length = 255, example = "order-1234",
+        pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$")]
+    pub ordering_key: Field<String>,
 }
 
 #[derive(Debug, Default, Deserialize, ToSchema)]

@@ -1,4 +1,5 @@
-//! Redrive (`ActionStore::redrive`): which dead letters move, and how.
+//! Redrive (`ActionStore::bulk_batch` with `BulkAction::Redrive`): which
+//! dead letters move, and how.
 
 use crate::support::*;
 
@@ -86,10 +87,16 @@ async fn redrive_moves_the_accounts_dead_letters_to_scheduled_with_a_fresh_ladde
 
     let at = now + minutes(10);
     let redriven_at = now + secs(1);
-    let moved = store
-        .redrive(ACME, &MessageFilter::default(), None, at, redriven_at)
-        .await
-        .unwrap();
+    let moved = redrive_all(
+        &*store,
+        ACME,
+        &MessageFilter::default(),
+        None,
+        at,
+        redriven_at,
+    )
+    .await
+    .unwrap();
     assert_eq!(moved, 2, "the account's two dead letters");
     assert_redriven(&*store, &dead1, at, redriven_at).await;
     assert_redriven(&*store, &dead2, at, redriven_at).await;
@@ -140,18 +147,30 @@ async fn redrive_moves_the_accounts_dead_letters_to_scheduled_with_a_fresh_ladde
 
     // Nothing of the account is dead any more.
     assert_eq!(
-        store
-            .redrive(ACME, &MessageFilter::default(), None, at, now + secs(2))
-            .await
-            .unwrap(),
+        redrive_all(
+            &*store,
+            ACME,
+            &MessageFilter::default(),
+            None,
+            at,
+            now + secs(2)
+        )
+        .await
+        .unwrap(),
         0
     );
     // The other account redrives its own.
     assert_eq!(
-        store
-            .redrive(GLOBEX, &MessageFilter::default(), None, at, now + secs(3))
-            .await
-            .unwrap(),
+        redrive_all(
+            &*store,
+            GLOBEX,
+            &MessageFilter::default(),
+            None,
+            at,
+            now + secs(3)
+        )
+        .await
+        .unwrap(),
         1
     );
     assert_redriven(&*store, &their_dead, at, now + secs(3)).await;
@@ -201,8 +220,7 @@ async fn redrive_moves_only_the_dead_letters_that_match_the_target_ids_and_deliv
         let left = left.clone();
         let expected: Vec<Message> = expected.into_iter().cloned().collect();
         async move {
-            let moved = store
-                .redrive(ACME, &f, ids.as_deref(), at, now)
+            let moved = redrive_all(&*store, ACME, &f, ids.as_deref(), at, now)
                 .await
                 .unwrap();
             assert_eq!(
@@ -307,8 +325,7 @@ async fn redriven_dead_letters_of_a_disabled_target_are_held_until_it_is_enabled
         .unwrap();
 
     let at = now + secs(10);
-    let moved = store
-        .redrive(ACME, &MessageFilter::default(), None, at, now)
+    let moved = redrive_all(&*store, ACME, &MessageFilter::default(), None, at, now)
         .await
         .unwrap();
     assert_eq!(moved, 2);

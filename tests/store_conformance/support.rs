@@ -21,8 +21,9 @@ pub(crate) use dispatch::{
         portal::{EventKind, MessageEvent, Overview, SessionRecord, UserRecord},
         postgres::PgStore,
         prelude::*,
-        BatchItem, ClaimShares, Claimed, ClientRecord, Cutoffs, DeleteTarget, IdempotencyInput,
-        InsertOutcome, MessageFilter, Purged, Recorded, TargetCursor, Transition,
+        BatchItem, Bulk, BulkAction, ClaimShares, Claimed, ClientRecord, Cutoffs, DeleteTarget,
+        IdempotencyInput, InsertOutcome, MessageFilter, Purged, RangeOn, Recorded, StoreResult,
+        TargetCursor, Transition,
     },
 };
 pub(crate) use serde_json::json;
@@ -116,6 +117,7 @@ pub(crate) fn message_value(
         cancelled_at: None,
         dead_lettered_at: None,
         last_error: None,
+        ordering_key: None,
         created_at,
         updated_at: created_at,
         payload: Payload::parse(format!("{{\"order\": \"{id}\", \"note\": \"héllo ✓\"}}")).unwrap(),
@@ -193,6 +195,10 @@ pub(crate) fn recorded(c: &Claimed, attempts: Vec<Attempt>, next: Next) -> Recor
         ladder_attempts: c.ladder_attempts + attempts.len() as u32,
         attempts,
         next,
+        key: c
+            .ordering_key
+            .as_ref()
+            .map(|k| (c.target_id.clone(), k.clone())),
     }
 }
 
@@ -457,6 +463,7 @@ pub(crate) fn filter(
         state,
         delivery_from: from,
         delivery_to: to,
+        ordering_key: None,
     }
 }
 
@@ -475,5 +482,36 @@ pub(crate) fn event(
         kind,
         from,
         delivery_time,
+    }
+}
+
+/// Redrives, as the service does, one batch of 1,000 at a time: the dead
+/// letters of the filter (delivery time range) and ids.
+pub(crate) async fn redrive_all(
+    store: &dyn Store,
+    account: &str,
+    f: &MessageFilter,
+    ids: Option<&[MessageId]>,
+    at: DateTime<Utc>,
+    now: DateTime<Utc>,
+) -> StoreResult<u64> {
+    let bulk = Bulk {
+        action: BulkAction::Redrive { at },
+        target_id: f.target_id.clone(),
+        ids: ids.map(<[MessageId]>::to_vec),
+        range_on: RangeOn::DeliveryTime,
+        from: f.delivery_from,
+        to: f.delivery_to,
+    };
+    let (mut changed, mut after) = (0, None);
+    loop {
+        let batch = store
+            .bulk_batch(account, &bulk, after.as_ref(), 1000, now)
+            .await?;
+        changed += batch.changed;
+        if batch.scanned < 1000 {
+            return Ok(changed);
+        }
+        after = batch.last;
     }
 }

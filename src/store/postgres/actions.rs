@@ -5,7 +5,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use super::{map_err, rows::*, PgStore};
+use super::{map_err, ordering, rows::*, PgStore};
 use crate::{
     domain::message::State,
     store::{portal::EventKind, *},
@@ -36,10 +36,12 @@ impl ActionStore for PgStore {
         now: DateTime<Utc>,
     ) -> StoreResult<Transition> {
         let mut tx = self.begin().await?;
+        let keys = ordering::keys_of(&mut tx, &[id.0]).await?;
+        ordering::lock_keys(&mut tx, &keys).await?;
         let from = state_for_update(&mut tx, account, id).await?;
         let row: Option<MessageRow> = sqlx::query_as(&format!(
             "UPDATE messages SET state = 'Cancelled', cancelled_at = $3, next_attempt_at = NULL, claim_at = NULL, \
-               lease_token = NULL, updated_at = $3 \
+               lease_token = NULL, held = false, updated_at = $3 \
              WHERE id = $1 AND account = $2 AND state IN ('Scheduled', 'DeadLetter') \
                AND (lease_token IS NULL OR claim_at <= $3) \
              RETURNING {MESSAGE_COLUMNS}"
@@ -53,6 +55,8 @@ impl ActionStore for PgStore {
         match (row, from) {
             (Some(row), Some(from)) => {
                 insert_event(&mut tx, id, EventKind::Cancelled, from, None, now).await?;
+                // The next message of its key goes now.
+                ordering::settle_keys(&mut tx, &keys).await?;
                 tx.commit().await.map_err(map_err)?;
                 Ok(Transition::Done(Box::new(row.try_into()?)))
             }
@@ -71,6 +75,9 @@ impl ActionStore for PgStore {
         now: DateTime<Utc>,
     ) -> StoreResult<Transition> {
         let mut tx = self.begin().await?;
+        // The key first (as every writer of a key locks it), then the target.
+        let keys = ordering::keys_of(&mut tx, &[id.0]).await?;
+        ordering::lock_keys(&mut tx, &keys).await?;
         // As in insert_message: KEY SHARE on the target orders this against a
         // concurrent enable/disable, so `paused` below is read right.
         sqlx::query(
@@ -86,7 +93,9 @@ impl ActionStore for PgStore {
         let row: Option<MessageRow> = sqlx::query_as(&format!(
             "UPDATE messages m SET state = 'Scheduled', delivery_time = $3, next_attempt_at = $3, claim_at = $3, \
                lease_token = NULL, ladder_attempts = 0, dead_lettered_at = NULL, updated_at = $4, \
-               paused = NOT (SELECT enabled FROM targets t WHERE t.id = m.target_id) \
+               paused = NOT (SELECT enabled FROM targets t WHERE t.id = m.target_id), \
+               gated = (SELECT gated FROM targets t WHERE t.id = m.target_id), \
+               held = m.ordering_key IS NOT NULL \
              WHERE id = $1 AND account = $2 AND state IN ('Scheduled', 'DeadLetter') \
                AND (lease_token IS NULL OR claim_at <= $4) \
              RETURNING {MESSAGE_COLUMNS}"
@@ -103,63 +112,32 @@ impl ActionStore for PgStore {
             return refusal(self, account, id, now).await;
         };
         insert_event(&mut tx, id, EventKind::Rescheduled, from, Some(at), now).await?;
+        // Its new place in its key's order.
+        ordering::settle_keys(&mut tx, &keys).await?;
         self.notify_if_soon(&mut tx, at, now).await?;
         tx.commit().await.map_err(map_err)?;
         Ok(Transition::Done(Box::new(row.try_into()?)))
     }
 
-    /// Reschedules the dead letters that match, all in one statement.
-    async fn redrive(
+    async fn bulk_count(
         &self,
         account: &str,
-        f: &MessageFilter,
-        ids: Option<&[MessageId]>,
-        at: DateTime<Utc>,
+        bulk: &Bulk,
+        cap: u64,
         now: DateTime<Utc>,
     ) -> StoreResult<u64> {
-        let ids: Option<Vec<uuid::Uuid>> = ids.map(|ids| ids.iter().map(|m| m.0).collect());
-        let mut tx = self.begin().await?;
-        // As in reschedule: KEY SHARE orders this against enable/disable, so `paused` is right.
-        sqlx::query(
-            "SELECT 1 FROM targets WHERE account = $1 AND ($2::text IS NULL OR id = $2) FOR KEY SHARE",
-        )
-        .bind(account)
-        .bind(f.target_id.as_ref().map(|t| t.as_str()))
-        .execute(&mut *tx)
-        .await
-        .map_err(map_err)?;
-        let moved = sqlx::query(
-            "WITH moved AS ( \
-               UPDATE messages m SET state = 'Scheduled', delivery_time = $6, next_attempt_at = $6, \
-                 claim_at = $6, lease_token = NULL, ladder_attempts = 0, dead_lettered_at = NULL, \
-                 updated_at = $7, paused = NOT t.enabled \
-               FROM targets t \
-               WHERE t.id = m.target_id AND m.account = $1 AND m.state = 'DeadLetter' \
-                 AND ($2::text IS NULL OR m.target_id = $2) \
-                 AND ($3::uuid[] IS NULL OR m.id = ANY($3)) \
-                 AND ($4::timestamptz IS NULL OR m.delivery_time >= $4) \
-                 AND ($5::timestamptz IS NULL OR m.delivery_time < $5) \
-               RETURNING m.id) \
-             INSERT INTO message_events (message_id, at, kind, from_state, delivery_time) \
-             SELECT id, $7, 'Rescheduled', 'DeadLetter', $6 FROM moved",
-        )
-        .bind(account)
-        .bind(f.target_id.as_ref().map(|t| t.as_str()))
-        .bind(ids)
-        .bind(f.delivery_from)
-        .bind(f.delivery_to)
-        .bind(at)
-        .bind(now)
-        .persistent(false)
-        .execute(&mut *tx)
-        .await
-        .map_err(map_err)?
-        .rows_affected();
-        if moved > 0 {
-            self.notify_if_soon(&mut tx, at, now).await?;
-        }
-        tx.commit().await.map_err(map_err)?;
-        Ok(moved)
+        self.count_bulk(account, bulk, cap, now).await
+    }
+
+    async fn bulk_batch(
+        &self,
+        account: &str,
+        bulk: &Bulk,
+        after: Option<&MessageId>,
+        limit: u32,
+        now: DateTime<Utc>,
+    ) -> StoreResult<BulkBatch> {
+        self.apply_bulk(account, bulk, after, limit, now).await
     }
 }
 

@@ -7,13 +7,13 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use super::{map_err, millis_i64, rows::*, PgStore};
+use super::{map_err, millis_i64, ordering, rows::*, PgStore};
 use crate::{
     domain::{
         ids::{MessageId, TargetId},
         target::TargetConfig,
     },
-    store::{sealed::open_config, *},
+    store::{ordering::distinct_keys, sealed::open_config, *},
 };
 
 /// How a claim leases the messages of its `due` CTE ($1 now, $3 the lease
@@ -25,7 +25,7 @@ macro_rules! lease_due {
            lease_token = $4 \
          FROM due, targets t WHERE m.id = due.id AND t.id = m.target_id \
          RETURNING m.id, m.target_id, t.kind, t.config, t.secrets_key_id, t.sealed_secrets, m.payload, \
-           m.delivery_time, m.attempt_count, m.ladder_attempts, m.updated_at AS scheduled_at, m.gated"
+           m.delivery_time, m.attempt_count, m.ladder_attempts, m.updated_at AS scheduled_at, m.gated, m.ordering_key"
     };
 }
 
@@ -41,7 +41,7 @@ impl DeliveryStore for PgStore {
         let rows: Vec<ClaimRow> = sqlx::query_as(concat!(
             "WITH due AS ( \
                SELECT id FROM messages \
-               WHERE state = 'Scheduled' AND NOT paused AND NOT gated AND claim_at <= $1 \
+               WHERE state = 'Scheduled' AND NOT paused AND NOT gated AND NOT held AND claim_at <= $1 \
                ORDER BY claim_at LIMIT $2 FOR UPDATE SKIP LOCKED) \
              ",
             lease_due!()
@@ -77,7 +77,7 @@ impl DeliveryStore for PgStore {
         let rows: Vec<ClaimRow> = sqlx::query_as(concat!(
             "WITH cand AS ( \
                SELECT id, target_id, claim_at FROM messages \
-               WHERE state = 'Scheduled' AND NOT paused AND NOT gated AND claim_at <= $1 AND NOT (target_id = ANY($5)) \
+               WHERE state = 'Scheduled' AND NOT paused AND NOT gated AND NOT held AND claim_at <= $1 AND NOT (target_id = ANY($5)) \
                ORDER BY claim_at LIMIT $6), \
              ranked AS ( \
                SELECT c.id, c.claim_at, COALESCE(r.room, $7) AS room, \
@@ -87,7 +87,7 @@ impl DeliveryStore for PgStore {
              pick AS (SELECT id FROM ranked WHERE rn <= room ORDER BY rn, claim_at LIMIT $2), \
              due AS ( \
                SELECT id FROM messages WHERE id IN (SELECT id FROM pick) \
-                 AND state = 'Scheduled' AND NOT paused AND NOT gated AND claim_at <= $1 FOR UPDATE SKIP LOCKED) \
+                 AND state = 'Scheduled' AND NOT paused AND NOT gated AND NOT held AND claim_at <= $1 FOR UPDATE SKIP LOCKED) \
              ",
             lease_due!()
         ),
@@ -110,7 +110,7 @@ impl DeliveryStore for PgStore {
     async fn next_due_except(&self, full: &[TargetId]) -> StoreResult<Option<DateTime<Utc>>> {
         let full: Vec<&str> = full.iter().map(TargetId::as_str).collect();
         let row: Option<(DateTime<Utc>,)> = sqlx::query_as(
-            "SELECT claim_at FROM messages WHERE state = 'Scheduled' AND NOT paused AND NOT gated AND claim_at IS NOT NULL \
+            "SELECT claim_at FROM messages WHERE state = 'Scheduled' AND NOT paused AND NOT gated AND NOT held AND claim_at IS NOT NULL \
                AND NOT (target_id = ANY($1)) ORDER BY claim_at LIMIT 1",
         )
         .bind(&full)
@@ -122,7 +122,7 @@ impl DeliveryStore for PgStore {
 
     async fn next_due(&self) -> StoreResult<Option<DateTime<Utc>>> {
         let row: Option<(DateTime<Utc>,)> = sqlx::query_as(
-            "SELECT claim_at FROM messages WHERE state = 'Scheduled' AND NOT paused AND NOT gated AND claim_at IS NOT NULL \
+            "SELECT claim_at FROM messages WHERE state = 'Scheduled' AND NOT paused AND NOT gated AND NOT held AND claim_at IS NOT NULL \
              ORDER BY claim_at LIMIT 1",
         )
         .fetch_optional(&self.pool)
@@ -184,7 +184,7 @@ impl DeliveryStore for PgStore {
                 a_waits.push(a.retry_after_ms.map(|ms| ms as i64));
             }
         }
-        let recorded = sqlx::query(
+        let query = sqlx::query(
             "WITH input AS ( \
                SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::int[], $4::text[], $5::timestamptz[], \
                  $6::int[], $7::timestamptz[], $8::text[]) \
@@ -232,11 +232,30 @@ impl DeliveryStore for PgStore {
         .bind(now)
         .bind(&a_tokens)
         .bind(&a_waits)
-        .persistent(false)
-        .execute(&self.pool)
-        .await
-        .map_err(map_err)?
-        .rows_affected();
+        .persistent(false);
+        // A result for a message with an orderingKey may hand its key to the
+        // next message: under the key's lock, taken before the row's.
+        let keys = distinct_keys(
+            results
+                .iter()
+                .filter_map(|r| r.key.as_ref().map(|(t, k)| (t.as_str(), k.as_str()))),
+        );
+        if keys.is_empty() {
+            return Ok(query
+                .execute(&self.pool)
+                .await
+                .map_err(map_err)?
+                .rows_affected());
+        }
+        let mut tx = self.begin().await?;
+        ordering::lock_keys(&mut tx, &keys).await?;
+        let recorded = query
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?
+            .rows_affected();
+        ordering::settle_keys(&mut tx, &keys).await?;
+        tx.commit().await.map_err(map_err)?;
         Ok(recorded)
     }
 
@@ -343,6 +362,7 @@ impl PgStore {
                     ladder_attempts: r.ladder_attempts.max(0) as u32,
                     lease_token: token,
                     gated: r.gated,
+                    ordering_key: r.ordering_key,
                 })
             };
             match read() {
@@ -361,6 +381,9 @@ impl PgStore {
                 count = bad_ids.len(),
                 "dead-lettering messages whose stored data is unreadable"
             );
+            let mut tx = self.begin().await?;
+            let keys = ordering::keys_of(&mut tx, &bad_ids).await?;
+            ordering::lock_keys(&mut tx, &keys).await?;
             sqlx::query(
                 "UPDATE messages m SET state = 'DeadLetter', dead_lettered_at = $3, next_attempt_at = NULL, \
                    claim_at = NULL, lease_token = NULL, last_error = u.reason, updated_at = $3 \
@@ -370,9 +393,11 @@ impl PgStore {
             .bind(&bad_reasons)
             .bind(now)
             .bind(token)
-            .execute(&self.pool)
+            .execute(&mut *tx)
             .await
             .map_err(map_err)?;
+            ordering::settle_keys(&mut tx, &keys).await?;
+            tx.commit().await.map_err(map_err)?;
         }
         Ok(claimed)
     }

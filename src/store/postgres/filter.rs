@@ -17,6 +17,9 @@ pub(super) fn filtered<'a>(
     if let Some(t) = &f.target_id {
         q.push(" AND target_id = ").push_bind(t.as_str());
     }
+    if let Some(k) = &f.ordering_key {
+        q.push(" AND ordering_key = ").push_bind(k.as_str());
+    }
     if let Some(s) = f.state {
         q.push(" AND state = ").push_bind(s.as_str());
     }

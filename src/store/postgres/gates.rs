@@ -37,7 +37,7 @@ impl GateStore for PgStore {
     ) -> StoreResult<GatedClaim> {
         // Without gated messages due, one index probe and no transaction.
         let (first,): (Option<DateTime<Utc>>,) = sqlx::query_as(
-            "SELECT min(claim_at) FROM messages WHERE state = 'Scheduled' AND NOT paused AND gated",
+            "SELECT min(claim_at) FROM messages WHERE state = 'Scheduled' AND NOT paused AND gated AND NOT held",
         )
         .fetch_one(&self.pool)
         .await
@@ -56,7 +56,7 @@ impl GateStore for PgStore {
         let rows: Vec<PgGateRow> = sqlx::query_as(&format!(
             "SELECT {GATE_COLUMNS} FROM targets t \
              CROSS JOIN LATERAL (SELECT m.claim_at FROM messages m WHERE m.target_id = t.id \
-               AND m.state = 'Scheduled' AND NOT m.paused AND m.gated AND m.claim_at <= $1 \
+               AND m.state = 'Scheduled' AND NOT m.paused AND m.gated AND NOT m.held AND m.claim_at <= $1 \
                ORDER BY m.claim_at LIMIT 1) head \
              WHERE t.gated ORDER BY head.claim_at FOR NO KEY UPDATE OF t SKIP LOCKED"
         ))
@@ -103,7 +103,7 @@ impl GateStore for PgStore {
                 "WITH due AS ( \
                    SELECT d.id FROM unnest($5::text[], $6::int[]) AS w(target_id, n) \
                    CROSS JOIN LATERAL (SELECT m.id FROM messages m WHERE m.target_id = w.target_id \
-                     AND m.state = 'Scheduled' AND NOT m.paused AND m.gated AND m.claim_at <= $1 \
+                     AND m.state = 'Scheduled' AND NOT m.paused AND m.gated AND NOT m.held AND m.claim_at <= $1 \
                      ORDER BY m.claim_at LIMIT w.n FOR UPDATE SKIP LOCKED) d LIMIT $2) \
                  ",
                 lease_due!()
@@ -150,7 +150,7 @@ impl GateStore for PgStore {
         }
         let (reopens, waits_for_attempts) = reopening(&planned, now);
         let (later,): (Option<DateTime<Utc>>,) = sqlx::query_as(
-            "SELECT min(claim_at) FROM messages WHERE state = 'Scheduled' AND NOT paused AND gated AND claim_at > $1",
+            "SELECT min(claim_at) FROM messages WHERE state = 'Scheduled' AND NOT paused AND gated AND NOT held AND claim_at > $1",
         )
         .bind(now)
         .fetch_one(&mut *tx)

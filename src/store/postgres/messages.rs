@@ -7,8 +7,11 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use super::{filter, map_err, rows::*, PgStore};
-use crate::{domain::message::Message, store::*};
+use super::{filter, map_err, ordering, rows::*, PgStore};
+use crate::{
+    domain::message::Message,
+    store::{ordering::distinct_keys, *},
+};
 
 #[async_trait]
 impl MessageStore for PgStore {
@@ -54,12 +57,17 @@ impl MessageStore for PgStore {
                 };
             }
         }
+        // A message with an orderingKey starts held; settling the key
+        // (under its lock, taken before any row) makes it the head if it is
+        // the first of its order.
+        let keys = distinct_keys(m.ordering_key.as_deref().map(|k| (m.target_id.as_str(), k)));
+        ordering::lock_keys(&mut tx, &keys).await?;
         // KEY SHARE on the target orders this insert against a concurrent
         // enable/disable (which takes FOR UPDATE), so `paused` is always right.
         let inserted = sqlx::query(
             "INSERT INTO messages (id, account, target_id, state, payload, delivery_time, next_attempt_at, \
-               claim_at, paused, gated, created_at, updated_at) \
-             SELECT $1, $2, t.id, 'Scheduled', $4, $5, $5, $5, NOT t.enabled, t.gated, $6, $6 \
+               claim_at, paused, gated, created_at, updated_at, ordering_key, held) \
+             SELECT $1, $2, t.id, 'Scheduled', $4, $5, $5, $5, NOT t.enabled, t.gated, $6, $6, $7, $7 IS NOT NULL \
              FROM targets t WHERE t.id = $3 AND t.account = $2 FOR KEY SHARE",
         )
         .bind(m.id.0)
@@ -68,6 +76,7 @@ impl MessageStore for PgStore {
         .bind(m.payload.as_str().as_bytes())
         .bind(m.delivery_time)
         .bind(m.created_at)
+        .bind(m.ordering_key.as_deref())
         .execute(&mut *tx)
         .await
         .map_err(map_err)?
@@ -75,6 +84,7 @@ impl MessageStore for PgStore {
         if inserted == 0 {
             return Ok(InsertOutcome::UnknownTarget);
         }
+        ordering::settle_keys(&mut tx, &keys).await?;
         self.notify_if_soon(&mut tx, m.delivery_time, m.created_at)
             .await?;
         tx.commit().await.map_err(map_err)?;
@@ -193,15 +203,20 @@ impl MessageStore for PgStore {
 
         let to_insert: Vec<usize> = (0..n).filter(|&i| outcomes[i].is_none()).collect();
         let mut inserted: HashSet<Uuid> = HashSet::new();
+        let keys = distinct_keys(to_insert.iter().filter_map(|&i| {
+            let m = &items[i].message;
+            m.ordering_key.as_deref().map(|k| (m.target_id.as_str(), k))
+        }));
+        ordering::lock_keys(&mut tx, &keys).await?;
         if !to_insert.is_empty() {
             let m = |i: usize| &items[i].message;
             let rows: Vec<(Uuid,)> = sqlx::query_as(
                 "INSERT INTO messages (id, account, target_id, state, payload, delivery_time, next_attempt_at, \
-                   claim_at, paused, gated, created_at, updated_at) \
+                   claim_at, paused, gated, created_at, updated_at, ordering_key, held) \
                  SELECT i.id, i.account, t.id, 'Scheduled', i.payload, i.at, i.at, i.at, NOT t.enabled, t.gated, \
-                   i.now, i.now \
-                 FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bytea[], $5::timestamptz[], $6::timestamptz[]) \
-                   AS i(id, account, target_id, payload, at, now) \
+                   i.now, i.now, i.okey, i.okey IS NOT NULL \
+                 FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bytea[], $5::timestamptz[], $6::timestamptz[], \
+                   $7::text[]) AS i(id, account, target_id, payload, at, now, okey) \
                  JOIN targets t ON t.id = i.target_id AND t.account = i.account \
                  FOR KEY SHARE OF t \
                  RETURNING id",
@@ -212,11 +227,13 @@ impl MessageStore for PgStore {
             .bind(to_insert.iter().map(|&i| m(i).payload.as_str().as_bytes()).collect::<Vec<_>>())
             .bind(to_insert.iter().map(|&i| m(i).delivery_time).collect::<Vec<_>>())
             .bind(to_insert.iter().map(|&i| m(i).created_at).collect::<Vec<_>>())
+            .bind(to_insert.iter().map(|&i| m(i).ordering_key.as_deref()).collect::<Vec<_>>())
             .fetch_all(&mut *tx)
             .await
             .map_err(map_err)?;
             inserted = rows.into_iter().map(|(id,)| id).collect();
         }
+        ordering::settle_keys(&mut tx, &keys).await?;
         let mut give_back: Vec<usize> = Vec::new();
         for &i in &to_insert {
             outcomes[i] = Some(if inserted.contains(&items[i].message.id.0) {
@@ -281,12 +298,21 @@ impl MessageStore for PgStore {
             .max()
             .unwrap_or_else(Utc::now);
         let earliest = times.iter().min().copied().unwrap_or(now);
+        let okeys: Vec<Option<&str>> = messages.iter().map(|m| m.ordering_key.as_deref()).collect();
+        let keys = distinct_keys(
+            messages
+                .iter()
+                .filter_map(|m| m.ordering_key.as_deref().map(|k| (m.target_id.as_str(), k))),
+        );
         let mut tx = self.begin().await?;
+        ordering::lock_keys(&mut tx, &keys).await?;
         let inserted: Vec<(Uuid,)> = sqlx::query_as(
             "INSERT INTO messages (id, account, target_id, state, payload, delivery_time, next_attempt_at, \
-               claim_at, paused, gated, created_at, updated_at) \
-             SELECT i.id, $1, t.id, 'Scheduled', i.payload, i.at, i.at, i.at, NOT t.enabled, t.gated, $6, $6 \
-             FROM unnest($2::uuid[], $3::text[], $4::bytea[], $5::timestamptz[]) AS i(id, target_id, payload, at) \
+               claim_at, paused, gated, created_at, updated_at, ordering_key, held) \
+             SELECT i.id, $1, t.id, 'Scheduled', i.payload, i.at, i.at, i.at, NOT t.enabled, t.gated, $6, $6, \
+               i.okey, i.okey IS NOT NULL \
+             FROM unnest($2::uuid[], $3::text[], $4::bytea[], $5::timestamptz[], $7::text[]) \
+               AS i(id, target_id, payload, at, okey) \
              JOIN targets t ON t.id = i.target_id AND t.account = $1 \
              FOR KEY SHARE OF t \
              RETURNING id",
@@ -297,9 +323,11 @@ impl MessageStore for PgStore {
         .bind(&payloads)
         .bind(&times)
         .bind(now)
+        .bind(&okeys)
         .fetch_all(&mut *tx)
         .await
         .map_err(map_err)?;
+        ordering::settle_keys(&mut tx, &keys).await?;
         self.notify_if_soon(&mut tx, earliest, now).await?;
         tx.commit().await.map_err(map_err)?;
         Ok(inserted.into_iter().map(|(id,)| MessageId(id)).collect())

@@ -17,6 +17,7 @@
 //! the index's first entry even on an empty table.
 
 mod actions;
+mod bulk;
 #[macro_use]
 mod delivery;
 mod filter;
@@ -25,6 +26,7 @@ mod identities;
 pub mod listen;
 mod messages;
 mod open;
+mod ordering;
 mod portal;
 mod rows;
 mod secrets;

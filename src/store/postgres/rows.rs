@@ -19,7 +19,7 @@ use crate::{
 };
 
 pub const MESSAGE_COLUMNS: &str = "id, account, target_id, state, payload, delivery_time, next_attempt_at, \
-     attempt_count, delivered_at, cancelled_at, dead_lettered_at, last_error, created_at, updated_at";
+     attempt_count, delivered_at, cancelled_at, dead_lettered_at, last_error, created_at, updated_at, ordering_key";
 
 pub const TARGET_COLUMNS: &str =
     "id, account, name, kind, enabled, config, secrets_key_id, sealed_secrets, created_at, updated_at, \
@@ -43,6 +43,7 @@ pub struct MessageRow {
     cancelled_at: Option<DateTime<Utc>>,
     dead_lettered_at: Option<DateTime<Utc>>,
     last_error: Option<String>,
+    ordering_key: Option<String>,
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
 }
@@ -62,6 +63,7 @@ impl TryFrom<MessageRow> for Message {
             cancelled_at: r.cancelled_at,
             dead_lettered_at: r.dead_lettered_at,
             last_error: r.last_error,
+            ordering_key: r.ordering_key,
             created_at: r.created_at,
             updated_at: r.updated_at,
             payload: payload_from_bytes(r.payload)?,
@@ -161,6 +163,7 @@ pub struct ClaimRow {
     pub ladder_attempts: i32,
     pub scheduled_at: DateTime<Utc>,
     pub gated: bool,
+    pub ordering_key: Option<String>,
 }
 
 pub fn payload_from_bytes(bytes: Vec<u8>) -> StoreResult<Payload> {

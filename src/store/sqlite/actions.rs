@@ -4,7 +4,7 @@
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
-use super::{map_err, rows::*, SqliteStore};
+use super::{map_err, ordering, rows::*, SqliteStore};
 use crate::{
     domain::message::State,
     store::{portal::EventKind, *},
@@ -38,7 +38,7 @@ impl ActionStore for SqliteStore {
         let from = state_of(&mut tx, account, id).await?;
         let row: Option<MessageRow> = sqlx::query_as(&format!(
             "UPDATE messages SET state = 'Cancelled', cancelled_at = ?3, next_attempt_at = NULL, claim_at = NULL, \
-               lease_token = NULL, updated_at = ?3 \
+               lease_token = NULL, held = 0, updated_at = ?3 \
              WHERE id = ?1 AND account = ?2 AND state IN ('Scheduled', 'DeadLetter') \
                AND (lease_token IS NULL OR claim_at <= ?3) \
              RETURNING {MESSAGE_COLUMNS}"
@@ -52,6 +52,9 @@ impl ActionStore for SqliteStore {
         match (row, from) {
             (Some(row), Some(from)) => {
                 insert_event(&mut tx, id, EventKind::Cancelled, from, None, now).await?;
+                // The next message of its key goes now.
+                let keys = ordering::keys_of(&mut tx, &[id_text(id)]).await?;
+                ordering::settle_keys(&mut tx, &keys).await?;
                 tx.commit().await.map_err(map_err)?;
                 Ok(Transition::Done(Box::new(row.try_into()?)))
             }
@@ -74,7 +77,9 @@ impl ActionStore for SqliteStore {
         let row: Option<MessageRow> = sqlx::query_as(&format!(
             "UPDATE messages SET state = 'Scheduled', delivery_time = ?3, next_attempt_at = ?3, claim_at = ?3, \
                lease_token = NULL, ladder_attempts = 0, dead_lettered_at = NULL, updated_at = ?4, \
-               paused = NOT (SELECT enabled FROM targets t WHERE t.id = messages.target_id) \
+               paused = NOT (SELECT enabled FROM targets t WHERE t.id = messages.target_id), \
+               gated = (SELECT gated FROM targets t WHERE t.id = messages.target_id), \
+               held = ordering_key IS NOT NULL \
              WHERE id = ?1 AND account = ?2 AND state IN ('Scheduled', 'DeadLetter') \
                AND (lease_token IS NULL OR claim_at <= ?4) \
              RETURNING {MESSAGE_COLUMNS}"
@@ -89,6 +94,9 @@ impl ActionStore for SqliteStore {
         match (row, from) {
             (Some(row), Some(from)) => {
                 insert_event(&mut tx, id, EventKind::Rescheduled, from, Some(at), now).await?;
+                // Its new place in its key's order.
+                let keys = ordering::keys_of(&mut tx, &[id_text(id)]).await?;
+                ordering::settle_keys(&mut tx, &keys).await?;
                 tx.commit().await.map_err(map_err)?;
                 Ok(Transition::Done(Box::new(row.try_into()?)))
             }
@@ -99,53 +107,25 @@ impl ActionStore for SqliteStore {
         }
     }
 
-    /// Reschedules the dead letters that match in one transaction.
-    async fn redrive(
+    async fn bulk_count(
         &self,
         account: &str,
-        f: &MessageFilter,
-        ids: Option<&[MessageId]>,
-        at: DateTime<Utc>,
+        bulk: &Bulk,
+        cap: u64,
         now: DateTime<Utc>,
     ) -> StoreResult<u64> {
-        let ids = ids.map(|ids| {
-            serde_json::Value::from(ids.iter().map(id_text).collect::<Vec<_>>()).to_string()
-        });
-        let mut tx = self.begin().await?;
-        let moved: Vec<(String,)> = sqlx::query_as(
-            "UPDATE messages SET state = 'Scheduled', delivery_time = ?6, next_attempt_at = ?6, \
-               claim_at = ?6, lease_token = NULL, ladder_attempts = 0, dead_lettered_at = NULL, \
-               updated_at = ?7, paused = NOT (SELECT enabled FROM targets t WHERE t.id = messages.target_id) \
-             WHERE account = ?1 AND state = 'DeadLetter' \
-               AND (?2 IS NULL OR target_id = ?2) \
-               AND (?3 IS NULL OR id IN (SELECT value FROM json_each(?3))) \
-               AND (?4 IS NULL OR delivery_time >= ?4) AND (?5 IS NULL OR delivery_time < ?5) \
-             RETURNING id",
-        )
-        .bind(account)
-        .bind(f.target_id.as_ref().map(|t| t.as_str()))
-        .bind(ids)
-        .bind(f.delivery_from.map(ms))
-        .bind(f.delivery_to.map(ms))
-        .bind(ms(at))
-        .bind(ms(now))
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(map_err)?;
-        for (id,) in &moved {
-            sqlx::query(
-                "INSERT INTO message_events (message_id, at, kind, from_state, delivery_time) \
-                 VALUES (?, ?, 'Rescheduled', 'DeadLetter', ?)",
-            )
-            .bind(id)
-            .bind(ms(now))
-            .bind(ms(at))
-            .execute(&mut *tx)
-            .await
-            .map_err(map_err)?;
-        }
-        tx.commit().await.map_err(map_err)?;
-        Ok(moved.len() as u64)
+        self.count_bulk(account, bulk, cap, now).await
+    }
+
+    async fn bulk_batch(
+        &self,
+        account: &str,
+        bulk: &Bulk,
+        after: Option<&MessageId>,
+        limit: u32,
+        now: DateTime<Utc>,
+    ) -> StoreResult<BulkBatch> {
+        self.apply_bulk(account, bulk, after, limit, now).await
     }
 }
 

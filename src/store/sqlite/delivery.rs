@@ -8,10 +8,10 @@ use chrono::{DateTime, Utc};
 use sqlx::{QueryBuilder, Sqlite};
 use uuid::Uuid;
 
-use super::{map_err, rows::*, SqliteStore};
+use super::{map_err, ordering, rows::*, SqliteStore};
 use crate::{
     domain::{ids::TargetId, target::TargetConfig},
-    store::*,
+    store::{ordering::distinct_keys, *},
 };
 
 #[async_trait]
@@ -38,7 +38,7 @@ impl DeliveryStore for SqliteStore {
     async fn next_due_except(&self, full: &[TargetId]) -> StoreResult<Option<DateTime<Utc>>> {
         let full: Vec<&str> = full.iter().map(TargetId::as_str).collect();
         let (next,): (Option<i64>,) = sqlx::query_as(
-            "SELECT min(claim_at) FROM messages WHERE state = 'Scheduled' AND paused = 0 AND gated = 0 \
+            "SELECT min(claim_at) FROM messages WHERE state = 'Scheduled' AND paused = 0 AND gated = 0 AND held = 0 \
                AND target_id NOT IN (SELECT value FROM json_each(?1))",
         )
         .bind(serde_json::to_string(&full).expect("ids serialize"))
@@ -50,7 +50,7 @@ impl DeliveryStore for SqliteStore {
 
     async fn next_due(&self) -> StoreResult<Option<DateTime<Utc>>> {
         let (next,): (Option<i64>,) = sqlx::query_as(
-            "SELECT min(claim_at) FROM messages WHERE state = 'Scheduled' AND paused = 0 AND gated = 0",
+            "SELECT min(claim_at) FROM messages WHERE state = 'Scheduled' AND paused = 0 AND gated = 0 AND held = 0",
         )
         .fetch_one(&self.reader)
         .await
@@ -116,6 +116,13 @@ impl DeliveryStore for SqliteStore {
                 .rows_affected();
             }
         }
+        // A result for a message with an orderingKey may hand its key on.
+        let keys = distinct_keys(
+            results
+                .iter()
+                .filter_map(|r| r.key.as_ref().map(|(t, k)| (t.as_str(), k.as_str()))),
+        );
+        ordering::settle_keys(&mut tx, &keys).await?;
         tx.commit().await.map_err(map_err)?;
         Ok(written)
     }
@@ -187,12 +194,12 @@ impl SqliteStore {
             format!(
                 "UPDATE messages SET claim_at = ?2, lease_token = ?3 WHERE id IN ({pick}) \
                  RETURNING id, target_id, payload, delivery_time, attempt_count, \
-                   ladder_attempts, updated_at AS scheduled_at, gated"
+                   ladder_attempts, updated_at AS scheduled_at, gated, ordering_key"
             )
         };
         let rows: Vec<ClaimRow> = match shares {
             None => sqlx::query_as(&update(
-                "SELECT id FROM messages WHERE state = 'Scheduled' AND paused = 0 AND gated = 0 AND claim_at <= ?1 \
+                "SELECT id FROM messages WHERE state = 'Scheduled' AND paused = 0 AND gated = 0 AND held = 0 AND claim_at <= ?1 \
                  ORDER BY claim_at LIMIT ?4",
             ))
             .bind(ms(now))
@@ -215,7 +222,7 @@ impl SqliteStore {
                        SELECT c.id, c.claim_at, COALESCE(r.value, ?6) AS room, \
                          row_number() OVER (PARTITION BY c.target_id ORDER BY c.claim_at) AS rn \
                        FROM (SELECT id, target_id, claim_at FROM messages \
-                             WHERE state = 'Scheduled' AND paused = 0 AND gated = 0 AND claim_at <= ?1 \
+                             WHERE state = 'Scheduled' AND paused = 0 AND gated = 0 AND held = 0 AND claim_at <= ?1 \
                                AND target_id NOT IN (SELECT value FROM json_each(?5)) \
                              ORDER BY claim_at LIMIT ?7) c \
                        LEFT JOIN json_each(?8) r ON r.key = c.target_id) \
@@ -311,6 +318,7 @@ impl SqliteStore {
                         ladder_attempts: r.ladder_attempts.max(0) as u32,
                         lease_token: token,
                         gated: r.gated,
+                        ordering_key: r.ordering_key,
                     },
                 )),
                 Err(e) => {
@@ -327,6 +335,8 @@ impl SqliteStore {
                     .execute(&mut *tx)
                     .await
                     .map_err(map_err)?;
+                    let keys = ordering::keys_of(&mut *tx, std::slice::from_ref(&r.id)).await?;
+                    ordering::settle_keys(&mut *tx, &keys).await?;
                 }
             }
         }

@@ -39,7 +39,7 @@ impl GateStore for SqliteStore {
     ) -> StoreResult<GatedClaim> {
         // Without gated messages due, one index read and no write.
         let (first,): (Option<i64>,) = sqlx::query_as(
-            "SELECT min(claim_at) FROM messages WHERE state = 'Scheduled' AND paused = 0 AND gated = 1",
+            "SELECT min(claim_at) FROM messages WHERE state = 'Scheduled' AND paused = 0 AND gated = 1 AND held = 0",
         )
         .fetch_one(&self.reader)
         .await
@@ -58,7 +58,7 @@ impl GateStore for SqliteStore {
         let rows: Vec<LiteGateRow> = sqlx::query_as(&format!(
             "SELECT {GATE_COLUMNS} FROM targets t \
              JOIN (SELECT target_id, min(claim_at) AS head FROM messages \
-                   WHERE state = 'Scheduled' AND paused = 0 AND gated = 1 AND claim_at <= ?1 \
+                   WHERE state = 'Scheduled' AND paused = 0 AND gated = 1 AND held = 0 AND claim_at <= ?1 \
                    GROUP BY target_id) h ON h.target_id = t.id \
              WHERE t.gated = 1 ORDER BY h.head"
         ))
@@ -89,9 +89,9 @@ impl GateStore for SqliteStore {
             let taken: Vec<ClaimRow> = sqlx::query_as(
                 "UPDATE messages SET claim_at = ?2, lease_token = ?3 WHERE id IN ( \
                    SELECT id FROM messages WHERE target_id = ?4 AND state = 'Scheduled' AND paused = 0 \
-                     AND gated = 1 AND claim_at <= ?1 ORDER BY claim_at LIMIT ?5) \
+                     AND gated = 1 AND held = 0 AND claim_at <= ?1 ORDER BY claim_at LIMIT ?5) \
                  RETURNING id, target_id, payload, delivery_time, attempt_count, \
-                   ladder_attempts, updated_at AS scheduled_at, gated",
+                   ladder_attempts, updated_at AS scheduled_at, gated, ordering_key",
             )
             .bind(ms(now))
             .bind(lease_end)
@@ -119,7 +119,7 @@ impl GateStore for SqliteStore {
         }
         let (reopens, waits_for_attempts) = reopening(&planned, now);
         let (later,): (Option<i64>,) = sqlx::query_as(
-            "SELECT min(claim_at) FROM messages WHERE state = 'Scheduled' AND paused = 0 AND gated = 1 \
+            "SELECT min(claim_at) FROM messages WHERE state = 'Scheduled' AND paused = 0 AND gated = 1 AND held = 0 \
                AND claim_at > ?1",
         )
         .bind(ms(now))

@@ -3,8 +3,11 @@
 
 use async_trait::async_trait;
 
-use super::{filter, map_err, rows::*, SqliteStore};
-use crate::{domain::message::Message, store::*};
+use super::{filter, map_err, ordering, rows::*, SqliteStore};
+use crate::{
+    domain::message::Message,
+    store::{ordering::distinct_keys, *},
+};
 
 #[async_trait]
 impl MessageStore for SqliteStore {
@@ -155,9 +158,9 @@ async fn insert_rows(
     }
     let mut q = sqlx::QueryBuilder::new(
         "INSERT INTO messages (id, account, target_id, state, payload, delivery_time, \
-         next_attempt_at, claim_at, paused, gated, created_at, updated_at) \
+         next_attempt_at, claim_at, paused, gated, created_at, updated_at, ordering_key, held) \
          SELECT v.column1, v.column2, t.id, 'Scheduled', v.column4, v.column5, v.column5, v.column5, \
-         NOT t.enabled, t.gated, v.column6, v.column6 FROM (",
+         NOT t.enabled, t.gated, v.column6, v.column6, v.column7, v.column7 IS NOT NULL FROM (",
     );
     q.push_values(messages, |mut row, m| {
         row.push_bind(id_text(&m.id))
@@ -165,7 +168,8 @@ async fn insert_rows(
             .push_bind(m.target_id.as_str())
             .push_bind(m.payload.as_str())
             .push_bind(ms(m.delivery_time))
-            .push_bind(ms(m.created_at));
+            .push_bind(ms(m.created_at))
+            .push_bind(m.ordering_key.as_deref());
     });
     q.push(") AS v JOIN targets t ON t.id = v.column3 AND t.account = v.column2 RETURNING id");
     let rows: Vec<(String,)> = q
@@ -173,6 +177,14 @@ async fn insert_rows(
         .fetch_all(&mut *tx)
         .await
         .map_err(map_err)?;
+    // A message with an orderingKey went in held; it becomes its key's head
+    // if it is the first of the key's order.
+    let keys = distinct_keys(
+        messages
+            .iter()
+            .filter_map(|m| m.ordering_key.as_deref().map(|k| (m.target_id.as_str(), k))),
+    );
+    ordering::settle_keys(&mut *tx, &keys).await?;
     Ok(rows.into_iter().map(|(id,)| id).collect())
 }
 

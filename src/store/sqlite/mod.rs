@@ -7,12 +7,14 @@
 //! short writes with the server's.
 
 mod actions;
+mod bulk;
 mod delivery;
 mod filter;
 mod gates;
 mod identities;
 mod messages;
 mod open;
+mod ordering;
 mod portal;
 mod rows;
 mod secrets;

@@ -20,7 +20,7 @@ use crate::{
 };
 
 pub const MESSAGE_COLUMNS: &str = "id, account, target_id, state, payload, delivery_time, next_attempt_at, \
-     attempt_count, delivered_at, cancelled_at, dead_lettered_at, last_error, created_at, updated_at";
+     attempt_count, delivered_at, cancelled_at, dead_lettered_at, last_error, created_at, updated_at, ordering_key";
 
 pub const TARGET_COLUMNS: &str =
     "id, account, name, kind, enabled, config, secrets_key_id, sealed_secrets, created_at, updated_at, \
@@ -82,6 +82,7 @@ pub struct MessageRow {
     cancelled_at: Option<i64>,
     dead_lettered_at: Option<i64>,
     last_error: Option<String>,
+    ordering_key: Option<String>,
     created_at: i64,
     updated_at: i64,
 }
@@ -101,6 +102,7 @@ impl TryFrom<MessageRow> for Message {
             cancelled_at: opt_from_ms(r.cancelled_at),
             dead_lettered_at: opt_from_ms(r.dead_lettered_at),
             last_error: r.last_error,
+            ordering_key: r.ordering_key,
             created_at: from_ms(r.created_at),
             updated_at: from_ms(r.updated_at),
             payload: Payload::parse(r.payload).map_err(|e| StoreError::Corrupt(e.to_string()))?,
@@ -196,4 +198,5 @@ pub struct ClaimRow {
     pub ladder_attempts: i64,
     pub scheduled_at: i64,
     pub gated: bool,
+    pub ordering_key: Option<String>,
 }

@@ -1,0 +1,289 @@
+//! `POST /messages/redrive`, `/messages/cancel`, `/messages/replay`
+//! (API.md §11): many messages at once, one transaction per 1,000.
+
+use axum::{extract::State, Json};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::{
+    body::Body,
+    error::{ApiError, ApiResult, Problem},
+};
+use crate::{
+    auth::{Principal, Scope},
+    domain::{
+        ids::{MessageId, TargetId},
+        message::State as MsgState,
+        target::FieldError,
+        time,
+    },
+    service::bulk::BULK_IDS_MAX,
+    state::AppState,
+    store::{Bulk, BulkAction, RangeOn},
+    wire::Field,
+};
+
+/// Reschedule dead letters: those of `targetId` dead-lettered in
+/// [`from`, `to`), or those listed in `messageIds` (both: those that are
+/// both).
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RedriveIn {
+    #[schema(value_type = Option<String>, example = "DI-T-aabbcc1122")]
+    pub target_id: Field<String>,
+    /// RFC 3339: dead-lettered at or after.
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub from: Field<String>,
+    /// RFC 3339: dead-lettered before.
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub to: Field<String>,
+    /// Up to 1,000 message ids; ids that name no message of the account are
+    /// not counted and nothing of theirs changes.
+    #[schema(value_type = Option<Vec<String>>, max_items = 1000)]
+    pub message_ids: Field<Vec<String>>,
+    /// RFC 3339; default now.
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub delivery_time: Field<String>,
+}
+
+/// Cancel Scheduled and DeadLetter messages: those of `targetId` due
+/// (`deliveryTime`) in [`from`, `to`), or those listed; optionally only
+/// those in `state`. A message whose attempt is under way is left alone.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BulkCancelIn {
+    #[schema(value_type = Option<String>, example = "DI-T-aabbcc1122")]
+    pub target_id: Field<String>,
+    /// RFC 3339: due at or after.
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub from: Field<String>,
+    /// RFC 3339: due before.
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub to: Field<String>,
+    #[schema(value_type = Option<Vec<String>>, max_items = 1000)]
+    pub message_ids: Field<Vec<String>>,
+    /// Scheduled or DeadLetter: only messages in this state.
+    #[schema(value_type = Option<String>, pattern = "^(Scheduled|DeadLetter)$")]
+    pub state: Field<String>,
+}
+
+/// Deliver again the target's messages Delivered in [`from`, `to`): each
+/// becomes Scheduled with the same messageId, its earlier attempts kept.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplayIn {
+    #[schema(value_type = String, required = true, example = "DI-T-aabbcc1122")]
+    pub target_id: Field<String>,
+    /// RFC 3339: delivered at or after.
+    #[schema(value_type = String, required = true, format = DateTime)]
+    pub from: Field<String>,
+    /// RFC 3339: delivered before.
+    #[schema(value_type = String, required = true, format = DateTime)]
+    pub to: Field<String>,
+    /// RFC 3339; default now.
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub delivery_time: Field<String>,
+}
+
+/// How many messages the call changed.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CountOut {
+    pub count: u64,
+}
+
+/// What every bulk body shares, read with each problem named.
+struct Common {
+    target_id: Option<TargetId>,
+    from: Option<chrono::DateTime<chrono::Utc>>,
+    to: Option<chrono::DateTime<chrono::Utc>>,
+    ids: Option<Vec<MessageId>>,
+}
+
+fn optional<T>(field: Field<T>, name: &str, errors: &mut Vec<FieldError>) -> Option<T> {
+    match field {
+        Field::Missing => None,
+        f => f.take(name, errors),
+    }
+}
+
+fn target(s: Option<String>, errors: &mut Vec<FieldError>) -> Option<TargetId> {
+    s.and_then(|s| match s.parse::<TargetId>() {
+        Ok(t) => Some(t),
+        Err(_) => {
+            errors.push(FieldError::new("targetId", "is not a known target"));
+            None
+        }
+    })
+}
+
+fn instant(
+    s: Option<String>,
+    name: &str,
+    errors: &mut Vec<FieldError>,
+) -> Option<chrono::DateTime<chrono::Utc>> {
+    s.and_then(|s| match time::parse_rfc3339(&s) {
+        Ok(t) => Some(t),
+        Err(e) => {
+            errors.push(FieldError::new(name, e.to_string()));
+            None
+        }
+    })
+}
+
+fn common(
+    target_id: Field<String>,
+    from: Field<String>,
+    to: Field<String>,
+    ids: Field<Vec<String>>,
+    errors: &mut Vec<FieldError>,
+) -> Common {
+    let target_id = target(optional(target_id, "targetId", errors), errors);
+    let from = instant(optional(from, "from", errors), "from", errors);
+    let to = instant(optional(to, "to", errors), "to", errors);
+    let ids = optional(ids, "messageIds", errors);
+    if ids.as_ref().is_some_and(|ids| ids.len() > BULK_IDS_MAX) {
+        errors.push(FieldError::new("messageIds", "lists more than 1,000 ids"));
+    }
+    if target_id.is_none() && ids.is_none() && errors.is_empty() {
+        errors.push(FieldError::new(
+            "targetId",
+            "or messageIds is required: a filter must name a target or messages",
+        ));
+    }
+    // An id that is not one names no message: it is not counted.
+    let ids = ids.map(|ids| ids.iter().filter_map(|s| s.parse().ok()).collect());
+    Common {
+        target_id,
+        from,
+        to,
+        ids,
+    }
+}
+
+async fn apply(state: &AppState, principal: &Principal, bulk: Bulk) -> ApiResult<Json<CountOut>> {
+    let count = state.service.bulk(&principal.account, &bulk).await?;
+    Ok(Json(CountOut { count }))
+}
+
+/// Redrive dead letters: reschedule them, the retry ladder starting over.
+#[utoipa::path(
+    post, path = "/messages/redrive", operation_id = "redrive_messages", tag = "messages", request_body = RedriveIn,
+    responses((status = 200, body = CountOut),
+              (status = 400, description = "Invalid input, no target and no ids, or more than bulk.max messages match", body = Problem, content_type = "application/problem+json")),
+    security(("bearer" = ["messages:write"]))
+)]
+pub async fn redrive(
+    State(state): State<AppState>,
+    principal: Principal,
+    Body(body): Body<RedriveIn>,
+) -> ApiResult<Json<CountOut>> {
+    principal.require(Scope::MessagesWrite)?;
+    let mut errors = Vec::new();
+    let c = common(
+        body.target_id,
+        body.from,
+        body.to,
+        body.message_ids,
+        &mut errors,
+    );
+    let at = instant(
+        optional(body.delivery_time, "deliveryTime", &mut errors),
+        "deliveryTime",
+        &mut errors,
+    );
+    if !errors.is_empty() {
+        return Err(ApiError::Validation(errors));
+    }
+    let bulk = Bulk {
+        action: BulkAction::Redrive {
+            at: at.unwrap_or_else(|| state.service.now()),
+        },
+        target_id: c.target_id,
+        ids: c.ids,
+        range_on: RangeOn::DeadLetteredAt,
+        from: c.from,
+        to: c.to,
+    };
+    apply(&state, &principal, bulk).await
+}
+
+/// Cancel Scheduled and DeadLetter messages in bulk.
+#[utoipa::path(
+    post, path = "/messages/cancel", operation_id = "cancel_messages", tag = "messages", request_body = BulkCancelIn,
+    responses((status = 200, body = CountOut),
+              (status = 400, description = "Invalid input, no target and no ids, or more than bulk.max messages match", body = Problem, content_type = "application/problem+json")),
+    security(("bearer" = ["messages:write"]))
+)]
+pub async fn cancel(
+    State(state): State<AppState>,
+    principal: Principal,
+    Body(body): Body<BulkCancelIn>,
+) -> ApiResult<Json<CountOut>> {
+    principal.require(Scope::MessagesWrite)?;
+    let mut errors = Vec::new();
+    let c = common(
+        body.target_id,
+        body.from,
+        body.to,
+        body.message_ids,
+        &mut errors,
+    );
+    let only = optional(body.state, "state", &mut errors).and_then(|s| match MsgState::parse(&s) {
+        Some(st @ (MsgState::Scheduled | MsgState::DeadLetter)) => Some(st),
+        _ => {
+            errors.push(FieldError::new("state", "must be Scheduled or DeadLetter"));
+            None
+        }
+    });
+    if !errors.is_empty() {
+        return Err(ApiError::Validation(errors));
+    }
+    let bulk = Bulk {
+        action: BulkAction::Cancel { only },
+        target_id: c.target_id,
+        ids: c.ids,
+        range_on: RangeOn::DeliveryTime,
+        from: c.from,
+        to: c.to,
+    };
+    apply(&state, &principal, bulk).await
+}
+
+/// Replay deliveries: the target's messages Delivered in [from, to) are
+/// delivered again (same messageId; receivers are idempotent on it).
+#[utoipa::path(
+    post, path = "/messages/replay", operation_id = "replay_messages", tag = "messages", request_body = ReplayIn,
+    responses((status = 200, body = CountOut),
+              (status = 400, description = "Invalid input, or more than bulk.max messages match", body = Problem, content_type = "application/problem+json")),
+    security(("bearer" = ["messages:write"]))
+)]
+pub async fn replay(
+    State(state): State<AppState>,
+    principal: Principal,
+    Body(body): Body<ReplayIn>,
+) -> ApiResult<Json<CountOut>> {
+    principal.require(Scope::MessagesWrite)?;
+    let mut errors = Vec::new();
+    let target_id = target(body.target_id.take("targetId", &mut errors), &mut errors);
+    let from = instant(body.from.take("from", &mut errors), "from", &mut errors);
+    let to = instant(body.to.take("to", &mut errors), "to", &mut errors);
+    let at = instant(
+        optional(body.delivery_time, "deliveryTime", &mut errors),
+        "deliveryTime",
+        &mut errors,
+    );
+    if !errors.is_empty() {
+        return Err(ApiError::Validation(errors));
+    }
+    let bulk = Bulk {
+        action: BulkAction::Replay {
+            at: at.unwrap_or_else(|| state.service.now()),
+        },
+        target_id,
+        ids: None,
+        range_on: RangeOn::DeliveredAt,
+        from,
+        to,
+    };
+    apply(&state, &principal, bulk).await
+}
