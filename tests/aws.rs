@@ -171,6 +171,59 @@ async fn fifo_queues_get_the_group_and_the_message_id_as_deduplication_id() {
     app.shutdown().await;
 }
 
+/// Schedules `payload` now with an orderingKey; returns the messageId.
+async fn schedule_keyed(api: &Api, target: &str, key: &str, payload: &str) -> String {
+    let r = api
+        .post(
+            "/messages",
+            json!({"targetId": target, "deliveryTime": in_ms(0), "payload": payload, "orderingKey": key}),
+        )
+        .await;
+    assert_eq!(r.status(), 201, "{:?}", r.text().await);
+    let m: Value = r.json().await.unwrap();
+    assert_eq!(m["orderingKey"], key);
+    m["messageId"].as_str().unwrap().to_string()
+}
+
+#[tokio::test]
+async fn an_ordering_key_is_the_fifo_group_and_an_attribute() {
+    let aws = Aws::start().await;
+    let app = TestApp::spawn().await;
+    let api = app.api("acme").await;
+    let queue = aws.queue(true).await;
+    let mut config = aws.sqs_config(&queue, &aws.moto.url);
+    config["messageGroupId"] = json!("orders");
+    let t = target(&api, "sqs", config).await;
+    let keyed = schedule_keyed(&api, &t, "customer-7", "a").await;
+    // Too long for a group id (128 at most): its digest, the same for every message of the key.
+    let long_key = "k".repeat(200);
+    let long = schedule_keyed(&api, &t, &long_key, "b").await;
+    for id in [&keyed, &long] {
+        api.wait_for_state(id, "Delivered", Duration::from_secs(10))
+            .await;
+    }
+
+    let got = aws.receive_all(&queue, 2).await;
+    let by_id: HashMap<String, &aws_sdk_sqs::types::Message> =
+        got.iter().map(|m| (attr(m, "messageId"), m)).collect();
+    let group = |id: &str| {
+        by_id[id].attributes().unwrap()[&MessageSystemAttributeName::MessageGroupId].clone()
+    };
+    assert_eq!(
+        group(&keyed),
+        "customer-7",
+        "the key before the target's group"
+    );
+    assert_eq!(attr(by_id[&keyed], "orderingKey"), "customer-7");
+    let digest = group(&long);
+    assert!(
+        digest.starts_with("sha256:") && digest.len() == 7 + 64,
+        "{digest}"
+    );
+    assert_eq!(attr(by_id[&long], "orderingKey"), long_key);
+    app.shutdown().await;
+}
+
 #[tokio::test]
 async fn a_fifo_queue_drops_a_redelivery_of_the_same_message() {
     // A crash after SendMessage but before recording makes Dispatch send the

@@ -120,24 +120,39 @@ struct Inner {
     arrived: Notify,
     /// Requests being answered now, and the most there ever were at once.
     concurrent: Mutex<(usize, usize)>,
+    /// The same per `dispatch-ordering-key` (requests that carry one).
+    per_key: Mutex<std::collections::HashMap<String, (usize, usize)>>,
+    /// Answer 500 the first time a `webhook-id` arrives, 200 after.
+    fail_once_each: std::sync::atomic::AtomicBool,
 }
 
 /// Counts a request as being answered until dropped (also when the client
 /// hangs up and the handler is dropped).
-struct Answering(Arc<Inner>);
+struct Answering(Arc<Inner>, Option<String>);
 
 impl Answering {
-    fn new(inner: &Arc<Inner>) -> Self {
+    fn new(inner: &Arc<Inner>, key: Option<String>) -> Self {
         let mut c = inner.concurrent.lock().unwrap();
         c.0 += 1;
         c.1 = c.1.max(c.0);
-        Self(inner.clone())
+        if let Some(key) = &key {
+            let mut per_key = inner.per_key.lock().unwrap();
+            let c = per_key.entry(key.clone()).or_default();
+            c.0 += 1;
+            c.1 = c.1.max(c.0);
+        }
+        Self(inner.clone(), key)
     }
 }
 
 impl Drop for Answering {
     fn drop(&mut self) {
         self.0.concurrent.lock().unwrap().0 -= 1;
+        if let Some(key) = &self.1 {
+            if let Some(c) = self.0.per_key.lock().unwrap().get_mut(key) {
+                c.0 -= 1;
+            }
+        }
     }
 }
 
@@ -185,6 +200,28 @@ impl Receiver {
         self.inner.concurrent.lock().unwrap().1
     }
 
+    /// The most requests with one `dispatch-ordering-key` this receiver was
+    /// answering at one time, over all keys (0 when none carried a key).
+    pub fn max_concurrent_per_key(&self) -> usize {
+        self.inner
+            .per_key
+            .lock()
+            .unwrap()
+            .values()
+            .map(|c| c.1)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// From now on, each message's first request (by `webhook-id`) is
+    /// answered 500 and every later one 200, whatever the order they come in
+    /// (with the delay of the `always` reply).
+    pub fn fail_once_each(&self) {
+        self.inner
+            .fail_once_each
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
     pub fn count(&self) -> usize {
         self.inner.received.lock().unwrap().len()
     }
@@ -213,7 +250,18 @@ async fn handle(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let _answering = Answering::new(&inner);
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(String::from)
+    };
+    let _answering = Answering::new(&inner, header("dispatch-ordering-key"));
+    let seen_before = {
+        let id = header("webhook-id");
+        let received = inner.received.lock().unwrap();
+        id.is_some() && received.iter().any(|r| r.header("webhook-id") == id)
+    };
     inner.received.lock().unwrap().push(Received {
         path: uri.path().to_string(),
         headers,
@@ -221,12 +269,32 @@ async fn handle(
         at: chrono::Utc::now(),
     });
     inner.arrived.notify_waiters();
-    let reply = inner
-        .script
-        .lock()
-        .unwrap()
-        .pop_front()
-        .or_else(|| inner.default.lock().unwrap().clone());
+    let scripted = || {
+        inner
+            .script
+            .lock()
+            .unwrap()
+            .pop_front()
+            .or_else(|| inner.default.lock().unwrap().clone())
+    };
+    let reply = if inner
+        .fail_once_each
+        .load(std::sync::atomic::Ordering::SeqCst)
+    {
+        // The default reply's delay and headers, with the status set.
+        let base = inner
+            .default
+            .lock()
+            .unwrap()
+            .clone()
+            .unwrap_or(Reply::status(200));
+        Some(Reply {
+            status: if seen_before { 200 } else { 500 },
+            ..base
+        })
+    } else {
+        scripted()
+    };
     let reply = reply.unwrap_or_else(|| Reply::status(200));
     if let Some(gate) = &reply.gate {
         gate.pass().await;
