@@ -124,6 +124,8 @@ struct Inner {
     per_key: Mutex<std::collections::HashMap<String, (usize, usize)>>,
     /// Answer 500 the first time a `webhook-id` arrives, 200 after.
     fail_once_each: std::sync::atomic::AtomicBool,
+    /// The `webhook-id`s seen so far.
+    seen: Mutex<std::collections::HashSet<String>>,
 }
 
 /// Counts a request as being answered until dropped (also when the client
@@ -257,10 +259,9 @@ async fn handle(
             .map(String::from)
     };
     let _answering = Answering::new(&inner, header("dispatch-ordering-key"));
-    let seen_before = {
-        let id = header("webhook-id");
-        let received = inner.received.lock().unwrap();
-        id.is_some() && received.iter().any(|r| r.header("webhook-id") == id)
+    let seen_before = match header("webhook-id") {
+        Some(id) => !inner.seen.lock().unwrap().insert(id),
+        None => false,
     };
     inner.received.lock().unwrap().push(Received {
         path: uri.path().to_string(),
