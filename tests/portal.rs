@@ -4,6 +4,9 @@
 
 mod common;
 
+#[path = "portal/keys_and_ranges.rs"]
+mod keys_and_ranges;
+
 use std::collections::HashMap;
 
 use common::{

@@ -156,6 +156,10 @@ pub fn notice(code: Option<&str>, n: Option<u64>) -> Option<String> {
             "{n} dead {} rescheduled.",
             plural("letter was", "letters were")
         ),
+        "replayed" => format!(
+            "{n} {} scheduled to be delivered again.",
+            plural("message was", "messages were")
+        ),
         _ => return None,
     })
 }

@@ -162,6 +162,10 @@ pub async fn list(
                 }
             }
             div.field {
+                label for="f-key" { "Ordering key" }
+                input #f-key name="key" type="text" value=(q.key) spellcheck="false" autocomplete="off";
+            }
+            div.field {
                 label for="f-from" { "Due from" }
                 input #f-from name="from" type="datetime-local" step="1" value=(q.from);
             }
@@ -275,6 +279,15 @@ pub async fn show(
         state.store.get_target(&session.account, &m.target_id),
     )?;
     let attempts = attempts.unwrap_or_default();
+    // A keyed message that is Scheduled but not its key's head waits for it.
+    let waits_for = match (&m.ordering_key, m.state) {
+        (Some(key), MsgState::Scheduled) => state
+            .store
+            .key_head(&session.account, &m.target_id, key)
+            .await?
+            .filter(|head| *head != m.id),
+        _ => None,
+    };
     let notice = layout::notice(q.notice.as_deref(), None);
     let actionable = m.state.can_cancel_or_reschedule();
     let watching = q.watch.is_some() && m.state == MsgState::Scheduled;
@@ -293,6 +306,14 @@ pub async fn show(
                 }
             }
             dt { "Due" } dd { (layout::time(&m.delivery_time)) }
+            @if let Some(key) = &m.ordering_key {
+                dt { "Ordering key" } dd #ordering-key {
+                    a href={ "/portal/messages?target=" (m.target_id) "&key=" (layout::encode(key)) } { code { (key) } }
+                    @if let Some(head) = &waits_for {
+                        br; span #waiting-for { "Waiting for " a href={ "/portal/messages/" (head) } { code { (head) } } " of the same key" }
+                    }
+                }
+            }
             dt { "Next attempt" } dd { (layout::opt_time(m.next_attempt_at.as_ref())) }
             dt { "Attempts" } dd { (m.attempt_count) }
             dt { "Created" } dd { (layout::time(&m.created_at)) }

@@ -10,6 +10,7 @@ mod actions;
 mod layout;
 mod messages;
 mod overview;
+mod ranges;
 mod session;
 mod target_form;
 mod targets;
@@ -59,6 +60,14 @@ pub fn router() -> Router<AppState> {
         .route(
             "/portal/targets/{id}/reset-breaker",
             post(targets::reset_breaker),
+        )
+        .route(
+            "/portal/targets/{id}/replay",
+            get(ranges::replay_confirm).post(ranges::replay),
+        )
+        .route(
+            "/portal/targets/{id}/cancel-range",
+            get(ranges::cancel_confirm).post(ranges::cancel),
         )
         .route("/portal/messages", get(messages::list))
         .route("/portal/messages/bulk", post(messages::bulk))

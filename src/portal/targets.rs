@@ -317,6 +317,7 @@ pub async fn show(
                 li { a href={ "/portal/messages?target=" (t.id) } { "All messages of this target" } }
             }
         }
+        (super::ranges::section(&t))
     };
     Ok(Html(
         layout::page(&session, &t.name, Section::Targets, notice.as_deref(), body).into_string(),

@@ -301,6 +301,16 @@ pub trait PortalReads: Send + Sync + 'static {
 
     async fn count_messages(&self, account: &str, filter: &MessageFilter) -> StoreResult<u64>;
 
+    /// The head of a (target, orderingKey): the one Scheduled message of the
+    /// key that may be attempted (or is in flight), which the key's other
+    /// Scheduled messages wait for. None when the key has none Scheduled.
+    async fn key_head(
+        &self,
+        account: &str,
+        target: &TargetId,
+        key: &str,
+    ) -> StoreResult<Option<MessageId>>;
+
     /// The manual actions on a message, oldest first (empty for an unknown message).
     async fn list_events(
         &self,

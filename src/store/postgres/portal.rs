@@ -87,6 +87,26 @@ impl PortalReads for PgStore {
         Ok(n as u64)
     }
 
+    /// From the partial index of heads (`messages_key_head`).
+    async fn key_head(
+        &self,
+        account: &str,
+        target: &TargetId,
+        key: &str,
+    ) -> StoreResult<Option<MessageId>> {
+        let row: Option<(uuid::Uuid,)> = sqlx::query_as(
+            "SELECT id FROM messages WHERE target_id = $1 AND ordering_key = $2 AND account = $3 \
+             AND state = 'Scheduled' AND NOT held LIMIT 1",
+        )
+        .bind(target.as_str())
+        .bind(key)
+        .bind(account)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(map_err)?;
+        Ok(row.map(|(id,)| MessageId(id)))
+    }
+
     async fn list_events(&self, account: &str, id: &MessageId) -> StoreResult<Vec<MessageEvent>> {
         let rows: Vec<EventRow> = sqlx::query_as(
             "SELECT e.at, e.kind, e.from_state, e.delivery_time FROM message_events e \

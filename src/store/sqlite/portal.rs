@@ -84,6 +84,26 @@ impl PortalReads for SqliteStore {
         Ok(n as u64)
     }
 
+    /// From the partial index of heads (`messages_key_head`).
+    async fn key_head(
+        &self,
+        account: &str,
+        target: &TargetId,
+        key: &str,
+    ) -> StoreResult<Option<MessageId>> {
+        let row: Option<(String,)> = sqlx::query_as(
+            "SELECT id FROM messages WHERE target_id = ? AND ordering_key = ? AND account = ? \
+             AND state = 'Scheduled' AND held = 0 LIMIT 1",
+        )
+        .bind(target.as_str())
+        .bind(key)
+        .bind(account)
+        .fetch_optional(&self.reader)
+        .await
+        .map_err(map_err)?;
+        row.map(|(id,)| parse_id(&id)).transpose()
+    }
+
     async fn list_events(&self, account: &str, id: &MessageId) -> StoreResult<Vec<MessageEvent>> {
         let rows: Vec<(i64, String, String, Option<i64>)> = sqlx::query_as(
             "SELECT e.at, e.kind, e.from_state, e.delivery_time FROM message_events e \
