@@ -10,7 +10,9 @@
 //! one instant for one SQS queue on moto), `noisy` (steady, while another
 //! account's target hangs with `--noisy` messages due), `token` (POST
 //! /oauth/token for a valid client, then floods of wrong secrets and unknown
-//! ids). Lateness is arrival at the receiver (for SQS: the acknowledged send)
+//! ids), `ordered` (keys of messages that must arrive in order, each key's
+//! first message failing once), `redrive` (steady, while one call redrives
+//! `--redrive` dead letters). Lateness is arrival at the receiver (for SQS: the acknowledged send)
 //! minus the scheduled time. Every scenario checks that every message arrived
 //! and counts duplicates.
 
@@ -24,6 +26,8 @@ use std::{
 use anyhow::bail;
 
 mod noisy;
+mod ordered;
+mod redrive;
 mod service;
 mod token;
 
@@ -49,7 +53,8 @@ struct Args {
         default_value = "postgres://postgres@127.0.0.1:5432/postgres"
     )]
     pg: String,
-    /// Scenarios to run: burst, steady, backlog, ingest, batch, sqs, noisy, token (comma-separated).
+    /// Scenarios to run: burst, steady, backlog, ingest, batch, sqs, noisy,
+    /// token, ordered, redrive (comma-separated).
     #[arg(long, default_value = "burst,steady,backlog,ingest,batch")]
     scenarios: String,
     /// The store Dispatch runs on: postgres or sqlite (the embedded store).
@@ -95,6 +100,15 @@ struct Args {
     /// noisy scenario (which is otherwise the steady one).
     #[arg(long, default_value_t = 10_000)]
     noisy: usize,
+    /// Keys, and messages per key, of the ordered scenario.
+    #[arg(long, default_value_t = 10_000)]
+    ordered_keys: usize,
+    #[arg(long, default_value_t = 10)]
+    ordered_per_key: usize,
+    /// Dead letters redriven with one call in the redrive scenario (at most
+    /// the service's bulk.max, 100,000 by default).
+    #[arg(long, default_value_t = 100_000)]
+    redrive: usize,
     /// Runs of each scenario; the table shows the median.
     #[arg(long, default_value_t = 1)]
     runs: usize,
@@ -149,6 +163,12 @@ struct Result {
     lateness_p99_ms: f64,
     lateness_max_ms: f64,
     peak_rss_mb: f64,
+    /// What a scenario checks beyond the table's columns.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    notes: Option<String>,
+    /// A check of the scenario's own failed (see `notes`).
+    #[serde(skip)]
+    failed_check: bool,
 }
 
 async fn run_scenario(args: &Args, scenario: &str, run: usize) -> anyhow::Result<Result> {
@@ -289,6 +309,8 @@ async fn run_scenario(args: &Args, scenario: &str, run: usize) -> anyhow::Result
         lateness_p99_ms: percentile(&lateness, 0.99),
         lateness_max_ms: lateness.last().copied().unwrap_or(f64::NAN),
         peak_rss_mb,
+        notes: None,
+        failed_check: false,
     })
 }
 
@@ -324,6 +346,8 @@ async fn ingest(
         lateness_p99_ms: f64::NAN,
         lateness_max_ms: f64::NAN,
         peak_rss_mb,
+        notes: None,
+        failed_check: false,
     })
 }
 
@@ -383,6 +407,8 @@ async fn ingest_batch(
         lateness_p99_ms: f64::NAN,
         lateness_max_ms: f64::NAN,
         peak_rss_mb,
+        notes: None,
+        failed_check: false,
     })
 }
 
@@ -406,7 +432,11 @@ async fn main() -> anyhow::Result<()> {
                 token::run(&args, run).await?;
                 continue;
             }
-            let r = run_scenario(&args, scenario, run).await?;
+            let r = match scenario {
+                "ordered" => ordered::run(&args, run).await?,
+                "redrive" => redrive::run(&args, run).await?,
+                _ => run_scenario(&args, scenario, run).await?,
+            };
             eprintln!("{}", serde_json::to_string(&r)?);
             results.push(r);
         }
@@ -441,10 +471,21 @@ async fn main() -> anyhow::Result<()> {
             med(|r| r.peak_rss_mb),
         );
     }
+    for r in results.iter().filter(|r| r.notes.is_some()) {
+        println!(
+            "{} (run {}): {}",
+            r.scenario,
+            r.run,
+            r.notes.as_deref().unwrap_or("")
+        );
+    }
     println!("{}", serde_json::to_string(&json!({"runs": results}))?);
     let incomplete = results.iter().any(|r| r.delivered < r.messages);
     if incomplete {
         bail!("some messages were not delivered");
+    }
+    if results.iter().any(|r| r.failed_check) {
+        bail!("a scenario's check failed (see its line above)");
     }
     Ok(())
 }
