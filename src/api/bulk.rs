@@ -165,7 +165,13 @@ async fn apply(state: &AppState, principal: &Principal, bulk: Bulk) -> ApiResult
     Ok(Json(CountOut { count }))
 }
 
-/// Redrive dead letters: reschedule them, the retry ladder starting over.
+/// Reschedule dead letters in bulk.
+///
+/// One transaction per 1,000 messages, so deliveries go on while it runs; a
+/// call matching more than `bulk.max` (default 100,000) changes nothing. An
+/// unknown or foreign `targetId` answers 400 naming it; listed ids that name
+/// no message of the account are not counted. Each redriven message's ladder
+/// starts over; a keyed message takes its place in its key's order again.
 #[utoipa::path(
     post, path = "/messages/redrive", operation_id = "redrive_messages", tag = "messages", request_body = RedriveIn,
     responses((status = 200, body = CountOut),
@@ -207,7 +213,11 @@ pub async fn redrive(
     apply(&state, &principal, bulk).await
 }
 
-/// Cancel Scheduled and DeadLetter messages in bulk.
+/// Cancel Scheduled messages and dead letters in bulk.
+///
+/// One transaction per 1,000 messages; at most `bulk.max` may match. A
+/// message whose attempt is under way is left to finish and not counted;
+/// cancelling a key's head lets the key's next message go at once.
 #[utoipa::path(
     post, path = "/messages/cancel", operation_id = "cancel_messages", tag = "messages", request_body = BulkCancelIn,
     responses((status = 200, body = CountOut),
@@ -249,8 +259,12 @@ pub async fn cancel(
     apply(&state, &principal, bulk).await
 }
 
-/// Replay deliveries: the target's messages Delivered in [from, to) are
-/// delivered again (same messageId; receivers are idempotent on it).
+/// Deliver again what a target delivered in a time range.
+///
+/// Each message Delivered in [`from`, `to`) becomes Scheduled again with the
+/// same messageId (receivers are idempotent on it), its earlier attempts
+/// kept, the ladder starting over. Only what retention still holds can be
+/// replayed. One transaction per 1,000 messages; at most `bulk.max`.
 #[utoipa::path(
     post, path = "/messages/replay", operation_id = "replay_messages", tag = "messages", request_body = ReplayIn,
     responses((status = 200, body = CountOut),

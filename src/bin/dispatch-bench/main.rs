@@ -219,7 +219,7 @@ async fn run_scenario(args: &Args, scenario: &str, run: usize) -> anyhow::Result
     // Everything is scheduled before the first message falls due; over the
     // API that takes longer, so the lead time grows with the count.
     let lead_ms = if args.via == "store" && args.store == "postgres" {
-        3_000
+        3_000 + n_planned as i64 / 20
     } else {
         3_000 + n_planned as i64 / 2
     };

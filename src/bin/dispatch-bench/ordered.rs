@@ -178,7 +178,7 @@ pub(crate) async fn run(args: &Args, run: usize) -> anyhow::Result<Result> {
     let target = create_target(args, &service, "ordered", &hook).await?;
     let n = args.ordered_keys * args.ordered_per_key;
     let lead_ms = if args.via == "store" && args.store == "postgres" {
-        3_000 + n as i64 / 50
+        3_000 + n as i64 / 10
     } else {
         3_000 + n as i64 / 5
     };
