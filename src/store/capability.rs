@@ -227,7 +227,9 @@ pub trait DeliveryStore: Send + Sync + 'static {
     ) -> StoreResult<Vec<Claimed>>;
 
     /// As `claim_due`, fairly across targets: round robin over the targets
-    /// among the oldest due messages (`CLAIM_WINDOW` claims' worth), each
+    /// among the oldest due messages (`CLAIM_WINDOW` claims' worth) and the
+    /// newest (one claim's worth: a backlog due at one instant does not make
+    /// what falls due after it wait for all of it), each
     /// taking at most its share (`ClaimShares`); a full target's messages
     /// are left for later.
     async fn claim_due_shared(

@@ -72,13 +72,21 @@ impl DeliveryStore for PgStore {
             .map(|(t, n)| (t.as_str(), i32::try_from(*n).unwrap_or(i32::MAX)))
             .unzip();
         // Round robin over the targets among the oldest due messages (a
-        // window of a few claims' worth), each target taking its share; a
-        // target with no room left is not read past its index entries.
+        // window of a few claims' worth) and the newest (one claim's worth),
+        // each target taking its share; a target with no room left is not
+        // read past its index entries. The newest are there for a backlog
+        // due at one instant whose receiver answers quickly: it fills the
+        // oldest window and has room again before another target's message
+        // is due, which then fell due after it and waited for all of it.
         let rows: Vec<ClaimRow> = sqlx::query_as(concat!(
             "WITH cand AS ( \
-               SELECT id, target_id, claim_at FROM messages \
+               (SELECT id, target_id, claim_at FROM messages \
                WHERE state = 'Scheduled' AND NOT paused AND NOT gated AND NOT held AND claim_at <= $1 AND NOT (target_id = ANY($5)) \
-               ORDER BY claim_at LIMIT $6), \
+               ORDER BY claim_at LIMIT $6) \
+               UNION \
+               (SELECT id, target_id, claim_at FROM messages \
+               WHERE state = 'Scheduled' AND NOT paused AND NOT gated AND NOT held AND claim_at <= $1 AND NOT (target_id = ANY($5)) \
+               ORDER BY claim_at DESC LIMIT $2)), \
              ranked AS ( \
                SELECT c.id, c.claim_at, COALESCE(r.room, $7) AS room, \
                  row_number() OVER (PARTITION BY c.target_id ORDER BY c.claim_at) AS rn \

@@ -221,10 +221,15 @@ impl SqliteStore {
                     "SELECT id FROM ( \
                        SELECT c.id, c.claim_at, COALESCE(r.value, ?6) AS room, \
                          row_number() OVER (PARTITION BY c.target_id ORDER BY c.claim_at) AS rn \
-                       FROM (SELECT id, target_id, claim_at FROM messages \
+                       FROM (SELECT * FROM (SELECT id, target_id, claim_at FROM messages \
                              WHERE state = 'Scheduled' AND paused = 0 AND gated = 0 AND held = 0 AND claim_at <= ?1 \
                                AND target_id NOT IN (SELECT value FROM json_each(?5)) \
-                             ORDER BY claim_at LIMIT ?7) c \
+                             ORDER BY claim_at LIMIT ?7) \
+                             UNION \
+                             SELECT * FROM (SELECT id, target_id, claim_at FROM messages \
+                             WHERE state = 'Scheduled' AND paused = 0 AND gated = 0 AND held = 0 AND claim_at <= ?1 \
+                               AND target_id NOT IN (SELECT value FROM json_each(?5)) \
+                             ORDER BY claim_at DESC LIMIT ?4)) c \
                        LEFT JOIN json_each(?8) r ON r.key = c.target_id) \
                      WHERE rn <= room ORDER BY rn, claim_at LIMIT ?4",
                 ))
