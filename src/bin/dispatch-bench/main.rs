@@ -39,7 +39,8 @@ use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use service::{
-    create_target, delivered_times, percentile, schedule, start_service, Service, Timing,
+    arrival_rate, create_target, delivered_times, lateness_ms, percentile, schedule, start_service,
+    Service, Timing,
 };
 use sqlx::{Connection, PgConnection};
 
@@ -283,21 +284,8 @@ async fn run_scenario(args: &Args, scenario: &str, run: usize) -> anyhow::Result
         }
         (firsts.into_values().collect(), dups)
     };
-    let mut lateness: Vec<f64> = first
-        .iter()
-        .map(|(at, sched)| (*at - *sched).num_microseconds().unwrap_or(0) as f64 / 1000.0)
-        .collect();
-    lateness.sort_by(|a, b| a.total_cmp(b));
-    let mut arrival_times: Vec<DateTime<Utc>> = first.iter().map(|(at, _)| *at).collect();
-    arrival_times.sort();
-    let rate_per_s = if arrival_times.len() > 20 {
-        let lo = arrival_times[arrival_times.len() * 5 / 100];
-        let hi = arrival_times[arrival_times.len() * 95 / 100];
-        let secs = (hi - lo).num_microseconds().unwrap_or(1).max(1) as f64 / 1e6;
-        (arrival_times.len() as f64 * 0.9) / secs
-    } else {
-        f64::NAN
-    };
+    let lateness = lateness_ms(&first);
+    let rate_per_s = arrival_rate(&first);
     Ok(Result {
         scenario: scenario.into(),
         run,

@@ -23,7 +23,9 @@ use futures::StreamExt;
 use serde_json::{json, Value};
 
 use super::{
-    service::{create_target, percentile, start_service, Service},
+    service::{
+        arrival_rate, create_target, lateness_ms, percentile, start_service, Service, Timing,
+    },
     Args, Result,
 };
 
@@ -39,7 +41,7 @@ struct Keys {
     out_of_order: usize,
     duplicates: usize,
     /// (arrival, scheduled) of each first successful delivery.
-    timings: Vec<(DateTime<Utc>, DateTime<Utc>)>,
+    timings: Vec<Timing>,
 }
 
 #[derive(serde::Deserialize)]
@@ -202,22 +204,8 @@ pub(crate) async fn run(args: &Args, run: usize) -> anyhow::Result<Result> {
     server.abort();
 
     let k = keys.lock().unwrap();
-    let mut lateness: Vec<f64> = k
-        .timings
-        .iter()
-        .map(|(at, sched)| (*at - *sched).num_microseconds().unwrap_or(0) as f64 / 1000.0)
-        .collect();
-    lateness.sort_by(|a, b| a.total_cmp(b));
-    let mut arrivals: Vec<DateTime<Utc>> = k.timings.iter().map(|(at, _)| *at).collect();
-    arrivals.sort();
-    let rate_per_s = if arrivals.len() > 20 {
-        let lo = arrivals[arrivals.len() * 5 / 100];
-        let hi = arrivals[arrivals.len() * 95 / 100];
-        let secs = (hi - lo).num_microseconds().unwrap_or(1).max(1) as f64 / 1e6;
-        arrivals.len() as f64 * 0.9 / secs
-    } else {
-        f64::NAN
-    };
+    let lateness = lateness_ms(&k.timings);
+    let rate_per_s = arrival_rate(&k.timings);
     Ok(Result {
         scenario: "ordered".into(),
         run,

@@ -22,7 +22,7 @@ use sqlx::{Connection, PgConnection};
 
 use super::{
     receive,
-    service::{create_target, percentile, schedule, start_service},
+    service::{create_target, lateness_ms, percentile, schedule, start_service},
     Args, Arrivals, Result,
 };
 
@@ -152,29 +152,10 @@ pub(crate) async fn run(args: &Args, run: usize) -> anyhow::Result<Result> {
             duplicates += 1;
         }
     }
-    let mut lateness: Vec<f64> = firsts
-        .values()
-        .map(|(at, sched): &(DateTime<Utc>, DateTime<Utc>)| {
-            (*at - *sched).num_microseconds().unwrap_or(0) as f64 / 1000.0
-        })
-        .collect();
-    lateness.sort_by(|a, b| a.total_cmp(b));
+    let lateness = lateness_ms(firsts.values());
     // Those due from the call on: what the redrive and its backlog did to them.
-    let mut during: Vec<f64> = firsts
-        .values()
-        .filter(|(_, sched)| *sched >= called_at)
-        .map(|(at, sched)| (*at - *sched).num_microseconds().unwrap_or(0) as f64 / 1000.0)
-        .collect();
-    during.sort_by(|a, b| a.total_cmp(b));
-    let before: Vec<f64> = {
-        let mut v: Vec<f64> = firsts
-            .values()
-            .filter(|(_, sched)| *sched < called_at)
-            .map(|(at, sched)| (*at - *sched).num_microseconds().unwrap_or(0) as f64 / 1000.0)
-            .collect();
-        v.sort_by(|a, b| a.total_cmp(b));
-        v
-    };
+    let during = lateness_ms(firsts.values().filter(|(_, due)| *due >= called_at));
+    let before = lateness_ms(firsts.values().filter(|(_, due)| *due < called_at));
     let redelivered = d.accepted.load(Ordering::SeqCst);
     let notes = format!(
         "bulk redrive of {dead_n} dead letters: the call took {:.2} s; all delivered again {} after it; {} of {dead_n} redelivered; \

@@ -315,6 +315,29 @@ pub(crate) async fn schedule(
 /// When a message arrived (or was acknowledged) and when it was due.
 pub(crate) type Timing = (DateTime<Utc>, DateTime<Utc>);
 
+/// The lateness of each timing (arrival minus due time) in ms, sorted.
+pub(crate) fn lateness_ms<'a>(timings: impl IntoIterator<Item = &'a Timing>) -> Vec<f64> {
+    let mut v: Vec<f64> = timings
+        .into_iter()
+        .map(|(at, due)| (*at - *due).num_microseconds().unwrap_or(0) as f64 / 1000.0)
+        .collect();
+    v.sort_by(|a, b| a.total_cmp(b));
+    v
+}
+
+/// Arrivals per second between the 5th and 95th percentile of arrivals.
+pub(crate) fn arrival_rate<'a>(timings: impl IntoIterator<Item = &'a Timing>) -> f64 {
+    let mut arrivals: Vec<DateTime<Utc>> = timings.into_iter().map(|(at, _)| *at).collect();
+    if arrivals.len() <= 20 {
+        return f64::NAN;
+    }
+    arrivals.sort();
+    let lo = arrivals[arrivals.len() * 5 / 100];
+    let hi = arrivals[arrivals.len() * 95 / 100];
+    let secs = (hi - lo).num_microseconds().unwrap_or(1).max(1) as f64 / 1e6;
+    arrivals.len() as f64 * 0.9 / secs
+}
+
 /// (deliveredAt, deliveryTime) of every Delivered message, read through the API.
 pub(crate) async fn delivered_times(service: &Service) -> anyhow::Result<Vec<Timing>> {
     let http = reqwest::Client::new();
