@@ -350,7 +350,6 @@ async fn ingest_batch(
 ) -> anyhow::Result<Result> {
     let at = dispatch::domain::time::format(&(Utc::now() + TimeDelta::hours(1)));
     let http = reqwest::Client::new();
-    let url = format!("{}/messages/batch", service.base);
     let requests = args.batch.div_ceil(1000);
     let clock = Instant::now();
     let results: Vec<anyhow::Result<usize>> = futures::stream::iter(0..requests)
@@ -359,16 +358,9 @@ async fn ingest_batch(
             let messages: Vec<Value> = (0..n)
                 .map(|_| json!({"targetId": target_id, "deliveryTime": at, "payload": "benchmark payload"}))
                 .collect();
-            let (http, url, token) = (http.clone(), url.clone(), service.token.clone());
+            let (http, service) = (&http, &service);
             async move {
-                let r = http
-                    .post(url)
-                    .bearer_auth(token)
-                    .json(&json!({ "messages": messages }))
-                    .send()
-                    .await?;
-                anyhow::ensure!(r.status() == 200, "the batch answered {}", r.status());
-                let body: Value = r.json().await?;
+                let body = service::post_batch(http, &service.base, &service.token, messages).await?;
                 Ok(body["scheduled"].as_u64().unwrap_or(0) as usize)
             }
         })

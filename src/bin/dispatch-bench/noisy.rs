@@ -58,13 +58,7 @@ pub(crate) async fn noisy_neighbour(
         let messages: Vec<Value> = (0..n)
             .map(|_| json!({"targetId": id, "deliveryTime": now, "payload": "noise"}))
             .collect();
-        let r = http
-            .post(format!("{}/messages/batch", service.base))
-            .bearer_auth(&token)
-            .json(&json!({ "messages": messages }))
-            .send()
-            .await?;
-        anyhow::ensure!(r.status() == 200, "the noisy batch answered {}", r.status());
+        super::service::post_batch(&http, &service.base, &token, messages).await?;
     }
     Ok(())
 }

@@ -24,7 +24,8 @@ use serde_json::{json, Value};
 
 use super::{
     service::{
-        arrival_rate, create_target, lateness_ms, percentile, start_service, Service, Timing,
+        arrival_rate, create_target, lateness_ms, percentile, post_batch, start_service, Service,
+        Timing,
     },
     Args, Result,
 };
@@ -140,7 +141,6 @@ async fn schedule(
         return Ok(());
     }
     let http = reqwest::Client::new();
-    let url = format!("{}/messages/batch", service.base);
     let results: Vec<anyhow::Result<()>> = futures::stream::iter(chunks)
         .map(|(from, to)| {
             let messages: Vec<Value> = (from..to)
@@ -150,15 +150,9 @@ async fn schedule(
                            "payload": i.to_string(), "orderingKey": key_name(k)})
                 })
                 .collect();
-            let (http, url, token) = (http.clone(), url.clone(), service.token.clone());
+            let http = &http;
             async move {
-                let r = http
-                    .post(url)
-                    .bearer_auth(token)
-                    .json(&json!({ "messages": messages }))
-                    .send()
-                    .await?;
-                anyhow::ensure!(r.status() == 200, "the batch answered {}", r.status());
+                post_batch(http, &service.base, &service.token, messages).await?;
                 Ok(())
             }
         })

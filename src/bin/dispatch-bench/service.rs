@@ -312,6 +312,23 @@ pub(crate) async fn schedule(
     results.into_iter().collect()
 }
 
+/// POST /messages/batch with `messages` as `token`'s client; the answer.
+pub(crate) async fn post_batch(
+    http: &reqwest::Client,
+    base: &str,
+    token: &str,
+    messages: Vec<Value>,
+) -> anyhow::Result<Value> {
+    let r = http
+        .post(format!("{base}/messages/batch"))
+        .bearer_auth(token)
+        .json(&json!({ "messages": messages }))
+        .send()
+        .await?;
+    anyhow::ensure!(r.status() == 200, "the batch answered {}", r.status());
+    Ok(r.json().await?)
+}
+
 /// When a message arrived (or was acknowledged) and when it was due.
 pub(crate) type Timing = (DateTime<Utc>, DateTime<Utc>);
 
