@@ -271,23 +271,28 @@ pub async fn show(
     Query(q): Query<ShowQuery>,
 ) -> PortalResult<Html<String>> {
     let m = load(&state, &session, &id).await?;
-    let (attempts, events, target) = tokio::try_join!(
+    // A keyed message that is Scheduled but not its key's head waits for it.
+    let head = async {
+        match (&m.ordering_key, m.state) {
+            (Some(key), MsgState::Scheduled) => {
+                state
+                    .store
+                    .key_head(&session.account, &m.target_id, key)
+                    .await
+            }
+            _ => Ok(None),
+        }
+    };
+    let (attempts, events, target, head) = tokio::try_join!(
         state
             .store
             .list_attempts(&session.account, &m.id, None, 1000),
         state.store.list_events(&session.account, &m.id),
         state.store.get_target(&session.account, &m.target_id),
+        head,
     )?;
     let attempts = attempts.unwrap_or_default();
-    // A keyed message that is Scheduled but not its key's head waits for it.
-    let waits_for = match (&m.ordering_key, m.state) {
-        (Some(key), MsgState::Scheduled) => state
-            .store
-            .key_head(&session.account, &m.target_id, key)
-            .await?
-            .filter(|head| *head != m.id),
-        _ => None,
-    };
+    let waits_for = head.filter(|head| *head != m.id);
     let notice = layout::notice(q.notice.as_deref(), None);
     let actionable = m.state.can_cancel_or_reschedule();
     let watching = q.watch.is_some() && m.state == MsgState::Scheduled;
