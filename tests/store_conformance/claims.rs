@@ -13,6 +13,7 @@ checks!(
     a_claim_says_when_its_message_was_last_scheduled,
     a_shared_claim_goes_round_robin_and_takes_no_more_than_each_targets_share,
     the_next_due_time_can_leave_out_full_targets,
+    a_backlog_due_at_one_instant_does_not_hide_a_later_target_from_a_shared_claim,
 );
 
 async fn claim_due_hands_out_only_due_scheduled_messages_oldest_due_first(store: Arc<dyn Store>) {
@@ -390,4 +391,41 @@ async fn the_next_due_time_can_leave_out_full_targets(store: Arc<dyn Store>) {
             .unwrap(),
         None
     );
+}
+
+async fn a_backlog_due_at_one_instant_does_not_hide_a_later_target_from_a_shared_claim(
+    store: Arc<dyn Store>,
+) {
+    // A redrive or a burst: far more of a's messages due at one instant
+    // than the oldest window holds (limit x CLAIM_WINDOW), and b's one
+    // message due after all of them. a has room for one more at a time, as
+    // a quick receiver with little parallelism has: a claim that read only
+    // the oldest due messages would find nothing but a's and hand b's out
+    // only once a's backlog was gone.
+    let now = time::now();
+    let (a, b) = (
+        add_target(&*store, ACME).await,
+        add_target(&*store, GLOBEX).await,
+    );
+    let limit = 2;
+    let backlog = limit * dispatch::store::CLAIM_WINDOW as usize * 3;
+    for _ in 0..backlog {
+        schedule(&*store, &a, now - secs(10)).await;
+    }
+    let late = schedule(&*store, &b, now - secs(1)).await;
+    let shares = ClaimShares {
+        per_target: 1,
+        room: vec![(a.id.clone(), 1)],
+    };
+    let claimed = store
+        .claim_due_shared(now, limit as u32, LEASE, &shares)
+        .await
+        .unwrap();
+    let targets: Vec<&TargetId> = claimed.iter().map(|c| &c.target_id).collect();
+    assert_eq!(claimed.len(), 2, "one of a's and b's: {targets:?}");
+    assert!(
+        claimed.iter().any(|c| c.id == late.id),
+        "b's message goes beside a's backlog: {targets:?}"
+    );
+    assert!(claimed.iter().any(|c| c.target_id == a.id));
 }
