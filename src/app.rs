@@ -100,7 +100,7 @@ async fn open_store_as(config: &Config, serving: bool) -> anyhow::Result<Backend
     Ok(Backend::Sqlite(store))
 }
 
-/// A running instance: API, sweeper, retention, wake-up listener.
+/// A running instance: API, sweeper, schedules, retention, wake-up listener.
 pub struct Running {
     pub addr: SocketAddr,
     pub state: AppState,
@@ -213,6 +213,13 @@ pub async fn start_with(
             tracing::error!(error = %e, "HTTP server failed");
         }
     });
+    tasks.spawn(crate::schedules::run(
+        store.clone(),
+        clock.clone(),
+        wake.clone(),
+        config.schedules.clone(),
+        shutdown.clone(),
+    ));
     if config.sweeper.enabled {
         tasks.spawn(sweeper.clone().run(shutdown.clone()));
         if let Some(pool) = pool {

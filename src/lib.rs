@@ -13,6 +13,7 @@ pub mod listen;
 pub mod metrics;
 pub mod portal;
 pub mod retention;
+pub mod schedules;
 pub mod service;
 pub mod state;
 pub mod store;

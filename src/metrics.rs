@@ -13,6 +13,7 @@ pub const LATENESS: &str = "dispatch_delivery_lateness_seconds";
 pub const CLAIM_BATCH: &str = "dispatch_claim_batch_size";
 pub const PURGED: &str = "dispatch_retention_purged_total";
 pub const BREAKER: &str = "dispatch_circuit_breaker_transitions_total";
+pub const SCHEDULE_RUNS: &str = "dispatch_schedule_runs_total";
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
@@ -45,6 +46,10 @@ pub fn handle() -> PrometheusHandle {
 fn describe() {
     metrics::describe_counter!(SCHEDULED, "Messages scheduled through the API");
     metrics::describe_counter!(DELIVERED, "Messages delivered");
+    metrics::describe_counter!(
+        SCHEDULE_RUNS,
+        "Messages created for the runs of recurring schedules"
+    );
     metrics::describe_counter!(FAILED, "Failed delivery attempts, by outcome");
     metrics::describe_counter!(DEAD_LETTERED, "Messages that became dead letters");
     metrics::describe_histogram!(DELIVERY_SECONDS, "Duration of delivery attempts");

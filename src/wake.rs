@@ -16,6 +16,8 @@ const AWAKE: i64 = i64::MAX;
 
 pub struct Wake {
     notify: Notify,
+    /// A schedule was created or changed: its materialiser looks again.
+    schedules: Notify,
     /// When the sleeping sweeper will look again, in milliseconds since the epoch.
     sleeps_until_ms: AtomicI64,
 }
@@ -24,6 +26,7 @@ impl Default for Wake {
     fn default() -> Self {
         Self {
             notify: Notify::new(),
+            schedules: Notify::new(),
             sleeps_until_ms: AtomicI64::new(AWAKE),
         }
     }
@@ -42,6 +45,16 @@ impl Wake {
     /// said so): look at once.
     pub fn now(&self) {
         self.notify.notify_one();
+    }
+
+    /// A schedule was created, changed or resumed: its first runs may be
+    /// due before the materialiser's next pass.
+    pub fn schedules(&self) {
+        self.schedules.notify_one();
+    }
+
+    pub(crate) async fn schedules_changed(&self) {
+        self.schedules.notified().await;
     }
 
     /// The sweeper is about to look: every wake-up until it sleeps again

@@ -79,6 +79,8 @@ const TARGET_ID: &str = "^(DI-T-[0-9a-f]{10})?$";
 const MESSAGES_CURSOR: &str =
     "^(DI-M-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})?$";
 const TARGETS_CURSOR: &str = "^([0-9]{1,15}[.]DI-T-[0-9a-f]{10})?$";
+const SCHEDULE_ID: &str = "^(DI-S-[0-9a-f]{10})?$";
+const SCHEDULES_CURSOR: &str = "^([0-9]{1,15}[.]DI-S-[0-9a-f]{10})?$";
 const ATTEMPTS_CURSOR: &str = "^([0-9]{1,9})?$";
 
 pub struct CommonResponses;
@@ -160,7 +162,9 @@ impl Modify for CommonResponses {
                     }
                     let pattern = match (p.name.as_str(), path.as_str()) {
                         ("targetId", _) => Some(TARGET_ID),
+                        ("scheduleId", _) => Some(SCHEDULE_ID),
                         ("cursor", "/targets") => Some(TARGETS_CURSOR),
+                        ("cursor", "/schedules") => Some(SCHEDULES_CURSOR),
                         ("cursor", "/messages") => Some(MESSAGES_CURSOR),
                         ("cursor", _) => Some(ATTEMPTS_CURSOR),
                         _ => None,
@@ -236,6 +240,20 @@ impl Modify for Links {
                 ("EnableTarget", "/targets/{targetId}/enable", "post"),
                 ("DisableTarget", "/targets/{targetId}/disable", "post"),
                 ("DeleteTarget", "/targets/{targetId}", "delete"),
+            ],
+        );
+        link_all(
+            openapi,
+            "/schedules",
+            "201",
+            "scheduleId",
+            "scheduleId",
+            &[
+                ("GetSchedule", "/schedules/{scheduleId}", "get"),
+                ("PatchSchedule", "/schedules/{scheduleId}", "patch"),
+                ("PauseSchedule", "/schedules/{scheduleId}/pause", "post"),
+                ("ResumeSchedule", "/schedules/{scheduleId}/resume", "post"),
+                ("DeleteSchedule", "/schedules/{scheduleId}", "delete"),
             ],
         );
         link_all(

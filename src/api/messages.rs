@@ -16,7 +16,7 @@ use super::{
 use crate::{
     auth::{Principal, Scope},
     domain::{
-        ids::{MessageId, TargetId},
+        ids::{MessageId, ScheduleId, TargetId},
         message::{parse_ordering_key, State as MsgState},
         payload::Payload,
         target::FieldError,
@@ -169,6 +169,7 @@ pub async fn create(
     params(
         ("targetId" = Option<String>, Query), ("state" = Option<String>, Query, description = "Scheduled, Delivered, Cancelled or DeadLetter"),
         ("orderingKey" = Option<String>, Query, description = "Only the messages with this orderingKey"),
+        ("scheduleId" = Option<String>, Query, description = "Only the messages of this schedule's runs"),
         ("limit" = Option<u32>, Query, description = "1 to 1000, default 50"), ("cursor" = Option<String>, Query),
     ),
     responses((status = 200, body = List<MessageOut>), (status = 400, body = Problem, content_type = "application/problem+json")),
@@ -188,6 +189,15 @@ pub async fn list(
             None
         }
     });
+    let schedule_id = q
+        .get("scheduleId")
+        .and_then(|s| match s.parse::<ScheduleId>() {
+            Ok(t) => Some(t),
+            Err(_) => {
+                errors.push(FieldError::new("scheduleId", "is not a schedule id"));
+                None
+            }
+        });
     let state_filter = q.sent("state").and_then(|s| match MsgState::parse(s) {
         Some(st) => Some(st),
         None => {
@@ -229,6 +239,7 @@ pub async fn list(
         target_id,
         state: state_filter,
         ordering_key: q.get("orderingKey").map(str::to_string),
+        schedule_id,
         ..MessageFilter::default()
     };
     let mut messages = state

@@ -9,6 +9,7 @@ pub mod extract;
 pub mod messages;
 pub mod oauth;
 pub mod ops;
+pub mod schedules;
 pub mod targets;
 
 use axum::{
@@ -40,6 +41,15 @@ pub fn routes() -> Router<AppState> {
         .route("/messages/{id}/attempts", get(messages::attempts))
         .route("/messages/{id}/cancel", post(messages::cancel))
         .route("/messages/{id}/reschedule", post(messages::reschedule))
+        .route("/schedules", get(schedules::list).post(schedules::create))
+        .route(
+            "/schedules/{id}",
+            get(schedules::get)
+                .patch(schedules::patch)
+                .delete(schedules::delete),
+        )
+        .route("/schedules/{id}/pause", post(schedules::pause))
+        .route("/schedules/{id}/resume", post(schedules::resume))
         .route("/health/live", get(ops::live))
         .route("/health/ready", get(ops::ready))
         .route("/metrics", get(ops::metrics))

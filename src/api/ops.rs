@@ -90,6 +90,8 @@ impl Modify for BearerAuth {
         super::messages::create, super::batch::create, super::messages::list, super::messages::get, super::messages::attempts,
         super::messages::cancel, super::messages::reschedule,
         super::bulk::redrive, super::bulk::cancel, super::bulk::replay,
+        super::schedules::create, super::schedules::list, super::schedules::get, super::schedules::patch,
+        super::schedules::pause, super::schedules::resume, super::schedules::delete,
         live, ready, metrics, openapi,
     ),
     components(schemas(super::batch::BatchMessageIn)),
@@ -98,6 +100,7 @@ impl Modify for BearerAuth {
         (name = "auth", description = "OAuth 2 client credentials"),
         (name = "targets", description = "Where messages go"),
         (name = "messages", description = "What is delivered, and when"),
+        (name = "schedules", description = "Recurring schedules: one message per run"),
         (name = "operations", description = "Health, metrics, this document"),
     )
 )]

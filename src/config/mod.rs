@@ -36,6 +36,33 @@ pub struct Config {
     pub secrets: SecretsConfig,
     #[serde(default)]
     pub bulk: BulkConfig,
+    #[serde(default)]
+    pub schedules: SchedulesConfig,
+}
+
+/// Recurring schedules (API.md §12).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct SchedulesConfig {
+    /// Runs missed while no instance ran are made up on start when younger
+    /// than this; older ones are skipped.
+    #[serde(with = "duration")]
+    pub catch_up: Duration,
+    /// How far ahead of its instant a run's message is created, so that it
+    /// is delivered as punctually as any message.
+    #[serde(with = "duration")]
+    pub ahead: Duration,
+    /// Schedules a pass takes in one transaction.
+    pub batch_size: u32,
+}
+
+impl Default for SchedulesConfig {
+    fn default() -> Self {
+        Self {
+            catch_up: Duration::from_secs(3600),
+            ahead: Duration::from_secs(2),
+            batch_size: 500,
+        }
+    }
 }
 
 /// Bulk redrive, cancel and replay (API.md §11).

@@ -1,4 +1,5 @@
-//! Prefixed identifiers: `DI-M-<uuidv7>` for messages, `DI-T-<10 hex>` for targets.
+//! Prefixed identifiers: `DI-M-<uuidv7>` for messages, `DI-T-<10 hex>` for
+//! targets, `DI-S-<10 hex>` for schedules.
 
 use std::{fmt, str::FromStr};
 
@@ -8,9 +9,6 @@ use uuid::Uuid;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct MessageId(pub Uuid);
-
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct TargetId(String);
 
 /// An account: every row and every request belongs to one. Given by the
 /// operator (`--account`), carried in tokens and sessions.
@@ -60,6 +58,7 @@ pub struct InvalidId(&'static str);
 
 const MESSAGE_PREFIX: &str = "DI-M-";
 const TARGET_PREFIX: &str = "DI-T-";
+const SCHEDULE_PREFIX: &str = "DI-S-";
 
 impl MessageId {
     /// A new time-ordered id.
@@ -94,46 +93,57 @@ impl FromStr for MessageId {
     }
 }
 
-impl TargetId {
-    pub fn new() -> Self {
-        let bytes: [u8; 5] = rand::rng().random();
-        let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-        Self(format!("{TARGET_PREFIX}{hex}"))
-    }
+/// A short id: a prefix and 10 random lower-case hex characters.
+macro_rules! short_id {
+    ($t:ident, $prefix:expr, $what:expr) => {
+        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub struct $t(String);
 
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
+        impl $t {
+            pub fn new() -> Self {
+                let bytes: [u8; 5] = rand::rng().random();
+                let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+                Self(format!("{}{hex}", $prefix))
+            }
 
-    /// For ids read back from the store, which only holds valid ones.
-    pub fn from_trusted(s: String) -> Self {
-        Self(s)
-    }
-}
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
 
-impl Default for TargetId {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl fmt::Display for TargetId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl FromStr for TargetId {
-    type Err = InvalidId;
-    fn from_str(s: &str) -> Result<Self, InvalidId> {
-        let rest = s.strip_prefix(TARGET_PREFIX).ok_or(InvalidId("target"))?;
-        if rest.len() == 10 && rest.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
-            Ok(Self(s.to_string()))
-        } else {
-            Err(InvalidId("target"))
+            /// For ids read back from the store, which only holds valid ones.
+            pub fn from_trusted(s: String) -> Self {
+                Self(s)
+            }
         }
-    }
+
+        impl Default for $t {
+            fn default() -> Self {
+                Self::new()
+            }
+        }
+
+        impl fmt::Display for $t {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl FromStr for $t {
+            type Err = InvalidId;
+            fn from_str(s: &str) -> Result<Self, InvalidId> {
+                let rest = s.strip_prefix($prefix).ok_or(InvalidId($what))?;
+                if rest.len() == 10 && rest.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+                    Ok(Self(s.to_string()))
+                } else {
+                    Err(InvalidId($what))
+                }
+            }
+        }
+    };
 }
+
+short_id!(TargetId, TARGET_PREFIX, "target");
+short_id!(ScheduleId, SCHEDULE_PREFIX, "schedule");
 
 macro_rules! serde_via_str {
     ($t:ty) => {
@@ -152,6 +162,7 @@ macro_rules! serde_via_str {
 }
 serde_via_str!(MessageId);
 serde_via_str!(TargetId);
+serde_via_str!(ScheduleId);
 
 #[cfg(test)]
 mod tests {
@@ -206,6 +217,21 @@ mod tests {
             "DI-T-aabbcc112g",
         ] {
             assert!(bad.parse::<TargetId>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn schedule_ids_are_ten_lower_hex() {
+        let id = ScheduleId::new();
+        assert!(id.as_str().starts_with("DI-S-"));
+        assert_eq!(id.as_str().parse::<ScheduleId>().unwrap(), id);
+        for bad in [
+            "DI-S-AABBCC1122",
+            "DI-T-aabbcc1122",
+            "DI-S-aabbcc112",
+            "DI-S-aabbcc112g",
+        ] {
+            assert!(bad.parse::<ScheduleId>().is_err(), "{bad}");
         }
     }
 }

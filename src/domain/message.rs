@@ -10,7 +10,7 @@
 use chrono::{DateTime, Utc};
 
 use super::{
-    ids::{MessageId, TargetId},
+    ids::{MessageId, ScheduleId, TargetId},
     payload::Payload,
 };
 
@@ -77,6 +77,8 @@ pub struct Message {
     pub last_error: Option<String>,
     /// API.md §10: messages of one target and key go one at a time, in order.
     pub ordering_key: Option<String>,
+    /// API.md §12: the schedule whose run made this message.
+    pub schedule_id: Option<ScheduleId>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     pub payload: Payload,
@@ -106,6 +108,7 @@ impl Message {
             dead_lettered_at: None,
             last_error: None,
             ordering_key: None,
+            schedule_id: None,
             created_at: now,
             updated_at: now,
             payload,

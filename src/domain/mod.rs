@@ -4,5 +4,6 @@ pub mod ids;
 pub mod message;
 pub mod payload;
 pub mod retry;
+pub mod schedule;
 pub mod target;
 pub mod time;

@@ -79,6 +79,7 @@ impl ListQuery {
             ordering_key: Some(self.key.trim())
                 .filter(|k| !k.is_empty())
                 .map(str::to_string),
+            schedule_id: None,
         })
     }
 

@@ -13,6 +13,7 @@ pub mod coalesce;
 mod idempotency;
 pub mod identities;
 pub mod messages;
+pub mod schedules;
 pub mod targets;
 
 use std::sync::Arc;
@@ -130,6 +131,11 @@ pub enum Conflict {
     TargetInUse,
     #[error("a portal user with this email exists already")]
     EmailTaken,
+    /// Other changes kept landing between a change's read and its write.
+    #[error(
+        "the schedule was being changed by other requests at the same time; send the change again"
+    )]
+    ChangedMeanwhile,
 }
 
 pub type ServiceResult<T> = Result<T, ServiceError>;

@@ -12,12 +12,14 @@ use chrono::{DateTime, Utc};
 
 use super::{
     portal, BatchItem, Bulk, BulkBatch, ClaimShares, Claimed, ClientRecord, ClientSummary, Cutoffs,
-    DeleteTarget, GatedClaim, IdempotencyInput, InsertOutcome, MessageFilter, Purged, Recorded,
-    ResealPage, SigningKey, StoreResult, TargetCursor, Transition,
+    DeleteTarget, GatedClaim, IdempotencyInput, InsertOutcome, Materialised, MessageFilter, Purged,
+    Recorded, ResealPage, SaveSchedule, ScheduleCursor, SigningKey, StoreResult, TargetCursor,
+    Transition,
 };
 use crate::domain::{
-    ids::{MessageId, TargetId},
+    ids::{MessageId, ScheduleId, TargetId},
     message::{Attempt, Message},
+    schedule::{RunPlan, Schedule},
     target::{gate::BreakerChange, Target},
 };
 
@@ -126,6 +128,59 @@ pub trait TargetStore: Send + Sync + 'static {
     ) -> StoreResult<Option<Target>>;
 
     async fn delete_target(&self, account: &str, id: &TargetId) -> StoreResult<DeleteTarget>;
+}
+
+/// Recurring schedules (API.md §12) and the messages of their runs.
+#[async_trait]
+pub trait ScheduleStore: Send + Sync + 'static {
+    /// False when the target is not one of the account's.
+    async fn insert_schedule(&self, s: &Schedule) -> StoreResult<bool>;
+
+    /// With `last_run_at` as of `now`.
+    async fn get_schedule(
+        &self,
+        account: &str,
+        id: &ScheduleId,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Option<Schedule>>;
+
+    /// Newest first, of one target when given.
+    async fn list_schedules(
+        &self,
+        account: &str,
+        target: Option<&TargetId>,
+        after: Option<&ScheduleCursor>,
+        limit: u32,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Vec<Schedule>>;
+
+    /// A person's change (patch, pause, resume), saved only over
+    /// `s.revision - 1`: every field a person sets, `paused`, the cursor and
+    /// `updated_at`. The runs created ahead of their time that have not yet
+    /// fallen due (after `now`) are removed, so what was saved decides them.
+    async fn save_schedule(&self, s: &Schedule, now: DateTime<Utc>) -> StoreResult<SaveSchedule>;
+
+    /// False when unknown in the account. Its runs' messages stay, but
+    /// those made ahead of their time that have not yet fallen due.
+    async fn delete_schedule(
+        &self,
+        account: &str,
+        id: &ScheduleId,
+        now: DateTime<Utc>,
+    ) -> StoreResult<bool>;
+
+    /// Creates the messages of the runs due up to `until` of up to `limit`
+    /// unpaused schedules whose cursor is at or before it, in one
+    /// transaction: `plan` says which runs each gets and where its cursor
+    /// goes. A schedule another caller is working on is passed over; a run
+    /// that already has its message gets no second one.
+    async fn materialise_runs(
+        &self,
+        until: DateTime<Utc>,
+        limit: u32,
+        now: DateTime<Utc>,
+        plan: &mut (dyn for<'s> FnMut(&'s Schedule) -> RunPlan + Send),
+    ) -> StoreResult<Materialised>;
 }
 
 /// Scheduling messages (one, a batch, many) and reading them and their
@@ -328,6 +383,7 @@ pub trait Store:
     + IdentityStore
     + SecretStore
     + TargetStore
+    + ScheduleStore
     + MessageStore
     + ActionStore
     + DeliveryStore
@@ -341,6 +397,7 @@ impl<T> Store for T where
         + IdentityStore
         + SecretStore
         + TargetStore
+        + ScheduleStore
         + MessageStore
         + ActionStore
         + DeliveryStore

@@ -25,6 +25,7 @@ pub mod portal;
 pub mod postgres;
 pub mod prelude;
 mod rules;
+mod schedules;
 mod sealed;
 pub mod sqlite;
 
@@ -39,6 +40,8 @@ pub(crate) use rules::{
     error_chain, key_live_since, last_error, outcome_from_str, refused_transition, replayed,
     report_left_leased, state_after, state_from_str, storable_text,
 };
+pub(crate) use schedules::{recurrence_from_row, zone_from_row};
+pub use schedules::{Materialised, SaveSchedule, ScheduleCursor};
 pub use sealed::{reseal_all, ResealPage, Resealed};
 
 use std::time::Duration;
@@ -48,7 +51,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::domain::{
-    ids::{MessageId, TargetId},
+    ids::{MessageId, ScheduleId, TargetId},
     message::{Attempt, Message, State},
     retry::Next,
     target::{gate::BreakerChange, Target, TargetConfig},
@@ -193,13 +196,16 @@ pub enum DeleteTarget {
     HasPending,
 }
 
-/// Where a page of targets (newest first) continues: after this creation
-/// time and id. It needs no lookup, so a deleted target does not end the list.
+/// Where a page of targets or schedules (newest first) continues: after
+/// this creation time and id. It needs no lookup, so a deleted row does not
+/// end the list.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TargetCursor {
+pub struct PageCursor<Id> {
     pub created_at: DateTime<Utc>,
-    pub id: TargetId,
+    pub id: Id,
 }
+
+pub type TargetCursor = PageCursor<TargetId>;
 
 impl TargetCursor {
     pub fn after(t: &Target) -> Self {
@@ -208,8 +214,10 @@ impl TargetCursor {
             id: t.id.clone(),
         }
     }
+}
 
-    /// `<created-at ms>.<target id>` on the wire (then base64url).
+impl<Id: std::fmt::Display + std::str::FromStr> PageCursor<Id> {
+    /// `<created-at ms>.<id>` on the wire (then base64url).
     pub fn encode(&self) -> String {
         format!("{}.{}", self.created_at.timestamp_millis(), self.id)
     }
@@ -233,6 +241,7 @@ pub struct MessageFilter {
     /// Delivery time before.
     pub delivery_to: Option<DateTime<Utc>>,
     pub ordering_key: Option<String>,
+    pub schedule_id: Option<ScheduleId>,
 }
 
 /// A message handed to the sweeper with its target's configuration.

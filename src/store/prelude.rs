@@ -3,5 +3,5 @@
 
 pub use super::capability::{
     ActionStore, DeliveryStore, GateStore, HealthCheck, IdentityStore, MessageStore, PortalReads,
-    SecretStore, Store, TargetStore,
+    ScheduleStore, SecretStore, Store, TargetStore,
 };

@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
+pub mod schedule;
 pub mod target;
 
 pub use target::TargetIn;
@@ -115,6 +116,9 @@ pub struct MessageOut {
     pub last_error: Option<String>,
     /// The message's orderingKey (API.md §10), if it has one.
     pub ordering_key: Option<String>,
+    /// The schedule whose run made this message (API.md §12), if one did.
+    #[schema(example = "DI-S-aabbcc1122")]
+    pub schedule_id: Option<String>,
     #[serde(with = "serde_ts")]
     #[schema(value_type = String, format = DateTime)]
     pub created_at: DateTime<Utc>,
@@ -142,6 +146,7 @@ impl MessageOut {
             dead_lettered_at: m.dead_lettered_at,
             last_error: m.last_error.clone(),
             ordering_key: m.ordering_key.clone(),
+            schedule_id: m.schedule_id.as_ref().map(ToString::to_string),
             created_at: m.created_at,
             updated_at: m.updated_at,
             payload: m.payload.as_str().to_string(),

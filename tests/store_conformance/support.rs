@@ -118,6 +118,7 @@ pub(crate) fn message_value(
         dead_lettered_at: None,
         last_error: None,
         ordering_key: None,
+        schedule_id: None,
         created_at,
         updated_at: created_at,
         payload: Payload::parse(format!("{{\"order\": \"{id}\", \"note\": \"héllo ✓\"}}")).unwrap(),

@@ -7,7 +7,7 @@ use uuid::Uuid;
 use crate::{
     auth::sealing::Sealer,
     domain::{
-        ids::{MessageId, TargetId},
+        ids::{MessageId, ScheduleId, TargetId},
         message::{Attempt, Message},
         payload::Payload,
         target::Target,
@@ -19,7 +19,8 @@ use crate::{
 };
 
 pub const MESSAGE_COLUMNS: &str = "id, account, target_id, state, payload, delivery_time, next_attempt_at, \
-     attempt_count, delivered_at, cancelled_at, dead_lettered_at, last_error, created_at, updated_at, ordering_key";
+     attempt_count, delivered_at, cancelled_at, dead_lettered_at, last_error, created_at, updated_at, ordering_key, \
+     schedule_id";
 
 pub const TARGET_COLUMNS: &str =
     "id, account, name, kind, enabled, config, secrets_key_id, sealed_secrets, created_at, updated_at, \
@@ -44,6 +45,7 @@ pub struct MessageRow {
     dead_lettered_at: Option<DateTime<Utc>>,
     last_error: Option<String>,
     ordering_key: Option<String>,
+    schedule_id: Option<String>,
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
 }
@@ -64,6 +66,7 @@ impl TryFrom<MessageRow> for Message {
             dead_lettered_at: r.dead_lettered_at,
             last_error: r.last_error,
             ordering_key: r.ordering_key,
+            schedule_id: r.schedule_id.map(ScheduleId::from_trusted),
             created_at: r.created_at,
             updated_at: r.updated_at,
             payload: payload_from_bytes(r.payload)?,

@@ -21,6 +21,9 @@ pub(super) fn filtered<'a>(
     if let Some(k) = &f.ordering_key {
         q.push(" AND ordering_key = ").push_bind(k.as_str());
     }
+    if let Some(s) = &f.schedule_id {
+        q.push(" AND schedule_id = ").push_bind(s.as_str());
+    }
     if let Some(s) = f.state {
         q.push(" AND state = ").push_bind(s.as_str());
     }

@@ -17,6 +17,7 @@ mod open;
 mod ordering;
 mod portal;
 mod rows;
+mod schedules;
 mod secrets;
 mod targets;
 

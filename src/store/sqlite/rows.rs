@@ -8,7 +8,7 @@ use uuid::Uuid;
 use crate::{
     auth::sealing::Sealer,
     domain::{
-        ids::{MessageId, TargetId},
+        ids::{MessageId, ScheduleId, TargetId},
         message::{Attempt, Message},
         payload::Payload,
         target::{Target, TargetConfig},
@@ -20,7 +20,8 @@ use crate::{
 };
 
 pub const MESSAGE_COLUMNS: &str = "id, account, target_id, state, payload, delivery_time, next_attempt_at, \
-     attempt_count, delivered_at, cancelled_at, dead_lettered_at, last_error, created_at, updated_at, ordering_key";
+     attempt_count, delivered_at, cancelled_at, dead_lettered_at, last_error, created_at, updated_at, ordering_key, \
+     schedule_id";
 
 pub const TARGET_COLUMNS: &str =
     "id, account, name, kind, enabled, config, secrets_key_id, sealed_secrets, created_at, updated_at, \
@@ -83,6 +84,7 @@ pub struct MessageRow {
     dead_lettered_at: Option<i64>,
     last_error: Option<String>,
     ordering_key: Option<String>,
+    schedule_id: Option<String>,
     created_at: i64,
     updated_at: i64,
 }
@@ -103,6 +105,7 @@ impl TryFrom<MessageRow> for Message {
             dead_lettered_at: opt_from_ms(r.dead_lettered_at),
             last_error: r.last_error,
             ordering_key: r.ordering_key,
+            schedule_id: r.schedule_id.map(ScheduleId::from_trusted),
             created_at: from_ms(r.created_at),
             updated_at: from_ms(r.updated_at),
             payload: Payload::parse(r.payload).map_err(|e| StoreError::Corrupt(e.to_string()))?,

@@ -1,0 +1,262 @@
+//! `/schedules` (API.md §12): create, list, get, merge-patch, pause, resume,
+//! delete. `schedules:` scopes are the `messages:` scopes.
+
+use axum::{
+    extract::{Path, State},
+    http::{header, StatusCode},
+    response::{IntoResponse, Response},
+    Json,
+};
+
+use super::{
+    error::{ApiError, ApiResult, Problem},
+    extract::{encode_cursor, JsonBody, QueryParams},
+};
+use crate::{
+    auth::{Principal, Scope},
+    domain::{
+        ids::{ScheduleId, TargetId},
+        schedule::Schedule,
+        target::FieldError,
+    },
+    state::AppState,
+    store::ScheduleCursor,
+    wire::{
+        schedule::{self as wire, ScheduleIn, ScheduleOut},
+        List,
+    },
+};
+
+fn parse_id(id: &str) -> ApiResult<ScheduleId> {
+    id.parse().map_err(|_| ApiError::NotFound)
+}
+
+/// `nextRunAt` and `lastRunAt` as of `now`.
+fn respond(status: StatusCode, s: &Schedule, now: chrono::DateTime<chrono::Utc>) -> Response {
+    let out = ScheduleOut::new(s, now);
+    if status == StatusCode::CREATED {
+        let location = format!("/schedules/{}", s.id);
+        (status, [(header::LOCATION, location)], Json(out)).into_response()
+    } else {
+        (status, Json(out)).into_response()
+    }
+}
+
+/// Create a schedule: `cron` or `every`, in `timeZone`, between `startAt`
+/// and `endAt`. Each run creates one message, delivered like any other.
+///
+/// Daylight saving: a wall-clock time that does not exist that day runs at
+/// the first instant after the gap; one that occurs twice runs once, at its
+/// first occurrence.
+#[utoipa::path(
+    post, path = "/schedules", tag = "schedules", request_body = ScheduleIn,
+    responses(
+        (status = 201, description = "Created", body = ScheduleOut, headers(("Location" = String))),
+        (status = 400, description = "Invalid input; errors[].field names each field", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = ["messages:write"]))
+)]
+pub async fn create(
+    State(state): State<AppState>,
+    principal: Principal,
+    JsonBody(body): JsonBody,
+) -> ApiResult<Response> {
+    principal.require(Scope::MessagesWrite)?;
+    let spec = wire::parse(&body)?;
+    let s = state
+        .service
+        .create_schedule(&principal.account, spec)
+        .await?;
+    // As of its creation: a first run at that instant is its next run.
+    Ok(respond(StatusCode::CREATED, &s, s.created_at))
+}
+
+/// List the account's schedules, newest first; of one target with `targetId`.
+#[utoipa::path(
+    get, path = "/schedules", tag = "schedules",
+    params(("targetId" = Option<String>, Query), ("limit" = Option<u32>, Query, description = "1 to 1000, default 50"),
+           ("cursor" = Option<String>, Query)),
+    responses((status = 200, description = "A page of schedules", body = List<ScheduleOut>)),
+    security(("bearer" = ["messages:read"]))
+)]
+pub async fn list(
+    State(state): State<AppState>,
+    principal: Principal,
+    q: QueryParams,
+) -> ApiResult<Json<List<ScheduleOut>>> {
+    principal.require(Scope::MessagesRead)?;
+    let mut errors = Vec::new();
+    let target = q.get("targetId").and_then(|s| {
+        s.parse::<TargetId>()
+            .map_err(|_| errors.push(FieldError::new("targetId", "is not a target id")))
+            .ok()
+    });
+    let limit = q.limit().map_err(|e| {
+        if let ApiError::Validation(mut v) = e {
+            errors.append(&mut v)
+        }
+    });
+    let after = match q.cursor() {
+        Ok(Some(c)) => ScheduleCursor::decode(&c)
+            .ok_or_else(|| {
+                errors.push(FieldError::new(
+                    "cursor",
+                    "is not a cursor this service issued",
+                ))
+            })
+            .ok(),
+        Ok(None) => None,
+        Err(ApiError::Validation(mut v)) => {
+            errors.append(&mut v);
+            None
+        }
+        Err(e) => return Err(e),
+    };
+    if !errors.is_empty() {
+        return Err(ApiError::Validation(errors));
+    }
+    let limit = limit.unwrap_or(super::extract::DEFAULT_LIMIT);
+    let now = state.service.now();
+    let mut schedules = state
+        .store
+        .list_schedules(
+            &principal.account,
+            target.as_ref(),
+            after.as_ref(),
+            limit + 1,
+            now,
+        )
+        .await?;
+    let next_cursor = if schedules.len() > limit as usize {
+        schedules.truncate(limit as usize);
+        schedules
+            .last()
+            .map(|s| encode_cursor(&ScheduleCursor::after(s).encode()))
+    } else {
+        None
+    };
+    Ok(Json(List {
+        items: schedules.iter().map(|s| ScheduleOut::new(s, now)).collect(),
+        next_cursor,
+    }))
+}
+
+/// Get a schedule.
+#[utoipa::path(
+    get, path = "/schedules/{scheduleId}", tag = "schedules", params(("scheduleId" = String, Path)),
+    responses((status = 200, body = ScheduleOut), (status = 404, body = Problem, content_type = "application/problem+json")),
+    security(("bearer" = ["messages:read"]))
+)]
+pub async fn get(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+) -> ApiResult<Response> {
+    principal.require(Scope::MessagesRead)?;
+    let id = parse_id(&id)?;
+    let s = state
+        .store
+        .get_schedule(&principal.account, &id, state.service.now())
+        .await?
+        .ok_or(ApiError::NotFound)?;
+    Ok(respond(StatusCode::OK, &s, state.service.now()))
+}
+
+/// Change a schedule with a JSON merge patch (RFC 7396).
+///
+/// Giving one of `cron` and `every` replaces the other. Runs go on from now
+/// under the new rule.
+#[utoipa::path(
+    patch, path = "/schedules/{scheduleId}", tag = "schedules", params(("scheduleId" = String, Path)),
+    request_body(content(
+        (ScheduleIn = "application/merge-patch+json"),
+        (ScheduleIn = "application/json"),
+    )),
+    responses((status = 200, body = ScheduleOut), (status = 400, body = Problem, content_type = "application/problem+json"),
+              (status = 404, body = Problem, content_type = "application/problem+json"),
+              (status = 409, description = "Other changes kept landing at the same time", body = Problem, content_type = "application/problem+json")),
+    security(("bearer" = ["messages:write"]))
+)]
+pub async fn patch(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+    JsonBody(patch): JsonBody,
+) -> ApiResult<Response> {
+    principal.require(Scope::MessagesWrite)?;
+    let id = parse_id(&id)?;
+    if !patch.is_object() {
+        return Err(ApiError::field("", "a merge patch must be a JSON object"));
+    }
+    let s = state
+        .service
+        .update_schedule(&principal.account, &id, &patch)
+        .await?;
+    Ok(respond(StatusCode::OK, &s, state.service.now()))
+}
+
+async fn set_paused(
+    state: AppState,
+    principal: Principal,
+    id: String,
+    paused: bool,
+) -> ApiResult<Response> {
+    principal.require(Scope::MessagesWrite)?;
+    let id = parse_id(&id)?;
+    let s = state
+        .service
+        .set_schedule_paused(&principal.account, &id, paused)
+        .await?;
+    Ok(respond(StatusCode::OK, &s, state.service.now()))
+}
+
+/// Pause a schedule: no runs are created until it is resumed.
+#[utoipa::path(
+    post, path = "/schedules/{scheduleId}/pause", tag = "schedules", params(("scheduleId" = String, Path)),
+    responses((status = 200, body = ScheduleOut), (status = 404, body = Problem, content_type = "application/problem+json"),
+              (status = 409, description = "Other changes kept landing at the same time", body = Problem, content_type = "application/problem+json")),
+    security(("bearer" = ["messages:write"]))
+)]
+pub async fn pause(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+) -> ApiResult<Response> {
+    set_paused(state, principal, id, true).await
+}
+
+/// Resume a schedule: runs go on from now; those missed while paused are
+/// not made up.
+#[utoipa::path(
+    post, path = "/schedules/{scheduleId}/resume", tag = "schedules", params(("scheduleId" = String, Path)),
+    responses((status = 200, body = ScheduleOut), (status = 404, body = Problem, content_type = "application/problem+json"),
+              (status = 409, description = "Other changes kept landing at the same time", body = Problem, content_type = "application/problem+json")),
+    security(("bearer" = ["messages:write"]))
+)]
+pub async fn resume(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+) -> ApiResult<Response> {
+    set_paused(state, principal, id, false).await
+}
+
+/// Delete a schedule: no further runs; messages already created stay.
+#[utoipa::path(
+    delete, path = "/schedules/{scheduleId}", tag = "schedules", params(("scheduleId" = String, Path)),
+    responses((status = 204, description = "Deleted"), (status = 404, body = Problem, content_type = "application/problem+json")),
+    security(("bearer" = ["messages:write"]))
+)]
+pub async fn delete(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+) -> ApiResult<StatusCode> {
+    principal.require(Scope::MessagesWrite)?;
+    let id = parse_id(&id)?;
+    state
+        .service
+        .delete_schedule(&principal.account, &id)
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
