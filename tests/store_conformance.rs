@@ -114,6 +114,8 @@ mod recording;
 mod redrive;
 #[path = "store_conformance/retention.rs"]
 mod retention;
+#[path = "store_conformance/schedules.rs"]
+mod schedules;
 #[path = "store_conformance/secrets.rs"]
 mod secrets;
 #[path = "store_conformance/targets.rs"]

@@ -22,8 +22,8 @@ pub(crate) use dispatch::{
         postgres::PgStore,
         prelude::*,
         BatchItem, Bulk, BulkAction, ClaimShares, Claimed, ClientRecord, Cutoffs, DeleteTarget,
-        IdempotencyInput, InsertOutcome, MessageFilter, Purged, RangeOn, Recorded, StoreResult,
-        TargetCursor, Transition,
+        IdempotencyInput, InsertOutcome, MessageFilter, Purged, RangeOn, Recorded, SaveSchedule,
+        StoreResult, TargetCursor, Transition,
     },
 };
 pub(crate) use serde_json::json;
@@ -465,6 +465,7 @@ pub(crate) fn filter(
         delivery_from: from,
         delivery_to: to,
         ordering_key: None,
+        schedule_id: None,
     }
 }
 

@@ -30,7 +30,8 @@ use croner::{
 #[derive(Debug, Clone)]
 pub struct CronExpr {
     text: String,
-    cron: Cron,
+    /// Boxed: a parsed pattern is some 300 bytes.
+    cron: Box<Cron>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -55,7 +56,10 @@ impl FromStr for CronExpr {
             .build()
             .parse(&text)
             .map_err(|e| InvalidRule(format!("is not a valid cron expression: {e}")))?;
-        let expr = Self { text, cron };
+        let expr = Self {
+            text,
+            cron: Box::new(cron),
+        };
         // A pattern that can never match (30 February) is refused here
         // rather than found out by the materialiser.
         let epoch = DateTime::<Utc>::from_timestamp(0, 0).expect("the epoch");

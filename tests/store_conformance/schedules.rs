@@ -1,0 +1,353 @@
+//! Schedules (`ScheduleStore`): the materialiser's passes make each run's
+//! message once and move the cursor; catch-up skips runs older than its
+//! window; pause, change and delete remove the runs made ahead of their
+//! time; racing passes make one message per run; keyed runs keep their
+//! key's order; another account's schedules are invisible.
+
+use dispatch::{
+    config::SchedulesConfig,
+    domain::{
+        ids::ScheduleId,
+        schedule::{Recurrence, Schedule},
+    },
+    schedules::materialise,
+};
+
+use crate::support::*;
+
+checks!(
+    a_pass_makes_each_due_run_once_and_moves_the_cursor,
+    runs_older_than_the_catch_up_window_are_skipped_younger_ones_made_up,
+    pausing_removes_the_runs_made_ahead_and_a_paused_schedule_makes_none,
+    a_save_over_a_stale_revision_or_for_an_unknown_target_changes_nothing,
+    deleting_a_schedule_keeps_the_runs_that_fell_due,
+    racing_passes_make_one_message_per_run,
+    a_keyed_schedules_runs_go_one_at_a_time,
+    another_accounts_schedules_are_invisible,
+);
+
+fn every(target: &Target, period: &str, created: DateTime<Utc>) -> Schedule {
+    let mut s = Schedule {
+        id: ScheduleId::new(),
+        account: target.account.clone(),
+        target_id: target.id.clone(),
+        name: "tick".into(),
+        recurrence: Recurrence::Every(period.parse().unwrap()),
+        zone: chrono_tz::Tz::UTC,
+        payload: Payload::parse("{\"tick\": 1}".into()).unwrap(),
+        ordering_key: None,
+        start_at: None,
+        end_at: None,
+        paused: false,
+        next_run_at: None,
+        last_run_at: None,
+        revision: 0,
+        created_at: created,
+        updated_at: created,
+    };
+    s.restart_at(created);
+    s
+}
+
+fn config(ahead: Duration, catch_up: Duration) -> SchedulesConfig {
+    SchedulesConfig {
+        catch_up,
+        ahead,
+        batch_size: 7,
+    }
+}
+
+/// Whole milliseconds, as the stores keep them.
+fn t0() -> DateTime<Utc> {
+    dispatch::domain::time::truncate_ms(time::now())
+}
+
+async fn runs_of(store: &dyn Store, s: &Schedule) -> Vec<DateTime<Utc>> {
+    let filter = MessageFilter {
+        schedule_id: Some(s.id.clone()),
+        ..MessageFilter::default()
+    };
+    let mut runs: Vec<DateTime<Utc>> = store
+        .list_messages(&s.account, &filter, None, 1000)
+        .await
+        .unwrap()
+        .into_iter()
+        .inspect(|m| {
+            assert_eq!(m.schedule_id.as_ref(), Some(&s.id));
+            assert_eq!(m.payload.as_str(), s.payload.as_str());
+            assert_eq!(m.state, State::Scheduled);
+        })
+        .map(|m| m.delivery_time)
+        .collect();
+    runs.sort();
+    runs
+}
+
+async fn insert(store: &dyn Store, s: &Schedule) {
+    assert!(store.insert_schedule(s).await.unwrap());
+}
+
+async fn a_pass_makes_each_due_run_once_and_moves_the_cursor(store: Arc<dyn Store>) {
+    let t = add_target(&*store, ACME).await;
+    let start = t0();
+    let s = every(&t, "1s", start);
+    insert(&*store, &s).await;
+    let c = config(Duration::from_secs(2), Duration::from_secs(3600));
+    let done = materialise(&*store, start + ms(500), &c).await.unwrap();
+    assert_eq!(done.created, 3, "the runs up to now + ahead: +0, +1, +2 s");
+    assert_eq!(done.earliest, Some(start));
+    assert_eq!(
+        runs_of(&*store, &s).await,
+        [start, start + secs(1), start + secs(2)]
+    );
+    let again = materialise(&*store, start + ms(500), &c).await.unwrap();
+    assert_eq!(again.created, 0, "a run already made is never made again");
+    let got = store
+        .get_schedule(ACME, &s.id, start + ms(500))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(got.next_run_at, Some(start + secs(3)));
+    assert_eq!(
+        got.last_run_at,
+        Some(start),
+        "the latest run at or before now"
+    );
+    let later = store
+        .get_schedule(ACME, &s.id, start + secs(2))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(later.last_run_at, Some(start + secs(2)));
+    // A second later, one more.
+    let next = materialise(&*store, start + ms(1_500), &c).await.unwrap();
+    assert_eq!(next.created, 1);
+    assert_eq!(runs_of(&*store, &s).await.len(), 4);
+}
+
+async fn runs_older_than_the_catch_up_window_are_skipped_younger_ones_made_up(
+    store: Arc<dyn Store>,
+) {
+    let t = add_target(&*store, ACME).await;
+    let start = t0() - hours(3);
+    let s = every(&t, "10m", start);
+    insert(&*store, &s).await;
+    // Nothing ran for three hours; the window is one.
+    let now = start + hours(3);
+    let c = config(Duration::ZERO, Duration::from_secs(3600));
+    let done = materialise(&*store, now, &c).await.unwrap();
+    let runs = runs_of(&*store, &s).await;
+    assert_eq!(done.created, 7);
+    assert_eq!(runs.first(), Some(&(start + hours(2))));
+    assert_eq!(runs.last(), Some(&now));
+    let got = store.get_schedule(ACME, &s.id, now).await.unwrap().unwrap();
+    assert_eq!(got.next_run_at, Some(now + TimeDelta::minutes(10)));
+}
+
+async fn pausing_removes_the_runs_made_ahead_and_a_paused_schedule_makes_none(
+    store: Arc<dyn Store>,
+) {
+    let t = add_target(&*store, ACME).await;
+    let start = t0();
+    let s = every(&t, "1s", start);
+    insert(&*store, &s).await;
+    let c = config(Duration::from_secs(5), Duration::from_secs(3600));
+    materialise(&*store, start, &c).await.unwrap();
+    assert_eq!(runs_of(&*store, &s).await.len(), 6);
+    let now = start + ms(500);
+    let mut paused = store.get_schedule(ACME, &s.id, now).await.unwrap().unwrap();
+    paused.paused = true;
+    paused.revision += 1;
+    paused.restart_at(now);
+    assert_eq!(paused.next_run_at, None);
+    assert_eq!(
+        store.save_schedule(&paused, now).await.unwrap(),
+        SaveSchedule::Saved
+    );
+    assert_eq!(
+        runs_of(&*store, &s).await,
+        [start],
+        "the run that fell due stays; those ahead of now go"
+    );
+    let none = materialise(&*store, start + secs(10), &c).await.unwrap();
+    assert_eq!(none.created, 0);
+    // Resumed: from then on, nothing made up.
+    let now = start + ms(10_500);
+    let mut resumed = store.get_schedule(ACME, &s.id, now).await.unwrap().unwrap();
+    resumed.paused = false;
+    resumed.revision += 1;
+    resumed.restart_at(now);
+    assert_eq!(resumed.next_run_at, Some(start + secs(11)));
+    store.save_schedule(&resumed, now).await.unwrap();
+    materialise(
+        &*store,
+        now,
+        &config(Duration::ZERO, Duration::from_secs(3600)),
+    )
+    .await
+    .unwrap();
+    assert_eq!(runs_of(&*store, &s).await, [start]);
+    materialise(&*store, start + secs(11), &c).await.unwrap();
+    assert_eq!(runs_of(&*store, &s).await[1], start + secs(11));
+}
+
+async fn a_save_over_a_stale_revision_or_for_an_unknown_target_changes_nothing(
+    store: Arc<dyn Store>,
+) {
+    let t = add_target(&*store, ACME).await;
+    let theirs = add_target(&*store, GLOBEX).await;
+    let start = t0();
+    let s = every(&t, "1h", start);
+    insert(&*store, &s).await;
+    let mut changed = s.clone();
+    changed.name = "renamed".into();
+    changed.revision = s.revision + 2;
+    assert_eq!(
+        store.save_schedule(&changed, start).await.unwrap(),
+        SaveSchedule::Stale
+    );
+    changed.revision = s.revision + 1;
+    changed.target_id = theirs.id.clone();
+    assert_eq!(
+        store.save_schedule(&changed, start).await.unwrap(),
+        SaveSchedule::UnknownTarget
+    );
+    let got = store
+        .get_schedule(ACME, &s.id, start)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(got.name, "tick");
+    assert_eq!(got.target_id, t.id);
+    assert_eq!(got.revision, s.revision);
+    changed.target_id = t.id.clone();
+    assert_eq!(
+        store.save_schedule(&changed, start).await.unwrap(),
+        SaveSchedule::Saved
+    );
+    let got = store
+        .get_schedule(ACME, &s.id, start)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (got.name.as_str(), got.revision),
+        ("renamed", s.revision + 1)
+    );
+}
+
+async fn deleting_a_schedule_keeps_the_runs_that_fell_due(store: Arc<dyn Store>) {
+    let t = add_target(&*store, ACME).await;
+    let start = t0();
+    let s = every(&t, "1s", start);
+    insert(&*store, &s).await;
+    let c = config(Duration::from_secs(3), Duration::from_secs(3600));
+    materialise(&*store, start + secs(1), &c).await.unwrap();
+    assert_eq!(runs_of(&*store, &s).await.len(), 5);
+    assert!(store
+        .delete_schedule(ACME, &s.id, start + secs(1))
+        .await
+        .unwrap());
+    assert!(!store
+        .delete_schedule(ACME, &s.id, start + secs(1))
+        .await
+        .unwrap());
+    assert_eq!(
+        store
+            .get_schedule(ACME, &s.id, start)
+            .await
+            .unwrap()
+            .map(|s| s.id),
+        None
+    );
+    assert_eq!(runs_of(&*store, &s).await, [start, start + secs(1)]);
+    let none = materialise(&*store, start + secs(10), &c).await.unwrap();
+    assert_eq!(none.created, 0);
+}
+
+async fn racing_passes_make_one_message_per_run(store: Arc<dyn Store>) {
+    let t = add_target(&*store, ACME).await;
+    let start = t0();
+    let mut all = Vec::new();
+    for _ in 0..30 {
+        let s = every(&t, "1s", start);
+        insert(&*store, &s).await;
+        all.push(s);
+    }
+    let c = config(Duration::from_secs(2), Duration::from_secs(3600));
+    let passes = (0..4).map(|_| {
+        let store = store.clone();
+        let c = c.clone();
+        tokio::spawn(async move { materialise(&*store, start, &c).await.unwrap() })
+    });
+    let mut created = 0;
+    for p in passes {
+        created += p.await.unwrap().created;
+    }
+    assert_eq!(created, 30 * 3, "each run made by exactly one pass");
+    for s in &all {
+        assert_eq!(
+            runs_of(&*store, s).await,
+            [start, start + secs(1), start + secs(2)]
+        );
+    }
+}
+
+async fn a_keyed_schedules_runs_go_one_at_a_time(store: Arc<dyn Store>) {
+    let t = add_target(&*store, ACME).await;
+    let start = t0() - secs(10);
+    let mut s = every(&t, "1s", start);
+    s.ordering_key = Some("report".into());
+    insert(&*store, &s).await;
+    let now = start + secs(10);
+    materialise(
+        &*store,
+        now,
+        &config(Duration::ZERO, Duration::from_secs(3600)),
+    )
+    .await
+    .unwrap();
+    assert_eq!(runs_of(&*store, &s).await.len(), 11);
+    // All are due; only the key's head, the first run, may be claimed.
+    let claimed = store.claim_due(now, 100, LEASE).await.unwrap();
+    assert_eq!(claimed.len(), 1);
+    assert_eq!(claimed[0].delivery_time, start);
+    assert_eq!(claimed[0].ordering_key.as_deref(), Some("report"));
+}
+
+async fn another_accounts_schedules_are_invisible(store: Arc<dyn Store>) {
+    let t = add_target(&*store, ACME).await;
+    let theirs = add_target(&*store, GLOBEX).await;
+    let start = t0();
+    let s = every(&t, "1h", start);
+    insert(&*store, &s).await;
+    // A schedule for another account's target is refused.
+    let mut foreign = every(&theirs, "1h", start);
+    foreign.account = ACME.into();
+    assert!(!store.insert_schedule(&foreign).await.unwrap());
+    assert!(store
+        .get_schedule(GLOBEX, &s.id, start)
+        .await
+        .unwrap()
+        .is_none());
+    assert!(store
+        .list_schedules(GLOBEX, None, None, 10, start)
+        .await
+        .unwrap()
+        .is_empty());
+    assert!(!store.delete_schedule(GLOBEX, &s.id, start).await.unwrap());
+    let mut stolen = s.clone();
+    stolen.account = GLOBEX.into();
+    stolen.target_id = theirs.id.clone();
+    stolen.revision += 1;
+    assert_eq!(
+        store.save_schedule(&stolen, start).await.unwrap(),
+        SaveSchedule::NotFound
+    );
+    let listed = store
+        .list_schedules(ACME, Some(&t.id), None, 10, start)
+        .await
+        .unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].id, s.id);
+}
