@@ -803,3 +803,78 @@ async fn screenshots_of_every_main_page_are_saved() {
     b.close().await;
     app.shutdown().await;
 }
+
+/// A schedule made in the portal: its preview follows what is typed (by
+/// script), it is saved, listed with its next run, paused and resumed, and a
+/// run's message links back to it.
+#[tokio::test]
+async fn a_schedule_is_made_with_a_live_preview_of_its_runs_and_its_runs_link_back() {
+    let app = TestApp::spawn().await;
+    let rx = Receiver::start().await;
+    rx.always(Reply::status(200));
+    user(&app, "acme", "ops@example.com").await;
+    let api = app.api("acme").await;
+    target(&api, "Reports", &rx.url("/hook")).await;
+
+    let b = Browser::start(&app.base).await;
+    b.sign_in("ops@example.com", PASSWORD).await;
+    b.goto("/portal/schedules").await;
+    assert!(b.body_text().await.contains("No schedules yet"));
+    b.follow_link("New schedule").await;
+    b.fill("#f-name", "Berlin nightly").await;
+    b.fill("#f-cron", "30 2 * * *").await;
+    b.fill("#f-timeZone", "Europe/Berlin").await;
+    b.set_value("#f-startAt", "2027-03-27T12:00:00").await;
+    // No button pressed: the preview follows, and shows the spring-forward
+    // night's run at 03:00 CEST.
+    b.wait_text(
+        "#preview ol.runs li:nth-child(1) time",
+        "2027-03-28 03:00:00 Europe/Berlin",
+    )
+    .await;
+    b.screenshot_full("schedule-form").await;
+    b.fill("#f-cron", "61 2 * * *").await;
+    b.wait_text("#preview ul.error li code", "cron").await;
+    b.fill("#f-cron", "30 2 * * *").await;
+    b.fill("#f-payload", "{\"job\": \"nightly\"}").await;
+    b.click_and_wait("button#save-schedule").await;
+    assert_eq!(b.text("p.notice").await, "The schedule was created.");
+    assert_eq!(b.text("h1").await, "Berlin nightly");
+    b.goto("/portal/schedules").await;
+    assert_eq!(texts(&b, "table#schedules tbody tr").await.len(), 1);
+    assert!(b
+        .text("table#schedules tbody tr")
+        .await
+        .contains("2027-03-28 03:00:00 Europe/Berlin"));
+    b.screenshot_full("schedules").await;
+    b.click_and_wait("table#schedules button").await;
+    assert!(b
+        .text("p.notice")
+        .await
+        .starts_with("The schedule is paused"));
+    let listed: Value = api.get("/schedules").await.json().await.unwrap();
+    assert_eq!(listed["items"][0]["paused"], true);
+
+    // A schedule running now: its run's message links to it.
+    let t = s(&listed["items"][0]["targetId"]).to_string();
+    let every = api
+        .post(
+            "/schedules",
+            json!({"targetId": t, "every": "1h", "payload": "{}"}),
+        )
+        .await
+        .json::<Value>()
+        .await
+        .unwrap();
+    let received = rx.wait_for(1, WAIT).await;
+    let run = s(&received[0].json()["messageId"]).to_string();
+    b.goto(&format!("/portal/messages/{run}")).await;
+    b.click_and_wait("dd#schedule a").await;
+    assert_eq!(
+        b.path().await,
+        format!("/portal/schedules/{}", s(&every["scheduleId"]))
+    );
+
+    b.close().await;
+    app.shutdown().await;
+}

@@ -24,6 +24,7 @@ pub fn page(
                         (nav_item("/portal/overview", "Overview", current == Section::Overview))
                         (nav_item("/portal/targets", "Targets", current == Section::Targets))
                         (nav_item("/portal/messages", "Messages", current == Section::Messages))
+                        (nav_item("/portal/schedules", "Schedules", current == Section::Schedules))
                     }
                 }
                 div.who {
@@ -74,6 +75,7 @@ pub enum Section {
     Overview,
     Targets,
     Messages,
+    Schedules,
 }
 
 fn nav_item(href: &str, label: &str, current: bool) -> Markup {

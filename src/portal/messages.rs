@@ -18,7 +18,7 @@ use super::{
 };
 use crate::{
     domain::{
-        ids::{MessageId, TargetId},
+        ids::{MessageId, ScheduleId, TargetId},
         message::{Attempt, Message, State as MsgState},
         retry::AttemptOutcome,
     },
@@ -41,6 +41,8 @@ pub struct ListQuery {
     pub target: String,
     /// An orderingKey.
     pub key: String,
+    /// A schedule id: the messages of its runs.
+    pub schedule: String,
     pub from: String,
     pub to: String,
     pub tz: String,
@@ -79,7 +81,13 @@ impl ListQuery {
             ordering_key: Some(self.key.trim())
                 .filter(|k| !k.is_empty())
                 .map(str::to_string),
-            schedule_id: None,
+            schedule_id: match self.schedule.trim() {
+                "" => None,
+                s => Some(
+                    s.parse::<ScheduleId>()
+                        .map_err(|_| format!("`{s}` is not a schedule id"))?,
+                ),
+            },
         })
     }
 
@@ -90,6 +98,7 @@ impl ListQuery {
             ("state", &self.state),
             ("target", &self.target),
             ("key", &self.key),
+            ("schedule", &self.schedule),
             ("from", &self.from),
             ("to", &self.to),
             ("tz", &self.tz),
@@ -319,6 +328,9 @@ pub async fn show(
                         br; span #waiting-for { "Waiting for " a href={ "/portal/messages/" (head) } { code { (head) } } " of the same key" }
                     }
                 }
+            }
+            @if let Some(s) = &m.schedule_id {
+                dt { "Schedule" } dd #schedule { "A run of " a href={ "/portal/schedules/" (s) } { code { (s) } } }
             }
             dt { "Next attempt" } dd { (layout::opt_time(m.next_attempt_at.as_ref())) }
             dt { "Attempts" } dd { (m.attempt_count) }

@@ -11,6 +11,7 @@ mod layout;
 mod messages;
 mod overview;
 mod ranges;
+mod schedules;
 mod session;
 mod target_form;
 mod targets;
@@ -81,6 +82,19 @@ pub fn router() -> Router<AppState> {
             "/portal/messages/{id}/reschedule",
             post(messages::reschedule),
         )
+        .route(
+            "/portal/schedules",
+            get(schedules::list).post(schedules::create),
+        )
+        .route("/portal/schedules/new", get(schedules::new))
+        .route("/portal/schedules/preview", get(schedules::preview))
+        .route(
+            "/portal/schedules/{id}",
+            get(schedules::show).post(schedules::update),
+        )
+        .route("/portal/schedules/{id}/pause", post(schedules::pause))
+        .route("/portal/schedules/{id}/resume", post(schedules::resume))
+        .route("/portal/schedules/{id}/delete", post(schedules::delete))
         .route("/portal/static/portal.css", get(css))
         .route("/portal/static/portal.js", get(js))
         .layer(middleware::from_fn(security_headers))
@@ -115,7 +129,7 @@ async fn security_headers(req: Request, next: Next) -> Response {
     h.insert(
         header::CONTENT_SECURITY_POLICY,
         HeaderValue::from_static(
-            "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self'; \
+            "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self'; connect-src 'self'; \
              form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
         ),
     );

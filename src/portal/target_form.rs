@@ -303,15 +303,16 @@ fn input_of(field: &str) -> &str {
     }
 }
 
-struct Field<'a> {
-    name: &'a str,
-    label: &'a str,
-    value: &'a str,
-    hint: Option<&'a str>,
-    kind: &'a str,
+/// One labelled input (or `textarea`) with its hint and error.
+pub(super) struct Field<'a> {
+    pub name: &'a str,
+    pub label: &'a str,
+    pub value: &'a str,
+    pub hint: Option<&'a str>,
+    pub kind: &'a str,
 }
 
-fn field(f: Field<'_>, errors: &[FieldError]) -> Markup {
+pub(super) fn field(f: Field<'_>, errors: &[FieldError]) -> Markup {
     let error = errors.iter().find(|e| input_of(&e.field) == f.name);
     let id = format!("f-{}", f.name);
     let hint_id = format!("{id}-hint");

@@ -12,7 +12,8 @@
 //! /oauth/token for a valid client, then floods of wrong secrets and unknown
 //! ids), `ordered` (keys of messages that must arrive in order, each key's
 //! first message failing once), `redrive` (steady, while one call redrives
-//! `--redrive` dead letters). Lateness is arrival at the receiver (for SQS: the acknowledged send)
+//! `--redrive` dead letters), `schedules` (`--schedules` schedules every
+//! second for `--schedule-seconds` runs, their starts spread over a second). Lateness is arrival at the receiver (for SQS: the acknowledged send)
 //! minus the scheduled time. Every scenario checks that every message arrived
 //! and counts duplicates.
 
@@ -28,6 +29,7 @@ use anyhow::bail;
 mod noisy;
 mod ordered;
 mod redrive;
+mod schedules;
 mod service;
 mod token;
 
@@ -110,6 +112,11 @@ struct Args {
     /// the service's bulk.max, 100,000 by default).
     #[arg(long, default_value_t = 100_000)]
     redrive: usize,
+    /// Schedules, and runs of each (one a second), of the schedules scenario.
+    #[arg(long, default_value_t = 10_000)]
+    schedules: usize,
+    #[arg(long, default_value_t = 30)]
+    schedule_seconds: usize,
     /// Runs of each scenario; the table shows the median.
     #[arg(long, default_value_t = 1)]
     runs: usize,
@@ -415,6 +422,7 @@ async fn main() -> anyhow::Result<()> {
             let r = match scenario {
                 "ordered" => ordered::run(&args, run).await?,
                 "redrive" => redrive::run(&args, run).await?,
+                "schedules" => schedules::run(&args, run).await?,
                 _ => run_scenario(&args, scenario, run).await?,
             };
             eprintln!("{}", serde_json::to_string(&r)?);

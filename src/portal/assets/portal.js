@@ -73,5 +73,39 @@
   });
 
   // A message being watched (a test message, a reschedule) refreshes until it is settled.
+  // A schedule's form: the preview of its next runs follows what is typed.
+  document.querySelectorAll("form[data-schedule-form]").forEach(function (form) {
+    var timer = null;
+    function refresh() {
+      var data = new URLSearchParams(new FormData(form));
+      data.delete("csrf");
+      fetch("/portal/schedules/preview?" + data.toString(), { credentials: "same-origin" })
+        .then(function (r) { return r.ok ? r.text() : null; })
+        .then(function (html) {
+          var old = form.querySelector("#preview");
+          if (html && old) old.outerHTML = html;
+          localTimes();
+        })
+        .catch(function () { /* the preview button still works */ });
+    }
+    form.addEventListener("input", function () { clearTimeout(timer); timer = setTimeout(refresh, 250); });
+    form.addEventListener("change", function () { clearTimeout(timer); timer = setTimeout(refresh, 250); });
+  });
+
+  // Times marked data-local also show in the reader's own zone.
+  function localTimes() {
+    if (zone === "UTC" || zone === "Etc/UTC") return; // UTC is shown already
+    document.querySelectorAll("time[data-local]:not([data-shown])").forEach(function (t) {
+      var d = new Date(t.getAttribute("datetime"));
+      if (isNaN(d)) return;
+      var s = document.createElement("small");
+      s.className = "local";
+      s.textContent = " · " + d.toLocaleString(undefined, { timeZone: zone, timeZoneName: "short" });
+      t.setAttribute("data-shown", "");
+      t.after(s);
+    });
+  }
+  localTimes();
+
   if (document.querySelector("[data-watch]")) setTimeout(function () { window.location.reload(); }, 1000);
 })();
