@@ -550,3 +550,73 @@ async fn two_instances_make_exactly_one_message_per_run() {
     second.shutdown().await;
     first.shutdown().await;
 }
+
+/// A run that fell due while no instance ran: made up on start when it is
+/// younger than `schedules.catch_up`, skipped when older.
+async fn restart_after_a_missed_run(catch_up: Duration) -> (Value, Vec<Value>, Receiver) {
+    let first = TestApp::spawn_with(|c| c.schedules.ahead = Duration::from_millis(50)).await;
+    let api = first.api("acme").await;
+    let rx = Receiver::start().await;
+    rx.always(Reply::status(200));
+    let t = target(&api, &rx).await;
+    let at = chrono::Utc::now() + chrono::TimeDelta::milliseconds(800);
+    let s = create(
+        &api,
+        json!({"targetId": t, "every": "1h", "payload": "x",
+               "startAt": dispatch::domain::time::format(&at)}),
+    )
+    .await;
+    let id = s["scheduleId"].as_str().unwrap().to_string();
+    let db = Arc::clone(&first.db);
+    first.shutdown().await;
+    // Down over the run, and a while after it.
+    let wait = (at - chrono::Utc::now()).to_std().unwrap_or_default() + Duration::from_millis(700);
+    tokio::time::sleep(wait).await;
+    let second = TestApp::spawn_on(db, |c| c.schedules.catch_up = catch_up).await;
+    let api = second.api("acme").await;
+    // Until the first pass has moved the schedule's cursor past the run.
+    let sid: dispatch::domain::ids::ScheduleId = id.parse().unwrap();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let cursor = second
+            .store()
+            .get_schedule("acme", &sid, chrono::Utc::now())
+            .await
+            .unwrap()
+            .unwrap()
+            .next_run_at;
+        if cursor.is_some_and(|c| c.timestamp_millis() > ms(&s["nextRunAt"])) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no pass moved the cursor"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let got: Value = api
+        .get(&format!("/schedules/{id}"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let messages = messages_of(&api, &id).await;
+    (got, messages, rx)
+}
+
+#[tokio::test]
+async fn a_run_missed_while_no_instance_ran_is_made_up_on_start_within_the_catch_up_window() {
+    let (s, messages, rx) = restart_after_a_missed_run(Duration::from_secs(3600)).await;
+    assert_eq!(messages.len(), 1, "{messages:?}");
+    assert_eq!(messages[0]["deliveryTime"], s["lastRunAt"]);
+    rx.wait_for(1, WAIT).await;
+}
+
+#[tokio::test]
+async fn a_run_missed_longer_ago_than_the_catch_up_window_is_skipped() {
+    let (s, messages, rx) = restart_after_a_missed_run(Duration::from_millis(300)).await;
+    assert_eq!(messages, Vec::<Value>::new(), "skipped");
+    assert_eq!(s["lastRunAt"], Value::Null);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(rx.count(), 0);
+}

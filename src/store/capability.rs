@@ -282,9 +282,10 @@ pub trait DeliveryStore: Send + Sync + 'static {
     ) -> StoreResult<Vec<Claimed>>;
 
     /// As `claim_due`, fairly across targets: round robin over the targets
-    /// among the oldest due messages (`CLAIM_WINDOW` claims' worth) and the
-    /// newest (one claim's worth: a backlog due at one instant does not make
-    /// what falls due after it wait for all of it), each
+    /// among the oldest due messages (`CLAIM_WINDOW` claims' worth), the
+    /// oldest due after those and the newest (one claim's worth each: a
+    /// backlog due at one instant does not make what falls due after it
+    /// wait for all of it, and what falls due after it goes in order), each
     /// taking at most its share (`ClaimShares`); a full target's messages
     /// are left for later.
     async fn claim_due_shared(

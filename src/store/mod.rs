@@ -298,8 +298,9 @@ pub struct GatedClaim {
     pub waits_for_attempts: bool,
 }
 
-/// A fair claim ranks the oldest `limit × CLAIM_WINDOW` due messages, and
-/// the newest `limit`, round robin across their targets.
+/// A fair claim ranks the oldest `limit × CLAIM_WINDOW` due messages, the
+/// oldest `limit` due after them, and the newest `limit`, round robin across
+/// their targets.
 pub const CLAIM_WINDOW: u32 = 4;
 
 /// The attempts made under one claim (one, or several when immediate

@@ -14,6 +14,7 @@ checks!(
     a_shared_claim_goes_round_robin_and_takes_no_more_than_each_targets_share,
     the_next_due_time_can_leave_out_full_targets,
     a_backlog_due_at_one_instant_does_not_hide_a_later_target_from_a_shared_claim,
+    beside_a_backlog_due_at_one_instant_another_targets_stream_goes_oldest_first,
 );
 
 async fn claim_due_hands_out_only_due_scheduled_messages_oldest_due_first(store: Arc<dyn Store>) {
@@ -428,4 +429,47 @@ async fn a_backlog_due_at_one_instant_does_not_hide_a_later_target_from_a_shared
         "b's message goes beside a's backlog: {targets:?}"
     );
     assert!(claimed.iter().any(|c| c.target_id == a.id));
+}
+
+async fn beside_a_backlog_due_at_one_instant_another_targets_stream_goes_oldest_first(
+    store: Arc<dyn Store>,
+) {
+    // As above, and b's messages keep falling due, one after another: each
+    // claim must take b's oldest, not its newest. Taking the newest left
+    // the ones just before it waiting for as long as newer ones kept coming
+    // (a redrive of 100,000 beside a steady stream: p99 12-18 s).
+    let now = time::now();
+    let (a, b) = (
+        add_target(&*store, ACME).await,
+        add_target(&*store, GLOBEX).await,
+    );
+    let limit = 2;
+    for _ in 0..limit * dispatch::store::CLAIM_WINDOW as usize * 3 {
+        schedule(&*store, &a, now - secs(10)).await;
+    }
+    let mut stream = Vec::new();
+    for i in 0..5 {
+        stream.push(schedule(&*store, &b, now - secs(5) + ms(i)).await);
+    }
+    let shares = ClaimShares {
+        per_target: 1,
+        room: vec![(a.id.clone(), 1)],
+    };
+    let mut got = Vec::new();
+    for i in 0..5 {
+        // One more of b's falls due before each claim.
+        schedule(&*store, &b, now - secs(1) + ms(i)).await;
+        let claimed = store
+            .claim_due_shared(now, limit as u32, LEASE, &shares)
+            .await
+            .unwrap();
+        got.extend(
+            claimed
+                .into_iter()
+                .filter(|c| c.target_id == b.id)
+                .map(|c| c.id),
+        );
+    }
+    let want: Vec<MessageId> = stream.iter().map(|m| m.id).collect();
+    assert_eq!(got, want, "b's messages in the order they fell due");
 }

@@ -117,6 +117,9 @@ struct Args {
     schedules: usize,
     #[arg(long, default_value_t = 30)]
     schedule_seconds: usize,
+    /// Targets the schedules scenario's schedules share.
+    #[arg(long, default_value_t = 10)]
+    schedule_targets: usize,
     /// Runs of each scenario; the table shows the median.
     #[arg(long, default_value_t = 1)]
     runs: usize,

@@ -1,10 +1,11 @@
-//! The schedules scenario (API.md §12): `--schedules` schedules, each
-//! `every: "1s"` for `--schedule-seconds` runs, their starts spread evenly
-//! over one second (so that as many runs fall due each second as there are
-//! schedules, a steady stream), all created over the API before the first
-//! run. It prints the runs delivered per second, their lateness at the
-//! receiver, duplicates at the receiver, and (PostgreSQL) the runs the
-//! database holds against those expected: none missing, none twice.
+//! The schedules scenario (API.md §12): `--schedules` schedules over
+//! `--schedule-targets` targets, each `every: "1s"` for `--schedule-seconds`
+//! runs, their starts spread evenly over one second (so that as many runs
+//! fall due each second as there are schedules, a steady stream), all
+//! created over the API before the first run. It prints the runs delivered
+//! per second, their lateness at the receiver, duplicates at the receiver,
+//! and (PostgreSQL) the runs the database holds against those expected (none
+//! missing, none twice) and how far ahead of its run each was created.
 
 use std::{
     sync::Arc,
@@ -33,7 +34,12 @@ pub(crate) async fn run(args: &Args, run: usize) -> anyhow::Result<Result> {
     let addr = listener.local_addr()?;
     let server = tokio::spawn(async move { axum::serve(listener, app).await });
     let service = start_service(args).await?;
-    let target = create_target(args, &service, "schedules", &format!("http://{addr}/hook")).await?;
+    let mut targets = Vec::new();
+    for _ in 0..args.schedule_targets.max(1) {
+        targets.push(
+            create_target(args, &service, "schedules", &format!("http://{addr}/hook")).await?,
+        );
+    }
 
     let (n, runs) = (args.schedules, args.schedule_seconds);
     // Time to create them all first: a few thousand a second over the API.
@@ -44,7 +50,7 @@ pub(crate) async fn run(args: &Args, run: usize) -> anyhow::Result<Result> {
             let first = start + TimeDelta::microseconds((i as i64 * 1_000_000) / n as i64);
             let last = first + TimeDelta::seconds(runs as i64 - 1);
             let body = json!({
-                "targetId": target, "every": "1s", "payload": "benchmark run",
+                "targetId": targets[i % targets.len()], "every": "1s", "payload": "benchmark run",
                 "startAt": dispatch::domain::time::format(&first),
                 "endAt": dispatch::domain::time::format(&last),
             });
@@ -89,13 +95,15 @@ pub(crate) async fn run(args: &Args, run: usize) -> anyhow::Result<Result> {
     let peak_rss_mb = service.peak_rss_mb();
     let held = if args.store == "postgres" {
         let mut conn = PgConnection::connect(&service.db_url).await?;
-        let (runs_held, distinct): (i64, i64) = sqlx::query_as(
-            "SELECT count(*), count(DISTINCT (schedule_id, schedule_run)) FROM messages \
-             WHERE schedule_id IS NOT NULL",
+        let (runs_held, distinct, min_lead, p1_lead): (i64, i64, f64, f64) = sqlx::query_as(
+            "SELECT count(*), count(DISTINCT (schedule_id, schedule_run)), \
+               coalesce(min(extract(epoch FROM schedule_run - created_at))::float8 * 1000, 'NaN'), \
+               coalesce(percentile_cont(0.01) WITHIN GROUP (ORDER BY extract(epoch FROM schedule_run - created_at)) * 1000, 'NaN') \
+             FROM messages WHERE schedule_id IS NOT NULL",
         )
         .fetch_one(&mut conn)
         .await?;
-        Some((runs_held, distinct))
+        Some((runs_held, distinct, min_lead, p1_lead))
     } else {
         None
     };
@@ -114,15 +122,17 @@ pub(crate) async fn run(args: &Args, run: usize) -> anyhow::Result<Result> {
     let lateness = lateness_ms(&timings);
     let rate = arrival_rate(&timings);
     let mut notes = format!(
-        "{n} schedules every 1s, {runs} runs each: {} of {expected} runs delivered, \
+        "{n} schedules every 1s over {} targets, {runs} runs each: {} of {expected} runs delivered, \
          {:.0} runs/s (5th to 95th percentile arrival)",
+        targets.len(),
         timings.len(),
         rate
     );
     let mut failed_check = timings.len() != expected || duplicates > 0;
-    if let Some((runs_held, distinct)) = held {
+    if let Some((runs_held, distinct, min_lead, p1_lead)) = held {
         notes.push_str(&format!(
-            "; the database holds {runs_held} run messages, {distinct} distinct (schedule, run)"
+            "; the database holds {runs_held} run messages, {distinct} distinct (schedule, run); \
+             each created ahead of its run by at least {min_lead:.0} ms (1st percentile {p1_lead:.0} ms)"
         ));
         failed_check |= runs_held != expected as i64 || distinct != runs_held;
     }

@@ -72,17 +72,28 @@ impl DeliveryStore for PgStore {
             .map(|(t, n)| (t.as_str(), i32::try_from(*n).unwrap_or(i32::MAX)))
             .unzip();
         // Round robin over the targets among the oldest due messages (a
-        // window of a few claims' worth) and the newest (one claim's worth),
-        // each target taking its share; a target with no room left is not
-        // read past its index entries. The newest are there for a backlog
-        // due at one instant whose receiver answers quickly: it fills the
+        // window of a few claims' worth), the oldest due after that window
+        // and the newest (one claim's worth each), each target taking its
+        // share; a target with no room left is not read past its index
+        // entries. The other two are there for a backlog due at one instant
+        // (a burst, a redrive) whose receiver answers quickly: it fills the
         // oldest window and has room again before another target's message
-        // is due, which then fell due after it and waited for all of it.
+        // is due, which then fell due after it and would wait for all of it.
+        // The newest alone is not enough: while another target's messages
+        // keep falling due, its newest go and the ones just before them
+        // wait; the window after the oldest hands them out in order.
         let rows: Vec<ClaimRow> = sqlx::query_as(concat!(
-            "WITH cand AS ( \
+            "WITH oldest AS ( \
+               SELECT id, target_id, claim_at FROM messages \
+               WHERE state = 'Scheduled' AND NOT paused AND NOT gated AND NOT held AND claim_at <= $1 AND NOT (target_id = ANY($5)) \
+               ORDER BY claim_at LIMIT $6), \
+             cand AS ( \
+               SELECT * FROM oldest \
+               UNION \
                (SELECT id, target_id, claim_at FROM messages \
                WHERE state = 'Scheduled' AND NOT paused AND NOT gated AND NOT held AND claim_at <= $1 AND NOT (target_id = ANY($5)) \
-               ORDER BY claim_at LIMIT $6) \
+                 AND claim_at > (SELECT max(claim_at) FROM oldest) \
+               ORDER BY claim_at LIMIT $2) \
                UNION \
                (SELECT id, target_id, claim_at FROM messages \
                WHERE state = 'Scheduled' AND NOT paused AND NOT gated AND NOT held AND claim_at <= $1 AND NOT (target_id = ANY($5)) \

@@ -229,6 +229,15 @@ impl SqliteStore {
                              SELECT * FROM (SELECT id, target_id, claim_at FROM messages \
                              WHERE state = 'Scheduled' AND paused = 0 AND gated = 0 AND held = 0 AND claim_at <= ?1 \
                                AND target_id NOT IN (SELECT value FROM json_each(?5)) \
+                               AND claim_at > (SELECT max(claim_at) FROM (SELECT claim_at FROM messages \
+                                 WHERE state = 'Scheduled' AND paused = 0 AND gated = 0 AND held = 0 AND claim_at <= ?1 \
+                                   AND target_id NOT IN (SELECT value FROM json_each(?5)) \
+                                 ORDER BY claim_at LIMIT ?7)) \
+                             ORDER BY claim_at LIMIT ?4) \
+                             UNION \
+                             SELECT * FROM (SELECT id, target_id, claim_at FROM messages \
+                             WHERE state = 'Scheduled' AND paused = 0 AND gated = 0 AND held = 0 AND claim_at <= ?1 \
+                               AND target_id NOT IN (SELECT value FROM json_each(?5)) \
                              ORDER BY claim_at DESC LIMIT ?4)) c \
                        LEFT JOIN json_each(?8) r ON r.key = c.target_id) \
                      WHERE rn <= room ORDER BY rn, claim_at LIMIT ?4",
