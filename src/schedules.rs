@@ -60,9 +60,18 @@ pub async fn run(
     config: SchedulesConfig,
     shutdown: CancellationToken,
 ) {
-    // Half the lead: a run's message exists at least that long before it.
+    // A pass every half the lead (at most a second): a run's message exists
+    // about that long before it. A pass that takes longer than that is
+    // followed by the next at once, not after a further wait.
     let every = (config.ahead / 2).clamp(Duration::from_millis(20), Duration::from_secs(1));
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = wake.schedules_changed() => {}
+            _ = shutdown.cancelled() => return,
+        }
         match materialise(store.as_ref(), clock.now(), &config).await {
             Ok(done) => {
                 if done.created > 0 {
@@ -74,11 +83,6 @@ pub async fn run(
             }
             Err(e) if e.is_unavailable() => warn!(error = %e, "schedules: database unavailable"),
             Err(e) => warn!(error = ?e, "schedules: a pass failed"),
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(every) => {}
-            _ = wake.schedules_changed() => {}
-            _ = shutdown.cancelled() => return,
         }
     }
 }

@@ -59,7 +59,7 @@ impl Default for SchedulesConfig {
     fn default() -> Self {
         Self {
             catch_up: Duration::from_secs(3600),
-            ahead: Duration::from_secs(2),
+            ahead: Duration::from_secs(5),
             batch_size: 500,
         }
     }

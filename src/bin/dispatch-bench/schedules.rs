@@ -95,15 +95,16 @@ pub(crate) async fn run(args: &Args, run: usize) -> anyhow::Result<Result> {
     let peak_rss_mb = service.peak_rss_mb();
     let held = if args.store == "postgres" {
         let mut conn = PgConnection::connect(&service.db_url).await?;
-        let (runs_held, distinct, min_lead, p1_lead): (i64, i64, f64, f64) = sqlx::query_as(
+        let (runs_held, distinct, min_lead, p1_lead, span): (i64, i64, f64, f64, f64) = sqlx::query_as(
             "SELECT count(*), count(DISTINCT (schedule_id, schedule_run)), \
                coalesce(min(extract(epoch FROM schedule_run - created_at))::float8 * 1000, 'NaN'), \
-               coalesce(percentile_cont(0.01) WITHIN GROUP (ORDER BY extract(epoch FROM schedule_run - created_at)) * 1000, 'NaN') \
+               coalesce(percentile_cont(0.01) WITHIN GROUP (ORDER BY extract(epoch FROM schedule_run - created_at)) * 1000, 'NaN'), \
+               coalesce(extract(epoch FROM max(created_at) - min(created_at))::float8, 'NaN') \
              FROM messages WHERE schedule_id IS NOT NULL",
         )
         .fetch_one(&mut conn)
         .await?;
-        Some((runs_held, distinct, min_lead, p1_lead))
+        Some((runs_held, distinct, min_lead, p1_lead, span))
     } else {
         None
     };
@@ -129,10 +130,12 @@ pub(crate) async fn run(args: &Args, run: usize) -> anyhow::Result<Result> {
         rate
     );
     let mut failed_check = timings.len() != expected || duplicates > 0;
-    if let Some((runs_held, distinct, min_lead, p1_lead)) = held {
+    if let Some((runs_held, distinct, min_lead, p1_lead, span)) = held {
         notes.push_str(&format!(
-            "; the database holds {runs_held} run messages, {distinct} distinct (schedule, run); \
-             each created ahead of its run by at least {min_lead:.0} ms (1st percentile {p1_lead:.0} ms)"
+            "; the database holds {runs_held} run messages, {distinct} distinct (schedule, run), \
+             made at {:.0} runs/s (from the first to the last made); each created ahead of its run \
+             by at least {min_lead:.0} ms (1st percentile {p1_lead:.0} ms)",
+            runs_held as f64 / span
         ));
         failed_check |= runs_held != expected as i64 || distinct != runs_held;
     }
