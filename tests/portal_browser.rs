@@ -141,7 +141,7 @@ async fn a_person_signs_in_creates_a_webhook_target_and_watches_a_test_message_d
     assert_eq!(cookie.path(), Some("/portal"));
     assert_eq!(
         texts(&b, "header nav a").await,
-        ["Overview", "Targets", "Messages"]
+        ["Overview", "Targets", "Messages", "Schedules"]
     );
     assert_eq!(b.text("#delivered-24h").await, "0");
 

@@ -127,7 +127,10 @@ pub enum Conflict {
         "an attempt to deliver this message is under way; it cannot be {action} until it ends"
     )]
     InFlight { action: &'static str },
-    #[error("the target still has Scheduled or DeadLetter messages; cancel them first")]
+    #[error(
+        "the target still has Scheduled or DeadLetter messages; cancel them first \
+         (and pause or delete its schedules, whose next runs are made a few seconds ahead)"
+    )]
     TargetInUse,
     #[error("a portal user with this email exists already")]
     EmailTaken,

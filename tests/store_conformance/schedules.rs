@@ -22,6 +22,7 @@ checks!(
     a_save_over_a_stale_revision_or_for_an_unknown_target_changes_nothing,
     deleting_a_schedule_keeps_the_runs_that_fell_due,
     racing_passes_make_one_message_per_run,
+    passes_on_clocks_that_disagree_make_one_message_per_run,
     a_keyed_schedules_runs_go_one_at_a_time,
     another_accounts_schedules_are_invisible,
 );
@@ -291,6 +292,25 @@ async fn racing_passes_make_one_message_per_run(store: Arc<dyn Store>) {
             [start, start + secs(1), start + secs(2)]
         );
     }
+}
+
+async fn passes_on_clocks_that_disagree_make_one_message_per_run(store: Arc<dyn Store>) {
+    // Two instances whose clocks are 3 s apart: the one ahead makes runs
+    // earlier, the one behind finds them made.
+    let t = add_target(&*store, ACME).await;
+    let start = t0();
+    let s = every(&t, "1s", start);
+    insert(&*store, &s).await;
+    let c = config(Duration::from_secs(2), Duration::from_secs(3600));
+    let ahead = materialise(&*store, start + secs(3), &c).await.unwrap();
+    assert_eq!(ahead.created, 6, "runs +0 to +5 s");
+    let behind = materialise(&*store, start, &c).await.unwrap();
+    assert_eq!(behind.created, 0);
+    let behind = materialise(&*store, start + secs(4), &c).await.unwrap();
+    assert_eq!(behind.created, 1, "only the run at +6 s is new");
+    let runs = runs_of(&*store, &s).await;
+    assert_eq!(runs.len(), 7);
+    assert_eq!(runs.last(), Some(&(start + secs(6))));
 }
 
 async fn a_keyed_schedules_runs_go_one_at_a_time(store: Arc<dyn Store>) {
