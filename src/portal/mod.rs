@@ -11,6 +11,7 @@ mod layout;
 mod messages;
 mod overview;
 mod ranges;
+mod schedule_form;
 mod schedules;
 mod session;
 mod target_form;
