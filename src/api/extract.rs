@@ -168,6 +168,35 @@ impl QueryParams {
     pub fn cursor(&self) -> Result<Option<String>, ApiError> {
         Ok(self.get("cursor").map(str::to_string))
     }
+
+    /// For a list that names every problem of its query at once: `limit`
+    /// (50 when absent), its problem added to `errors`.
+    pub fn limit_noting(&self, errors: &mut Vec<crate::domain::target::FieldError>) -> u32 {
+        self.limit().unwrap_or_else(|e| {
+            if let ApiError::Validation(mut v) = e {
+                errors.append(&mut v);
+            }
+            DEFAULT_LIMIT
+        })
+    }
+
+    /// The cursor as `decode` reads it; one it cannot read (not issued by
+    /// this service) is a problem added to `errors`.
+    pub fn cursor_noting<T>(
+        &self,
+        errors: &mut Vec<crate::domain::target::FieldError>,
+        decode: impl FnOnce(&str) -> Option<T>,
+    ) -> Option<T> {
+        let c = self.get("cursor")?;
+        let decoded = decode(c);
+        if decoded.is_none() {
+            errors.push(crate::domain::target::FieldError::new(
+                "cursor",
+                "is not a cursor this service issued",
+            ));
+        }
+        decoded
+    }
 }
 
 /// A page's `nextCursor`: what the next page continues after.

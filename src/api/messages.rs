@@ -208,33 +208,11 @@ pub async fn list(
             None
         }
     });
-    let limit = q.limit().map_err(|e| {
-        if let ApiError::Validation(mut v) = e {
-            errors.append(&mut v)
-        }
-    });
-    let cursor = q.cursor().map_err(|e| {
-        if let ApiError::Validation(mut v) = e {
-            errors.append(&mut v)
-        }
-    });
-    let before = match cursor {
-        Ok(Some(c)) => match c.parse::<MessageId>() {
-            Ok(id) => Some(id),
-            Err(_) => {
-                errors.push(FieldError::new(
-                    "cursor",
-                    "is not a cursor this service issued",
-                ));
-                None
-            }
-        },
-        _ => None,
-    };
+    let limit = q.limit_noting(&mut errors);
+    let before = q.cursor_noting(&mut errors, |c| c.parse::<MessageId>().ok());
     if !errors.is_empty() {
         return Err(ApiError::Validation(errors));
     }
-    let limit = limit.unwrap_or(super::extract::DEFAULT_LIMIT);
     let filter = MessageFilter {
         target_id,
         state: state_filter,

@@ -91,31 +91,11 @@ pub async fn list(
             .map_err(|_| errors.push(FieldError::new("targetId", "is not a target id")))
             .ok()
     });
-    let limit = q.limit().map_err(|e| {
-        if let ApiError::Validation(mut v) = e {
-            errors.append(&mut v)
-        }
-    });
-    let after = match q.cursor() {
-        Ok(Some(c)) => ScheduleCursor::decode(&c)
-            .ok_or_else(|| {
-                errors.push(FieldError::new(
-                    "cursor",
-                    "is not a cursor this service issued",
-                ))
-            })
-            .ok(),
-        Ok(None) => None,
-        Err(ApiError::Validation(mut v)) => {
-            errors.append(&mut v);
-            None
-        }
-        Err(e) => return Err(e),
-    };
+    let limit = q.limit_noting(&mut errors);
+    let after = q.cursor_noting(&mut errors, ScheduleCursor::decode);
     if !errors.is_empty() {
         return Err(ApiError::Validation(errors));
     }
-    let limit = limit.unwrap_or(super::extract::DEFAULT_LIMIT);
     let now = state.service.now();
     let mut schedules = state
         .store
