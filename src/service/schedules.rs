@@ -26,24 +26,7 @@ impl Service {
     ) -> ServiceResult<Schedule> {
         // Milliseconds, as every store keeps them: `every` counts from here.
         let now = truncate_ms(self.now());
-        let mut s = Schedule {
-            id: ScheduleId::new(),
-            account: account.to_string(),
-            target_id: spec.target_id,
-            name: spec.name,
-            recurrence: spec.recurrence,
-            zone: spec.zone,
-            payload: spec.payload,
-            ordering_key: spec.ordering_key,
-            start_at: spec.start_at,
-            end_at: spec.end_at,
-            paused: spec.paused,
-            next_run_at: None,
-            last_run_at: None,
-            revision: 0,
-            created_at: now,
-            updated_at: now,
-        };
+        let mut s = spec.into_schedule(ScheduleId::new(), account.to_string(), now);
         s.restart_at(now);
         if !self.store.insert_schedule(&s).await? {
             return Err(ServiceError::field("targetId", "is not a known target"));
@@ -63,18 +46,12 @@ impl Service {
     ) -> ServiceResult<Schedule> {
         self.change_schedule(account, id, |current| {
             let spec = wire::parse(&wire::merge(current, patch)).map_err(ServiceError::Invalid)?;
-            Ok(Schedule {
-                target_id: spec.target_id,
-                name: spec.name,
-                recurrence: spec.recurrence,
-                zone: spec.zone,
-                payload: spec.payload,
-                ordering_key: spec.ordering_key,
-                start_at: spec.start_at,
-                end_at: spec.end_at,
-                paused: spec.paused,
-                ..current.clone()
-            })
+            // `change_schedule` sets what a save sets beyond the document.
+            Ok(spec.into_schedule(
+                current.id.clone(),
+                current.account.clone(),
+                current.created_at,
+            ))
         })
         .await
     }
@@ -110,6 +87,8 @@ impl Service {
         id: &ScheduleId,
         change: impl Fn(&Schedule) -> ServiceResult<Schedule>,
     ) -> ServiceResult<Schedule> {
+        // `change` decides the fields a person sets (and `paused`); the
+        // revision, `updatedAt`, the cursor and the last run are set here.
         for _ in 0..SAVE_TRIES {
             let now = self.now();
             let current = self

@@ -8,7 +8,7 @@ use utoipa::ToSchema;
 
 use super::Field;
 use crate::domain::{
-    ids::TargetId,
+    ids::{ScheduleId, TargetId},
     message::parse_ordering_key,
     payload::Payload,
     schedule::{parse_zone, Recurrence, Schedule},
@@ -68,6 +68,36 @@ pub struct ScheduleSpec {
     pub start_at: Option<DateTime<Utc>>,
     pub end_at: Option<DateTime<Utc>>,
     pub paused: bool,
+}
+
+impl ScheduleSpec {
+    /// The schedule this document describes, as created at `created_at`:
+    /// not yet saved (revision 0), no run made, its cursor not yet set.
+    pub fn into_schedule(
+        self,
+        id: ScheduleId,
+        account: String,
+        created_at: DateTime<Utc>,
+    ) -> Schedule {
+        Schedule {
+            id,
+            account,
+            target_id: self.target_id,
+            name: self.name,
+            recurrence: self.recurrence,
+            zone: self.zone,
+            payload: self.payload,
+            ordering_key: self.ordering_key,
+            start_at: self.start_at,
+            end_at: self.end_at,
+            paused: self.paused,
+            next_run_at: None,
+            last_run_at: None,
+            revision: 0,
+            created_at,
+            updated_at: created_at,
+        }
+    }
 }
 
 const NAME_MAX_CHARS: usize = 200;
