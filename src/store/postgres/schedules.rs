@@ -105,16 +105,13 @@ impl PgStore {
     }
 }
 
-#[async_trait]
-impl ScheduleStore for PgStore {
-    async fn insert_schedule(&self, s: &Schedule) -> StoreResult<bool> {
-        let inserted = sqlx::query(
-            "INSERT INTO schedules (id, account, target_id, name, cron, every, time_zone, payload, ordering_key, \
-               start_at, end_at, paused, next_run_at, revision, created_at, updated_at) \
-             SELECT $1, $2, t.id, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16 \
-             FROM targets t WHERE t.id = $3 AND t.account = $2",
-        )
-        .bind(s.id.as_str())
+/// Binds the columns insert and save both write, in their order ($1 to
+/// $14: id to revision); each then binds its times.
+fn bind_columns<'q>(
+    q: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    s: &'q Schedule,
+) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    q.bind(s.id.as_str())
         .bind(&s.account)
         .bind(s.target_id.as_str())
         .bind(&s.name)
@@ -128,6 +125,20 @@ impl ScheduleStore for PgStore {
         .bind(s.paused)
         .bind(s.next_run_at)
         .bind(s.revision)
+}
+
+#[async_trait]
+impl ScheduleStore for PgStore {
+    async fn insert_schedule(&self, s: &Schedule) -> StoreResult<bool> {
+        let inserted = bind_columns(
+            sqlx::query(
+                "INSERT INTO schedules (id, account, target_id, name, cron, every, time_zone, payload, ordering_key, \
+                   start_at, end_at, paused, next_run_at, revision, created_at, updated_at) \
+                 SELECT $1, $2, t.id, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16 \
+                 FROM targets t WHERE t.id = $3 AND t.account = $2",
+            ),
+            s,
+        )
         .bind(s.created_at)
         .bind(s.updated_at)
         .execute(&self.pool)
@@ -206,26 +217,15 @@ impl ScheduleStore for PgStore {
             now,
         )
         .await?;
-        let saved = sqlx::query(
-            "UPDATE schedules SET target_id = t.id, name = $4, cron = $5, every = $6, time_zone = $7, \
-               payload = $8, ordering_key = $9, start_at = $10, end_at = $11, paused = $12, \
-               next_run_at = $13, revision = $14, updated_at = $15 \
-             FROM targets t WHERE schedules.id = $1 AND t.id = $3 AND t.account = $2",
+        let saved = bind_columns(
+            sqlx::query(
+                "UPDATE schedules SET target_id = t.id, name = $4, cron = $5, every = $6, time_zone = $7, \
+                   payload = $8, ordering_key = $9, start_at = $10, end_at = $11, paused = $12, \
+                   next_run_at = $13, revision = $14, updated_at = $15 \
+                 FROM targets t WHERE schedules.id = $1 AND t.id = $3 AND t.account = $2",
+            ),
+            s,
         )
-        .bind(s.id.as_str())
-        .bind(&s.account)
-        .bind(s.target_id.as_str())
-        .bind(&s.name)
-        .bind(s.recurrence.cron())
-        .bind(s.recurrence.every())
-        .bind(s.zone.name())
-        .bind(s.payload.as_str().as_bytes())
-        .bind(s.ordering_key.as_deref())
-        .bind(s.start_at)
-        .bind(s.end_at)
-        .bind(s.paused)
-        .bind(s.next_run_at)
-        .bind(s.revision)
         .bind(s.updated_at)
         .execute(&mut *tx)
         .await
