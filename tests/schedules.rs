@@ -553,7 +553,9 @@ async fn two_instances_make_exactly_one_message_per_run() {
 
 /// A run that fell due while no instance ran: made up on start when it is
 /// younger than `schedules.catch_up`, skipped when older.
-async fn restart_after_a_missed_run(catch_up: Duration) -> (Value, Vec<Value>, Receiver) {
+/// Also the instance started after the run, which must outlive the checks
+/// that wait for its deliveries.
+async fn restart_after_a_missed_run(catch_up: Duration) -> (Value, Vec<Value>, Receiver, TestApp) {
     let first = TestApp::spawn_with(|c| c.schedules.ahead = Duration::from_millis(50)).await;
     let api = first.api("acme").await;
     let rx = Receiver::start().await;
@@ -601,12 +603,12 @@ async fn restart_after_a_missed_run(catch_up: Duration) -> (Value, Vec<Value>, R
         .await
         .unwrap();
     let messages = messages_of(&api, &id).await;
-    (got, messages, rx)
+    (got, messages, rx, second)
 }
 
 #[tokio::test]
 async fn a_run_missed_while_no_instance_ran_is_made_up_on_start_within_the_catch_up_window() {
-    let (s, messages, rx) = restart_after_a_missed_run(Duration::from_secs(3600)).await;
+    let (s, messages, rx, _running) = restart_after_a_missed_run(Duration::from_secs(3600)).await;
     assert_eq!(messages.len(), 1, "{messages:?}");
     assert_eq!(messages[0]["deliveryTime"], s["lastRunAt"]);
     rx.wait_for(1, WAIT).await;
@@ -614,7 +616,7 @@ async fn a_run_missed_while_no_instance_ran_is_made_up_on_start_within_the_catch
 
 #[tokio::test]
 async fn a_run_missed_longer_ago_than_the_catch_up_window_is_skipped() {
-    let (s, messages, rx) = restart_after_a_missed_run(Duration::from_millis(300)).await;
+    let (s, messages, rx, _running) = restart_after_a_missed_run(Duration::from_millis(300)).await;
     assert_eq!(messages, Vec::<Value>::new(), "skipped");
     assert_eq!(s["lastRunAt"], Value::Null);
     tokio::time::sleep(Duration::from_millis(300)).await;
