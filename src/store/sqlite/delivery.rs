@@ -218,21 +218,19 @@ impl SqliteStore {
                     .map(|(t, n)| (t.as_str().to_string(), (*n).into()))
                     .collect();
                 sqlx::query_as(&update(
-                    "SELECT id FROM ( \
+                    "WITH oldest AS MATERIALIZED (SELECT id, target_id, claim_at FROM messages \
+                       WHERE state = 'Scheduled' AND paused = 0 AND gated = 0 AND held = 0 AND claim_at <= ?1 \
+                         AND target_id NOT IN (SELECT value FROM json_each(?5)) \
+                       ORDER BY claim_at LIMIT ?7) \
+                     SELECT id FROM ( \
                        SELECT c.id, c.claim_at, COALESCE(r.value, ?6) AS room, \
                          row_number() OVER (PARTITION BY c.target_id ORDER BY c.claim_at) AS rn \
-                       FROM (SELECT * FROM (SELECT id, target_id, claim_at FROM messages \
-                             WHERE state = 'Scheduled' AND paused = 0 AND gated = 0 AND held = 0 AND claim_at <= ?1 \
-                               AND target_id NOT IN (SELECT value FROM json_each(?5)) \
-                             ORDER BY claim_at LIMIT ?7) \
+                       FROM (SELECT * FROM oldest \
                              UNION \
                              SELECT * FROM (SELECT id, target_id, claim_at FROM messages \
                              WHERE state = 'Scheduled' AND paused = 0 AND gated = 0 AND held = 0 AND claim_at <= ?1 \
                                AND target_id NOT IN (SELECT value FROM json_each(?5)) \
-                               AND claim_at > (SELECT max(claim_at) FROM (SELECT claim_at FROM messages \
-                                 WHERE state = 'Scheduled' AND paused = 0 AND gated = 0 AND held = 0 AND claim_at <= ?1 \
-                                   AND target_id NOT IN (SELECT value FROM json_each(?5)) \
-                                 ORDER BY claim_at LIMIT ?7)) \
+                               AND claim_at > (SELECT max(claim_at) FROM oldest) \
                              ORDER BY claim_at LIMIT ?4) \
                              UNION \
                              SELECT * FROM (SELECT id, target_id, claim_at FROM messages \
