@@ -147,13 +147,7 @@ impl ScheduleForm {
             anchor: spec.start_at.unwrap_or(now),
             end_at: spec.end_at,
         };
-        let mut runs = Vec::new();
-        let mut next = rule.first_from(now);
-        while let Some(t) = next.filter(|_| runs.len() < PREVIEW_RUNS) {
-            runs.push(t);
-            next = rule.after(t);
-        }
-        Ok(runs)
+        Ok(rule.runs_from(now).take(PREVIEW_RUNS).collect())
     }
 }
 

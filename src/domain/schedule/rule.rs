@@ -187,6 +187,11 @@ impl Rule {
         self.after(t - TimeDelta::milliseconds(1))
     }
 
+    /// The runs at or after `t`, in order, until the end.
+    pub fn runs_from(&self, t: DateTime<Utc>) -> impl Iterator<Item = DateTime<Utc>> + '_ {
+        std::iter::successors(self.first_from(t), move |&run| self.after(run))
+    }
+
     /// The first run strictly after `t`, if there is one before the end.
     pub fn after(&self, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
         // Nothing before the anchor.
@@ -248,14 +253,11 @@ mod tests {
     }
 
     fn runs(rule: &Rule, from: &str, n: usize) -> Vec<String> {
-        let mut t = at(from);
-        let mut out = Vec::new();
-        for _ in 0..n {
-            let Some(next) = rule.after(t) else { break };
-            out.push(next.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
-            t = next;
-        }
-        out
+        // Strictly after `from`: times are whole milliseconds.
+        rule.runs_from(at(from) + TimeDelta::milliseconds(1))
+            .take(n)
+            .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+            .collect()
     }
 
     #[test]
