@@ -305,6 +305,11 @@ pub trait DeliveryStore: Send + Sync + 'static {
     /// Applies attempt results whose lease still holds; returns the attempt rows written.
     async fn record(&self, results: &[Recorded], now: DateTime<Utc>) -> StoreResult<u64>;
 
+    /// Gives claimed messages back unattempted, where the claim's lease
+    /// (`token`) still holds them: claimable again at once by any instance,
+    /// as due as before the claim. Returns how many were given back.
+    async fn release(&self, leases: &[(MessageId, uuid::Uuid)]) -> StoreResult<u64>;
+
     async fn purge_expired(&self, cutoffs: &Cutoffs, batch: u32) -> StoreResult<Purged>;
 }
 

@@ -15,6 +15,7 @@ checks!(
     the_next_due_time_can_leave_out_full_targets,
     a_backlog_due_at_one_instant_does_not_hide_a_later_target_from_a_shared_claim,
     beside_a_backlog_due_at_one_instant_another_targets_stream_goes_oldest_first,
+    a_released_claim_is_due_again_at_once_and_a_stale_token_releases_nothing,
 );
 
 async fn claim_due_hands_out_only_due_scheduled_messages_oldest_due_first(store: Arc<dyn Store>) {
@@ -472,4 +473,51 @@ async fn beside_a_backlog_due_at_one_instant_another_targets_stream_goes_oldest_
     }
     let want: Vec<MessageId> = stream.iter().map(|m| m.id).collect();
     assert_eq!(got, want, "b's messages in the order they fell due");
+}
+
+async fn a_released_claim_is_due_again_at_once_and_a_stale_token_releases_nothing(
+    store: Arc<dyn Store>,
+) {
+    let t = add_target(&*store, ACME).await;
+    let now = time::now();
+    let due_at = now - secs(1);
+    let m = schedule(&*store, &t, due_at).await;
+    let first = claim_only(&*store, &m, now, LEASE).await;
+
+    // A token the message's lease does not hold gives nothing back.
+    let stale = Uuid::new_v4();
+    assert_eq!(store.release(&[(m.id, stale)]).await.unwrap(), 0);
+    assert!(store.claim_due(now, 10, LEASE).await.unwrap().is_empty());
+
+    assert_eq!(
+        store.release(&[(m.id, first.lease_token)]).await.unwrap(),
+        1
+    );
+    assert_eq!(
+        store.next_due().await.unwrap(),
+        Some(due_at),
+        "given back as due as it was before the claim"
+    );
+    let again = claim_only(&*store, &m, now, LEASE).await;
+    assert_ne!(again.lease_token, first.lease_token);
+    assert_eq!(again.attempt_count, 0, "no attempt was made or counted");
+    assert_eq!(
+        store.release(&[(m.id, first.lease_token)]).await.unwrap(),
+        0,
+        "an earlier claim's token no longer holds it"
+    );
+
+    // A message whose result is recorded is not made due again.
+    let r = recorded(
+        &again,
+        attempts_after(&again, &[AttemptOutcome::Success], now),
+        Next::Delivered,
+    );
+    store.record(&[r], now).await.unwrap();
+    assert_eq!(
+        store.release(&[(m.id, again.lease_token)]).await.unwrap(),
+        0
+    );
+    assert_eq!(get(&*store, &m).await.state, State::Delivered);
+    assert_eq!(store.next_due().await.unwrap(), None);
 }

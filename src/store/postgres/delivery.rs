@@ -278,6 +278,24 @@ impl DeliveryStore for PgStore {
         Ok(recorded)
     }
 
+    async fn release(&self, leases: &[(MessageId, Uuid)]) -> StoreResult<u64> {
+        if leases.is_empty() {
+            return Ok(0);
+        }
+        let (ids, tokens): (Vec<Uuid>, Vec<Uuid>) = leases.iter().map(|(id, t)| (id.0, *t)).unzip();
+        let done = sqlx::query(
+            "UPDATE messages m SET claim_at = COALESCE(m.next_attempt_at, m.delivery_time), lease_token = NULL \
+             FROM unnest($1::uuid[], $2::uuid[]) AS r(id, token) \
+             WHERE m.id = r.id AND m.lease_token = r.token AND m.state = 'Scheduled'",
+        )
+        .bind(&ids)
+        .bind(&tokens)
+        .execute(&self.pool)
+        .await
+        .map_err(map_err)?;
+        Ok(done.rows_affected())
+    }
+
     async fn purge_expired(&self, c: &Cutoffs, batch: u32) -> StoreResult<Purged> {
         let batch = i64::from(batch);
         let mut messages = 0;

@@ -10,7 +10,10 @@ use uuid::Uuid;
 
 use super::{map_err, ordering, rows::*, SqliteStore};
 use crate::{
-    domain::{ids::TargetId, target::TargetConfig},
+    domain::{
+        ids::{MessageId, TargetId},
+        target::TargetConfig,
+    },
     store::{ordering::distinct_keys, *},
 };
 
@@ -125,6 +128,28 @@ impl DeliveryStore for SqliteStore {
         ordering::settle_keys(&mut tx, &keys).await?;
         tx.commit().await.map_err(map_err)?;
         Ok(written)
+    }
+
+    async fn release(&self, leases: &[(MessageId, Uuid)]) -> StoreResult<u64> {
+        if leases.is_empty() {
+            return Ok(0);
+        }
+        let mut tx = self.begin().await?;
+        let mut released = 0;
+        for (id, token) in leases {
+            released += sqlx::query(
+                "UPDATE messages SET claim_at = COALESCE(next_attempt_at, delivery_time), lease_token = NULL \
+                 WHERE id = ?1 AND lease_token = ?2 AND state = 'Scheduled'",
+            )
+            .bind(id_text(id))
+            .bind(token.to_string())
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?
+            .rows_affected();
+        }
+        tx.commit().await.map_err(map_err)?;
+        Ok(released)
     }
 
     async fn purge_expired(&self, c: &Cutoffs, batch: u32) -> StoreResult<Purged> {
