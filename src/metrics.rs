@@ -14,6 +14,7 @@ pub const CLAIM_BATCH: &str = "dispatch_claim_batch_size";
 pub const PURGED: &str = "dispatch_retention_purged_total";
 pub const BREAKER: &str = "dispatch_circuit_breaker_transitions_total";
 pub const SCHEDULE_RUNS: &str = "dispatch_schedule_runs_total";
+pub const GIVEN_BACK: &str = "dispatch_claims_given_back_total";
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
@@ -59,6 +60,10 @@ fn describe() {
     );
     metrics::describe_histogram!(CLAIM_BATCH, "Messages claimed per claim statement");
     metrics::describe_counter!(PURGED, "Rows deleted by retention");
+    metrics::describe_counter!(
+        GIVEN_BACK,
+        "Claimed messages given back unattempted: they waited for a slot of their target too long for their lease, or the instance stopped"
+    );
     metrics::describe_counter!(
         BREAKER,
         "Circuit breaker state changes, by the state entered (open, halfOpen, closed)"

@@ -228,3 +228,126 @@ async fn a_hanging_target_does_not_hold_back_another_account_on_two_postgresql_i
     let second = TestApp::spawn_on(first.db.clone(), small_share).await;
     a_hanging_target_does_not_hold_back_another_account(vec![first, second]).await;
 }
+
+/// Schedules `n` messages due `in_ms` from now for `target` in one batch;
+/// returns their ids.
+async fn burst(api: &Api, target: &str, n: usize, in_ms_from_now: i64) -> Vec<String> {
+    let at = in_ms(in_ms_from_now);
+    let messages: Vec<Value> = (0..n)
+        .map(|i| json!({"targetId": target, "deliveryTime": at, "payload": format!("m{i}")}))
+        .collect();
+    let r = api
+        .post("/messages/batch", json!({ "messages": messages }))
+        .await;
+    assert_eq!(r.status(), 200);
+    let body: Value = r.json().await.unwrap();
+    body["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["message"]["messageId"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Every message arrived exactly once (by `webhook-id`).
+fn each_once(rx: &Receiver, ids: &[String]) {
+    let mut seen: Vec<String> = rx
+        .received()
+        .iter()
+        .map(|r| r.header("webhook-id").unwrap())
+        .collect();
+    seen.sort();
+    let mut want = ids.to_vec();
+    want.sort();
+    assert_eq!(seen, want, "each message arrives exactly once");
+}
+
+/// A target that answers quickly has messages claimed ahead of its slots
+/// (they wait in the instance for one); it still never has more than
+/// `sweeper.target_concurrency` attempts in flight.
+#[tokio::test]
+async fn a_quick_targets_burst_never_has_more_than_its_share_in_flight() {
+    let app = TestApp::spawn_with(|c| c.sweeper.target_concurrency = 4).await;
+    let api = app.api("acme").await;
+    let rx = Receiver::start().await;
+    rx.always(Reply::status(200).delay(Duration::from_millis(2)));
+    let t = api.webhook(&rx.url("/quick")).await;
+    let ids = burst(&api, t["targetId"].as_str().unwrap(), 400, 300).await;
+    rx.wait_for(400, Duration::from_secs(30)).await;
+    assert!(
+        rx.max_concurrent() <= 4,
+        "{} attempts in flight at once",
+        rx.max_concurrent()
+    );
+    each_once(&rx, &ids);
+    app.shutdown().await;
+}
+
+/// Claimed messages that waited for a slot until too little of their lease
+/// was left for an attempt are given back and claimed again, not attempted
+/// and cut off at the lease's end: each is delivered at its first attempt.
+#[tokio::test]
+async fn messages_that_wait_too_long_for_a_slot_are_given_back_not_cut_off() {
+    let app = TestApp::spawn_with(|c| {
+        c.sweeper.target_concurrency = 2;
+        // Attempts must end 1 s before the lease does: 2 s of it to use.
+        c.sweeper.lease = Duration::from_secs(3);
+    })
+    .await;
+    let api = app.api("acme").await;
+    let rx = Receiver::start().await;
+    // Quick at first (the target's messages are claimed ahead of its
+    // slots), then each answer takes 1 s: those waiting behind them have
+    // 1 s of lease left, too little for an attempt of up to 1.5 s.
+    rx.then([Reply::status(200), Reply::status(200)]);
+    rx.always(Reply::status(200).delay(Duration::from_millis(1000)));
+    let t = api.webhook(&rx.url("/slowing")).await;
+    let target = t["targetId"].as_str().unwrap();
+    let first = burst(&api, target, 2, 0).await;
+    rx.wait_for(2, WAIT).await;
+    let rest = burst(&api, target, 8, 0).await;
+    rx.wait_for(10, Duration::from_secs(20)).await;
+    for id in first.iter().chain(&rest) {
+        let m = api.wait_for_state(id, "Delivered", WAIT).await;
+        let attempts = api.attempts(id).await;
+        assert_eq!(attempts.len(), 1, "{m} {attempts:?}");
+        assert_eq!(attempts[0]["outcome"], "Success", "{attempts:?}");
+    }
+    each_once(&rx, &first.iter().chain(&rest).cloned().collect::<Vec<_>>());
+    app.shutdown().await;
+}
+
+/// An instance that stops gives back the claimed messages still waiting for
+/// a slot: another instance delivers them at once, not after their lease
+/// (30 s) ends.
+#[tokio::test]
+async fn a_stopping_instance_gives_back_what_waits_for_a_slot() {
+    let share = |c: &mut dispatch::config::Config| c.sweeper.target_concurrency = 2;
+    let first = TestApp::spawn_postgres_with(share).await;
+    let api = first.api("acme").await;
+    let rx = Receiver::start().await;
+    let gate = common::receiver::Gate::new();
+    // Two quick answers (the target is quick: it is claimed ahead), then
+    // two held (the first instance's slots), then quick again.
+    rx.then([
+        Reply::status(200),
+        Reply::status(200),
+        Reply::status(200).held_until(&gate),
+        Reply::status(200).held_until(&gate),
+    ]);
+    rx.always(Reply::status(200));
+    let t = api.webhook(&rx.url("/held")).await;
+    let target = t["targetId"].as_str().unwrap();
+    let mut ids = burst(&api, target, 2, 0).await;
+    rx.wait_for(2, WAIT).await;
+    ids.extend(burst(&api, target, 10, 0).await);
+    rx.wait_for(4, WAIT).await;
+    let db = first.db.clone();
+    let stopping = tokio::spawn(first.shutdown());
+    let second = TestApp::spawn_on(db, share).await;
+    rx.wait_for(12, WAIT).await;
+    gate.open();
+    stopping.await.unwrap();
+    each_once(&rx, &ids);
+    second.shutdown().await;
+}

@@ -9,11 +9,8 @@
 
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
-use tokio::{
-    sync::{mpsc, Semaphore},
-    time::Instant,
-};
-use tokio_util::{sync::CancellationToken, task::TaskTracker};
+use tokio::{sync::mpsc, time::Instant};
+use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn, Instrument};
 
 use crate::{
@@ -30,11 +27,12 @@ use crate::{
     wake::Wake,
 };
 
+mod dispatch;
 mod record;
 mod shares;
 
+use dispatch::Dispatch;
 use record::{count_breaker_changes, record, record_loop, Done};
-use shares::InFlight;
 
 /// How soon a gated target that waits for attempts in flight (possibly on
 /// another instance) is looked at again.
@@ -55,12 +53,11 @@ pub struct Sweeper {
 
 impl Sweeper {
     /// Runs until `shutdown`; then stops claiming, lets the attempts in flight
-    /// finish and records them before returning.
+    /// finish and records them before returning; claimed messages still
+    /// waiting for a slot are given back.
     pub async fn run(self, shutdown: CancellationToken) {
-        let permits = Arc::new(Semaphore::new(self.config.concurrency as usize));
-        let targets = Arc::new(InFlight::new(self.config.target_concurrency));
         let (results_tx, results_rx) = mpsc::unbounded_channel::<Done>();
-        let in_flight = TaskTracker::new();
+        let dispatch = Arc::new(Dispatch::new(self.clone(), results_tx));
         let recorder = tokio::spawn(record_loop(
             self.store.clone(),
             self.wake.clone(),
@@ -68,46 +65,36 @@ impl Sweeper {
             results_rx,
             shutdown.clone(),
         ));
+        let permits = dispatch.permits.clone();
+        let targets = dispatch.targets.clone();
+        // Claimed messages that may wait for a slot, over all targets.
+        let queue_cap = self.config.concurrency;
 
         loop {
             if shutdown.is_cancelled() {
                 break;
             }
+            dispatch.start_waiting();
             if permits.available_permits() == 0 {
                 tokio::select! {
                     permit = permits.acquire() => drop(permit),
+                    _ = targets.starved.notified() => {}
                     _ = shutdown.cancelled() => break,
                 }
                 continue;
             }
             self.wake.awake();
-            let limit = permits
-                .available_permits()
-                .min(self.config.batch_size as usize) as u32;
+            let room =
+                permits.available_permits() as u32 + queue_cap.saturating_sub(targets.queued());
+            let limit = room.min(self.config.batch_size);
             let now = self.clock.now();
             // The lease runs from before the claim statement: attempts must end before it does.
             let claimed_at = Instant::now();
-            let shares = targets.shares();
-            let claims = async {
-                let mut claimed = self
-                    .store
-                    .claim_due_shared(now, limit, self.config.lease, &shares)
-                    .await?;
-                // Gated targets (flowControl, circuitBreaker) take what is left.
-                let left = limit.saturating_sub(claimed.len() as u32);
-                let gated = self
-                    .store
-                    .claim_gated(now, left, self.config.lease, &shares)
-                    .await?;
-                claimed.extend(gated.claimed);
-                Ok::<_, crate::store::StoreError>((
-                    claimed,
-                    gated.next,
-                    gated.waits_for_attempts,
-                    gated.changes,
-                ))
-            };
-            let (claimed, gated_next, gated_waits, changes) = match claims.await {
+            let claimed = match self
+                .store
+                .claim_due_shared(now, limit, self.config.lease, &targets.shares())
+                .await
+            {
                 Ok(c) => c,
                 Err(e) => {
                     warn!(error = %e, "claiming due messages failed; retrying shortly");
@@ -117,32 +104,36 @@ impl Sweeper {
                     continue;
                 }
             };
-            count_breaker_changes(&changes);
-            let count = claimed.len();
+            let mut count = claimed.len();
+            for group in self.group(claimed) {
+                dispatch.take(group, claimed_at);
+            }
+            // Gated targets (flowControl, circuitBreaker) take what is left
+            // and starts at once: a gate counts its starts.
+            let left = (limit - count as u32).min(permits.available_permits() as u32);
+            let claimed_at = Instant::now();
+            let gated = match self
+                .store
+                .claim_gated(now, left, self.config.lease, &targets.gated_shares())
+                .await
+            {
+                Ok(g) => g,
+                Err(e) => {
+                    warn!(error = %e, "claiming due messages failed; retrying shortly");
+                    if sleep_or_shutdown(Duration::from_millis(500), &shutdown).await {
+                        break;
+                    }
+                    continue;
+                }
+            };
+            count_breaker_changes(&gated.changes);
+            count += gated.claimed.len();
+            for group in self.group(gated.claimed) {
+                dispatch.take(group, claimed_at);
+            }
             if count > 0 {
                 metrics::histogram!(m::CLAIM_BATCH).record(count as f64);
                 debug!(count, "claimed");
-            }
-            for group in self.group(claimed) {
-                let n = group.len() as u32;
-                let permit = permits
-                    .clone()
-                    .try_acquire_many_owned(n)
-                    .expect("claims never exceed free permits");
-                let this = self.clone();
-                let tx = results_tx.clone();
-                let share = targets.start(group[0].target_id.clone(), n);
-                let gate = group[0].gated.then(|| group[0].target_id.clone());
-                in_flight.spawn(async move {
-                    for recorded in this.attempt_group(group, claimed_at).await {
-                        let _ = tx.send(Done {
-                            recorded,
-                            gate: gate.clone(),
-                        });
-                    }
-                    drop(permit);
-                    drop(share);
-                });
             }
             if count as u32 == limit {
                 continue; // more may be due right now
@@ -163,12 +154,12 @@ impl Sweeper {
             // A gated target reopens at a time its gate knows, or when an
             // attempt in flight ends: here the record loop wakes the
             // sweeper; on another instance nothing does, so look again soon.
-            let deadline = [Some(deadline), gated_next]
+            let deadline = [Some(deadline), gated.next]
                 .into_iter()
                 .flatten()
                 .min()
                 .unwrap_or(deadline);
-            let deadline = if gated_waits {
+            let deadline = if gated.waits_for_attempts {
                 deadline.min(self.clock.now() + GATE_POLL)
             } else {
                 deadline
@@ -186,16 +177,25 @@ impl Sweeper {
             self.wake.sleeping_until(
                 self.clock.now() + chrono::TimeDelta::from_std(wait).unwrap_or_default(),
             );
-            tokio::select! {
-                _ = tokio::time::sleep(wait) => {}
-                _ = self.wake.notified() => {}
-                _ = targets.freed.notified(), if !full.is_empty() => {}
-                _ = shutdown.cancelled() => break,
+            let sleep = tokio::time::sleep(wait);
+            tokio::pin!(sleep);
+            let stop = loop {
+                tokio::select! {
+                    _ = &mut sleep => break false,
+                    _ = self.wake.notified() => break false,
+                    _ = targets.freed.notified(), if !full.is_empty() => break false,
+                    // Waiting messages take the permits that other
+                    // targets' attempts free; nothing to claim for that.
+                    _ = targets.starved.notified() => dispatch.start_waiting(),
+                    _ = shutdown.cancelled() => break true,
+                }
+            };
+            if stop {
+                break;
             }
         }
-        in_flight.close();
-        in_flight.wait().await;
-        drop(results_tx);
+        dispatch.stop().await;
+        drop(dispatch);
         let _ = recorder.await;
     }
 

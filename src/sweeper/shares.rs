@@ -1,42 +1,119 @@
 //! Attempts in flight per target on this instance, so that no target holds
 //! more than `sweeper.target_concurrency` of them: a slow or hanging target
 //! cannot take the delivery slots every other account's messages need.
+//!
+//! A target that answers quickly may also have claimed messages waiting
+//! here for one of its slots (at most `PREFETCH_FACTOR` shares' worth, and
+//! only as many as its recent pace clears within `QUEUE_BUDGET_MS`): an
+//! attempt that ends starts the next at once, without a round trip to the
+//! database, and the next claim for the target runs while these are sent.
+//! A target of unknown pace (nothing in flight a moment ago), or a slow one,
+//! has no such queue: its messages stay in the database, where a cancel
+//! wins and another instance may take them.
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, VecDeque},
     sync::{Arc, Mutex},
+    time::Duration,
 };
 
-use tokio::sync::Notify;
+use tokio::{sync::Notify, time::Instant};
 
-use crate::{domain::ids::TargetId, store::ClaimShares};
+use crate::{
+    domain::ids::TargetId,
+    store::{ClaimShares, Claimed},
+};
+
+/// At most this many shares' worth of a target's claimed messages wait for its slots.
+const PREFETCH_FACTOR: u32 = 8;
+/// A target's waiting messages are what its recent pace sends in this long.
+const QUEUE_BUDGET_MS: f64 = 100.0;
+/// How much the newest attempt's duration moves a target's pace.
+const PACE_WEIGHT: f64 = 0.2;
+/// How long a target's pace is kept once nothing of it is in flight.
+const PACE_KEPT: Duration = Duration::from_secs(10);
+
+/// Claimed messages (one delivery: a single message, or an SQS batch)
+/// waiting for a slot of their target.
+pub struct Waiting {
+    pub group: Vec<Claimed>,
+    pub claimed_at: Instant,
+}
+
+#[derive(Default)]
+struct Target {
+    in_flight: u32,
+    waiting: VecDeque<Waiting>,
+    /// Messages in `waiting`.
+    queued: u32,
+    /// How long one of its deliveries took lately (ms); None until one ended.
+    pace_ms: Option<f64>,
+    /// When its last delivery ended.
+    last_ended: Option<Instant>,
+}
+
+impl Target {
+    fn idle(&self) -> bool {
+        self.in_flight == 0 && self.waiting.is_empty()
+    }
+}
 
 pub struct InFlight {
     per_target: u32,
-    /// A full target takes more only once this many of its attempts have
-    /// ended: claims come in batches, not one per ended attempt.
-    refill: u32,
-    counts: Mutex<HashMap<TargetId, u32>>,
-    /// Signalled when attempts end: a full target may take more again.
+    counts: Mutex<Counts>,
+    /// Signalled when attempts end and a full target may take more again.
     pub freed: Notify,
+    /// Signalled when attempts end while messages wait for an
+    /// instance-wide permit (not for a slot of their own target).
+    pub starved: Notify,
+}
+
+#[derive(Default)]
+struct Counts {
+    targets: HashMap<TargetId, Target>,
+    /// Messages waiting, over all targets.
+    queued: u32,
+    /// Whether a delivery found a slot but no instance-wide permit.
+    starved: bool,
 }
 
 impl InFlight {
     pub fn new(per_target: u32) -> Self {
-        let per_target = per_target.max(1);
         Self {
-            per_target,
-            refill: per_target.div_ceil(2),
+            per_target: per_target.max(1),
             counts: Mutex::default(),
             freed: Notify::new(),
+            starved: Notify::new(),
         }
     }
 
-    /// How many more attempts a target with `n` in flight may start now:
-    /// none until `refill` of its share is free.
-    fn room(&self, n: u32) -> u32 {
-        let free = self.per_target.saturating_sub(n);
-        if free >= self.refill {
+    /// How many of a target's messages this instance may hold, in flight
+    /// and waiting.
+    fn allowance(&self, t: &Target) -> u32 {
+        let prefetch = t.pace_ms.map_or(0, |pace| {
+            let clears = f64::from(self.per_target) * QUEUE_BUDGET_MS / pace.max(0.01);
+            (clears as u32).min(self.per_target * PREFETCH_FACTOR)
+        });
+        self.per_target + prefetch
+    }
+
+    /// How many more a target may claim now: none until half its allowance
+    /// is free (claims come in batches, not one per ended attempt).
+    fn room(&self, t: &Target) -> u32 {
+        let allowance = self.allowance(t);
+        let free = allowance.saturating_sub(t.in_flight + t.queued);
+        if free >= allowance.div_ceil(2) {
+            free
+        } else {
+            0
+        }
+    }
+
+    /// How many more a target may start now, as a gated claim takes them:
+    /// its free slots, none until half of them are free.
+    fn free_slots(&self, t: &Target) -> u32 {
+        let free = self.per_target.saturating_sub(t.in_flight + t.queued);
+        if free >= self.per_target.div_ceil(2) {
             free
         } else {
             0
@@ -45,12 +122,27 @@ impl InFlight {
 
     /// What the next claim may take from each target.
     pub fn shares(&self) -> ClaimShares {
-        let counts = self.counts.lock().expect("not poisoned");
+        self.shares_by(Self::room)
+    }
+
+    /// What the next gated claim may take from each target: only what
+    /// starts at once (a gate counts starts; none of them may wait here).
+    pub fn gated_shares(&self) -> ClaimShares {
+        self.shares_by(Self::free_slots)
+    }
+
+    fn shares_by(&self, room: impl Fn(&Self, &Target) -> u32) -> ClaimShares {
+        let mut guard = self.counts.lock().expect("not poisoned");
+        let counts = &mut *guard;
+        counts
+            .targets
+            .retain(|_, t| !t.idle() || t.last_ended.is_some_and(|e| e.elapsed() < PACE_KEPT));
         ClaimShares {
             per_target: self.per_target,
             room: counts
+                .targets
                 .iter()
-                .map(|(t, n)| (t.clone(), self.room(*n)))
+                .map(|(id, t)| (id.clone(), room(self, t)))
                 .collect(),
         }
     }
@@ -59,45 +151,151 @@ impl InFlight {
     pub fn full(&self) -> Vec<TargetId> {
         let counts = self.counts.lock().expect("not poisoned");
         counts
+            .targets
             .iter()
-            .filter(|(_, n)| self.room(**n) == 0)
-            .map(|(t, _)| t.clone())
+            .filter(|(_, t)| self.room(t) == 0)
+            .map(|(id, _)| id.clone())
             .collect()
     }
 
-    pub fn started(&self, target: &TargetId, n: u32) {
-        let mut counts = self.counts.lock().expect("not poisoned");
-        *counts.entry(target.clone()).or_default() += n;
+    /// Messages waiting for a slot, over all targets.
+    pub fn queued(&self) -> u32 {
+        self.counts.lock().expect("not poisoned").queued
     }
 
-    /// `n` attempts to `target` start; they end when the returned share is
-    /// dropped, also if the task that holds it panics.
-    pub fn start(self: &Arc<Self>, target: TargetId, n: u32) -> Share {
-        self.started(&target, n);
-        Share {
-            of: self.clone(),
-            target,
-            n,
+    /// The targets with messages waiting.
+    pub fn waiting_targets(&self) -> Vec<TargetId> {
+        let counts = self.counts.lock().expect("not poisoned");
+        counts
+            .targets
+            .iter()
+            .filter(|(_, t)| !t.waiting.is_empty())
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+
+    #[cfg(test)]
+    fn started(&self, target: &TargetId, n: u32) {
+        let mut guard = self.counts.lock().expect("not poisoned");
+        let counts = &mut *guard;
+        counts.targets.entry(target.clone()).or_default().in_flight += n;
+    }
+
+    /// A claimed delivery of `n` messages to `target`: its share if it may
+    /// start now (`force`: whatever the slots say), or it waits here, behind
+    /// any of the target's that wait already. `permit` is asked for the
+    /// instance-wide permit when a slot is free; no permit, no start.
+    pub fn start_or_wait<P>(
+        self: &Arc<Self>,
+        waiting: Waiting,
+        force: bool,
+        permit: impl FnOnce(u32) -> Option<P>,
+    ) -> Option<(Waiting, Share, P)> {
+        let n = waiting.group.len() as u32;
+        let target = waiting.group[0].target_id.clone();
+        let mut guard = self.counts.lock().expect("not poisoned");
+        let counts = &mut *guard;
+        let t = counts.targets.entry(target.clone()).or_default();
+        let slot = force || (t.waiting.is_empty() && t.in_flight + n <= self.per_target);
+        if slot {
+            if let Some(p) = permit(n) {
+                t.in_flight += n;
+                let share = Share {
+                    of: self.clone(),
+                    target,
+                    n,
+                };
+                return Some((waiting, share, p));
+            }
+            counts.starved = true;
+        }
+        t.waiting.push_back(waiting);
+        t.queued += n;
+        counts.queued += n;
+        None
+    }
+
+    /// The next delivery waiting for `target`, if one of its slots and an
+    /// instance-wide permit (`permit`) are free.
+    pub fn next_for<P>(
+        self: &Arc<Self>,
+        target: &TargetId,
+        permit: impl FnOnce(u32) -> Option<P>,
+    ) -> Option<(Waiting, Share, P)> {
+        let mut guard = self.counts.lock().expect("not poisoned");
+        let counts = &mut *guard;
+        let t = counts.targets.get_mut(target)?;
+        let n = t.waiting.front()?.group.len() as u32;
+        if t.in_flight + n > self.per_target {
+            return None;
+        }
+        let Some(p) = permit(n) else {
+            counts.starved = true;
+            return None;
+        };
+        let waiting = t.waiting.pop_front().expect("a front");
+        t.in_flight += n;
+        t.queued -= n;
+        counts.queued -= n;
+        Some((
+            waiting,
+            Share {
+                of: self.clone(),
+                target: target.clone(),
+                n,
+            },
+            p,
+        ))
+    }
+
+    /// Takes every waiting delivery out (at shutdown: they are given back).
+    pub fn take_waiting(&self) -> Vec<Waiting> {
+        let mut guard = self.counts.lock().expect("not poisoned");
+        let counts = &mut *guard;
+        counts.queued = 0;
+        let mut all = Vec::new();
+        for t in counts.targets.values_mut() {
+            t.queued = 0;
+            all.extend(t.waiting.drain(..));
+        }
+        counts.targets.retain(|_, t| t.in_flight > 0);
+        all
+    }
+
+    /// A delivery to `target` took `took`: its pace moves toward it.
+    pub fn paced(&self, target: &TargetId, took: Duration) {
+        let mut guard = self.counts.lock().expect("not poisoned");
+        let counts = &mut *guard;
+        if let Some(t) = counts.targets.get_mut(target) {
+            let ms = took.as_secs_f64() * 1000.0;
+            t.pace_ms = Some(t.pace_ms.map_or(ms, |p| p + PACE_WEIGHT * (ms - p)));
+            t.last_ended = Some(Instant::now());
         }
     }
 
-    pub fn ended(&self, target: &TargetId, n: u32) {
-        let refilled = {
-            let mut counts = self.counts.lock().expect("not poisoned");
-            let Some(c) = counts.get_mut(target) else {
+    fn ended(&self, target: &TargetId, n: u32) {
+        let (refilled, starved) = {
+            let mut guard = self.counts.lock().expect("not poisoned");
+            let counts = &mut *guard;
+            let starved = std::mem::take(&mut counts.starved);
+            let Some(t) = counts.targets.get_mut(target) else {
                 return;
             };
-            let was_full = self.room(*c) == 0;
-            *c = c.saturating_sub(n);
-            let refilled = was_full && self.room(*c) > 0;
-            if *c == 0 {
-                counts.remove(target);
+            let was_full = self.room(t) == 0;
+            t.in_flight = t.in_flight.saturating_sub(n);
+            let refilled = was_full && self.room(t) > 0;
+            // A target's pace is kept a while (`shares_by` forgets it).
+            if t.idle() && t.pace_ms.is_none() {
+                counts.targets.remove(target);
             }
-            refilled
+            (refilled, starved)
         };
+        // Stored permits if nobody waits: the sweeper sees them next time.
         if refilled {
-            // A stored permit if nobody waits: the sweeper sees it next time.
             self.freed.notify_one();
+        }
+        if starved {
+            self.starved.notify_one();
         }
     }
 }
@@ -107,6 +305,12 @@ pub struct Share {
     of: Arc<InFlight>,
     target: TargetId,
     n: u32,
+}
+
+impl Share {
+    pub fn target(&self) -> &TargetId {
+        &self.target
+    }
 }
 
 impl Drop for Share {
@@ -140,5 +344,24 @@ mod tests {
         f.ended(&a, 2);
         f.ended(&b, 1);
         assert!(f.shares().room.is_empty(), "ended targets are forgotten");
+    }
+
+    #[test]
+    fn a_quick_target_may_claim_ahead_of_its_slots_and_a_slow_one_may_not() {
+        let f = InFlight::new(4);
+        let quick = TargetId::from_trusted("DI-T-aaaaaaaaaa".into());
+        let slow = TargetId::from_trusted("DI-T-bbbbbbbbbb".into());
+        f.started(&quick, 4);
+        f.started(&slow, 4);
+        // Unknown pace: no more than the slots.
+        assert_eq!(f.full().len(), 2);
+        f.paced(&quick, Duration::from_millis(1));
+        f.paced(&slow, Duration::from_secs(5));
+        let room: HashMap<_, _> = f.shares().room.into_iter().collect();
+        // 4 per 1 ms clears far more than 8 shares in 100 ms: capped at 8 shares.
+        assert_eq!(room[&quick], 4 * PREFETCH_FACTOR);
+        assert_eq!(room[&slow], 0);
+        // A gated claim takes only what starts at once.
+        assert!(f.gated_shares().room.iter().all(|(_, n)| *n == 0));
     }
 }

@@ -1,0 +1,158 @@
+//! Where claimed deliveries go: started at once where their target has a
+//! free slot and the instance a permit, else waiting for one (`shares`).
+//! An attempt that ends starts the next waiting for its target in its
+//! place; what waits too long for its lease is given back to the store.
+
+use std::{sync::Arc, time::Duration};
+
+use tokio::{
+    sync::{mpsc, OwnedSemaphorePermit, Semaphore},
+    time::Instant,
+};
+use tokio_util::task::TaskTracker;
+use tracing::warn;
+
+use super::{
+    record::Done,
+    shares::{InFlight, Share, Waiting},
+    Sweeper,
+};
+use crate::{domain::ids::TargetId, store::Claimed};
+
+pub(super) struct Dispatch {
+    sweeper: Sweeper,
+    /// Attempts in flight on this instance (`sweeper.concurrency`).
+    pub permits: Arc<Semaphore>,
+    pub targets: Arc<InFlight>,
+    results: mpsc::UnboundedSender<Done>,
+    tasks: TaskTracker,
+}
+
+impl Dispatch {
+    pub fn new(sweeper: Sweeper, results: mpsc::UnboundedSender<Done>) -> Self {
+        Self {
+            permits: Arc::new(Semaphore::new(sweeper.config.concurrency as usize)),
+            targets: Arc::new(InFlight::new(sweeper.config.target_concurrency)),
+            sweeper,
+            results,
+            tasks: TaskTracker::new(),
+        }
+    }
+
+    fn permit(&self, n: u32) -> Option<OwnedSemaphorePermit> {
+        self.permits.clone().try_acquire_many_owned(n).ok()
+    }
+
+    /// A claimed delivery: it starts now, or waits for its target's slot.
+    /// A gated target's starts at once (its claim took only free slots).
+    pub fn take(self: &Arc<Self>, group: Vec<Claimed>, claimed_at: Instant) {
+        let force = group[0].gated;
+        if let Some((waiting, share, permit)) =
+            self.targets
+                .start_or_wait(Waiting { group, claimed_at }, force, |n| self.permit(n))
+        {
+            self.launch(waiting, share, permit);
+        }
+    }
+
+    fn launch(self: &Arc<Self>, waiting: Waiting, share: Share, permit: OwnedSemaphorePermit) {
+        let this = self.clone();
+        self.tasks.spawn(async move {
+            let target = share.target().clone();
+            let gate = waiting.group[0].gated.then(|| target.clone());
+            let began = Instant::now();
+            for recorded in this
+                .sweeper
+                .attempt_group(waiting.group, waiting.claimed_at)
+                .await
+            {
+                let _ = this.results.send(Done {
+                    recorded,
+                    gate: gate.clone(),
+                });
+            }
+            this.targets.paced(&target, began.elapsed());
+            drop(permit);
+            drop(share);
+            this.start_waiting_for(&target);
+        });
+    }
+
+    /// Starts what waits for `target` while it has free slots and the
+    /// instance permits; gives back what waited too long for its lease.
+    fn start_waiting_for(self: &Arc<Self>, target: &TargetId) {
+        let mut stale = Vec::new();
+        while let Some((waiting, share, permit)) = self.targets.next_for(target, |n| self.permit(n))
+        {
+            if self.has_time_left(&waiting) {
+                self.launch(waiting, share, permit);
+            } else {
+                stale.push(waiting);
+            }
+        }
+        self.give_back(stale);
+    }
+
+    /// Starts what waits, for every target, as far as slots and permits go.
+    pub fn start_waiting(self: &Arc<Self>) {
+        for target in self.targets.waiting_targets() {
+            self.start_waiting_for(&target);
+        }
+    }
+
+    /// Whether an attempt started now still ends well inside the claim's
+    /// lease (it is cut off at the lease's end).
+    fn has_time_left(&self, waiting: &Waiting) -> bool {
+        let needs = self
+            .sweeper
+            .deliverer
+            .attempt_timeout(&waiting.group[0])
+            .min(self.sweeper.config.lease / 2);
+        Instant::now() + needs < self.sweeper.lease_deadline(waiting.claimed_at)
+    }
+
+    /// Releases the leases of claimed messages that were not attempted: due
+    /// again at once, for any instance.
+    fn give_back(&self, waiting: Vec<Waiting>) {
+        if waiting.is_empty() {
+            return;
+        }
+        let store = self.sweeper.store.clone();
+        let wake = self.sweeper.wake.clone();
+        self.tasks.spawn(async move {
+            release(store.as_ref(), &waiting).await;
+            wake.now();
+        });
+    }
+
+    /// Stops: what waits is given back, the attempts in flight end.
+    pub async fn stop(&self) {
+        let waiting = self.targets.take_waiting();
+        release(self.sweeper.store.as_ref(), &waiting).await;
+        self.tasks.close();
+        self.tasks.wait().await;
+    }
+}
+
+async fn release(store: &dyn crate::store::Store, waiting: &[Waiting]) {
+    let leases: Vec<_> = waiting
+        .iter()
+        .flat_map(|w| w.group.iter().map(|c| (c.id, c.lease_token)))
+        .collect();
+    if leases.is_empty() {
+        return;
+    }
+    for tries in 1..=3 {
+        match store.release(&leases).await {
+            Ok(n) => {
+                metrics::counter!(crate::metrics::GIVEN_BACK).increment(n);
+                return;
+            }
+            // The leases end on their own: the messages are late, not lost.
+            Err(e) if tries == 3 => {
+                warn!(error = %e, count = leases.len(), "giving back claimed messages failed")
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
