@@ -262,14 +262,23 @@ impl InFlight {
         all
     }
 
-    /// A delivery to `target` took `took`: its pace moves toward it.
+    /// A delivery to `target` took `took`: its pace moves toward it. A
+    /// quicker pace may give a full target room (the sweeper is told, as
+    /// when attempts end).
     pub fn paced(&self, target: &TargetId, took: Duration) {
-        let mut guard = self.counts.lock().expect("not poisoned");
-        let counts = &mut *guard;
-        if let Some(t) = counts.targets.get_mut(target) {
+        let refilled = {
+            let mut guard = self.counts.lock().expect("not poisoned");
+            let Some(t) = guard.targets.get_mut(target) else {
+                return;
+            };
+            let was_full = self.room(t) == 0;
             let ms = took.as_secs_f64() * 1000.0;
             t.pace_ms = Some(t.pace_ms.map_or(ms, |p| p + PACE_WEIGHT * (ms - p)));
             t.last_ended = Some(Instant::now());
+            was_full && self.room(t) > 0
+        };
+        if refilled {
+            self.freed.notify_one();
         }
     }
 
@@ -344,6 +353,23 @@ mod tests {
         f.ended(&a, 2);
         f.ended(&b, 1);
         assert!(f.shares().room.is_empty(), "ended targets are forgotten");
+    }
+
+    #[test]
+    fn a_pace_that_gives_a_full_target_room_wakes_the_sweeper() {
+        use futures::FutureExt;
+        let f = InFlight::new(4);
+        let a = TargetId::from_trusted("DI-T-aaaaaaaaaa".into());
+        f.started(&a, 4);
+        assert!(f.freed.notified().now_or_never().is_none());
+        // Its first delivery ended quickly: the target may take more now,
+        // with all four of its slots still taken.
+        f.paced(&a, Duration::from_millis(1));
+        assert!(f.full().is_empty());
+        assert!(
+            f.freed.notified().now_or_never().is_some(),
+            "the sweeper that waits for a full target is told"
+        );
     }
 
     #[test]
