@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use common::{
-    browser::{screenshot_dir, Browser},
+    browser::{screenshot_dir, Browser, BROWSER_ZONE},
     in_ms,
     receiver::{Receiver, Reply},
     Api, TestApp,
@@ -22,6 +22,11 @@ use serde_json::{json, Value};
 const PASSWORD: &str = "a long password 123";
 const WAIT: Duration = Duration::from_secs(10);
 const FAR: i64 = 30 * 24 * 3_600_000;
+
+/// An instant as the picker's UTC line shows it: to the second.
+fn utc_shown(t: DateTime<Utc>) -> String {
+    t.format("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
 
 fn s(v: &Value) -> &str {
     v.as_str()
@@ -378,12 +383,15 @@ async fn a_dead_letter_is_rescheduled_from_its_page_for_a_time_in_another_zone_a
     );
     assert!(b.text("ol#history").await.contains("Dead letter"));
 
-    // The zone starts as the browser's; empty means now.
+    // The zone starts as the browser's, and the field at the message's
+    // due time in that zone: it stands for the same instant.
     let zone = b
         .js("return Intl.DateTimeFormat().resolvedOptions().timeZone;")
         .await;
-    assert_eq!(b.value("#reschedule-at-tz").await, s(&zone));
-    assert_eq!(b.text("output#reschedule-at-utc").await, "now");
+    assert_eq!(s(&zone), BROWSER_ZONE);
+    assert_eq!(b.value("#reschedule-at-tz").await, BROWSER_ZONE);
+    let was_due = time(&api.message(&id).await["deliveryTime"]);
+    assert_eq!(b.text("output#reschedule-at-utc").await, utc_shown(was_due));
 
     // Three seconds from now, written as Tokyo's wall clock (UTC+9, no DST):
     // the page shows the UTC instant, and that is when the message is due.
@@ -429,6 +437,118 @@ async fn a_dead_letter_is_rescheduled_from_its_page_for_a_time_in_another_zone_a
     );
     assert_eq!(state(&api, &id).await, "Delivered");
 
+    b.close().await;
+    app.shutdown().await;
+}
+
+/// Issue: after any reschedule the page reloaded every second until the
+/// message was due, wiping what a person typed, and an empty field meant
+/// "now". A reschedule far ahead is not watched; one due soon is, until a
+/// field is touched; the field starts at the due time; empty is refused;
+/// "Deliver now" is a button of its own.
+#[tokio::test]
+async fn a_reschedule_keeps_what_is_typed_and_an_empty_field_is_not_now() {
+    let app = TestApp::spawn().await;
+    let rx = Receiver::start().await;
+    rx.always(Reply::status(200));
+    user(&app, "acme", "ops@example.com").await;
+    let api = app.api("acme").await;
+    let t = target(&api, "Orders", &rx.url("/hook")).await;
+    let id = schedule(&api, &t, 3_600_000, r#"{"order":8}"#).await;
+    let due = time(&api.message(&id).await["deliveryTime"]);
+
+    let b = Browser::start(&app.base).await;
+    b.sign_in("ops@example.com", PASSWORD).await;
+    b.goto(&format!("/portal/messages/{id}")).await;
+    assert_eq!(b.value("#reschedule-at-tz").await, BROWSER_ZONE);
+    assert_eq!(b.text("output#reschedule-at-utc").await, utc_shown(due));
+
+    // A day later, written in Tokyo: not watched, nothing reloads.
+    let later = due + TimeDelta::days(1);
+    let later = later - TimeDelta::nanoseconds(later.timestamp_subsec_nanos() as i64);
+    b.set_value("#reschedule-at-tz", "Asia/Tokyo").await;
+    b.set_value(
+        "#reschedule-at",
+        &(later + TimeDelta::hours(9))
+            .format("%Y-%m-%dT%H:%M:%S")
+            .to_string(),
+    )
+    .await;
+    b.click_and_wait("button#reschedule").await;
+    assert_eq!(b.text("p.notice").await, "The message was rescheduled.");
+    assert_eq!(time(&api.message(&id).await["deliveryTime"]), later);
+    assert!(
+        !b.exists("[data-watch]").await,
+        "a delivery a day ahead is not watched"
+    );
+    assert_eq!(b.text("output#reschedule-at-utc").await, utc_shown(later));
+
+    // Emptied, the field is refused, and nothing changes.
+    post_form(
+        &b,
+        &format!("/portal/messages/{id}/reschedule"),
+        json!([["at", ""], ["tz", "UTC"]]),
+    )
+    .await;
+    assert_eq!(b.status().await, 400);
+    assert!(
+        b.body_text().await.contains("Deliver now"),
+        "{}",
+        b.body_text().await
+    );
+    assert_eq!(time(&api.message(&id).await["deliveryTime"]), later);
+
+    // Due in a minute: watched, until the person types into the form.
+    b.goto(&format!("/portal/messages/{id}")).await;
+    let soon = Utc::now() + TimeDelta::minutes(1);
+    let soon = soon - TimeDelta::nanoseconds(soon.timestamp_subsec_nanos() as i64);
+    b.set_value("#reschedule-at-tz", "UTC").await;
+    b.set_value(
+        "#reschedule-at",
+        &soon.format("%Y-%m-%dT%H:%M:%S").to_string(),
+    )
+    .await;
+    b.click_and_wait("button#reschedule").await;
+    assert!(
+        b.exists("[data-watch]").await,
+        "a delivery a minute ahead is watched"
+    );
+    b.set_value("#reschedule-at-tz", "America/New_York").await;
+    // Past the page's one-second reload.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(b.value("#reschedule-at-tz").await, "America/New_York");
+    assert!(
+        b.text("[data-watch]").await.contains("Refreshing stopped"),
+        "{}",
+        b.text("[data-watch]").await
+    );
+
+    // "Deliver now" says what it does.
+    b.click_and_wait("button#reschedule-now").await;
+    b.wait_text("dd#message-state", "Delivered").await;
+    assert_eq!(rx.count(), 1);
+
+    b.close().await;
+    app.shutdown().await;
+}
+
+/// Issue: a list filtered in UTC came back showing the browser's zone, so
+/// the form misstated the filter just applied.
+#[tokio::test]
+async fn a_messages_filter_in_utc_keeps_utc() {
+    let app = TestApp::spawn().await;
+    user(&app, "acme", "ops@example.com").await;
+    let b = Browser::start(&app.base).await;
+    b.sign_in("ops@example.com", PASSWORD).await;
+    b.goto("/portal/messages").await;
+    assert_eq!(
+        b.value("#f-tz").await,
+        BROWSER_ZONE,
+        "unset, the reader's zone"
+    );
+    b.goto("/portal/messages?from=2026-12-01T09%3A00%3A00&tz=UTC")
+        .await;
+    assert_eq!(b.value("#f-tz").await, "UTC");
     b.close().await;
     app.shutdown().await;
 }

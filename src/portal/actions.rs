@@ -27,7 +27,13 @@ pub struct ActionForm {
     csrf: String,
     at: String,
     tz: String,
+    /// Set by the "Deliver now" button.
+    now: Option<String>,
 }
+
+/// A message page watches (reloads until settled) only a delivery due
+/// within this long.
+pub const WATCH_AHEAD: chrono::TimeDelta = chrono::TimeDelta::minutes(2);
 
 pub async fn cancel(
     State(state): State<AppState>,
@@ -52,13 +58,29 @@ pub async fn reschedule(
 ) -> PortalResult<Redirect> {
     session.check_csrf(&f.csrf)?;
     let m = load(&state, &session, &id).await?;
-    let at = when::resolve(&f.at, &f.tz, state.service.now()).map_err(PortalError::BadRequest)?;
-    state
+    let now = state.service.now();
+    // An empty field is not "now": that takes its own button.
+    let at = if f.now.is_some() {
+        now
+    } else if f.at.trim().is_empty() {
+        return Err(PortalError::BadRequest(
+            "Choose when to deliver it, or press Deliver now.".into(),
+        ));
+    } else {
+        when::resolve(&f.at, &f.tz, now).map_err(PortalError::BadRequest)?
+    };
+    let m = state
         .service
         .reschedule(&session.account, &m.id, at)
         .await?;
+    // The page watches only a delivery that is about to happen.
+    let watch = if m.delivery_time <= now + WATCH_AHEAD {
+        "&watch=1"
+    } else {
+        ""
+    };
     Ok(Redirect::to(&format!(
-        "/portal/messages/{}?notice=rescheduled&watch=1",
+        "/portal/messages/{}?notice=rescheduled{watch}",
         m.id
     )))
 }

@@ -185,7 +185,7 @@ pub async fn list(
             }
             div.field {
                 label for="f-tz" { "Time zone" }
-                input #f-tz name="tz" type="text" value=(if q.tz.is_empty() { "UTC" } else { &q.tz }) data-tz data-keep list="time-zones-f";
+                input #f-tz name="tz" type="text" value=(if q.tz.is_empty() { "UTC" } else { &q.tz }) data-tz data-keep[!q.tz.is_empty()] list="time-zones-f";
                 datalist #time-zones-f { option value="UTC" {} }
             }
             div.field {
@@ -305,7 +305,10 @@ pub async fn show(
     let waits_for = head.filter(|head| *head != m.id);
     let notice = layout::notice(q.notice.as_deref(), None);
     let actionable = m.state.can_cancel_or_reschedule();
-    let watching = q.watch.is_some() && m.state == MsgState::Scheduled;
+    let due = m.next_attempt_at.unwrap_or(m.delivery_time);
+    let watching = q.watch.is_some()
+        && m.state == MsgState::Scheduled
+        && due <= state.service.now() + super::actions::WATCH_AHEAD;
     let body = html! {
         div.heading {
             h1 { "Message " code.id { (m.id) } }
@@ -346,8 +349,10 @@ pub async fn show(
                 h2 #actions-heading { "Actions" }
                 form method="post" action={ "/portal/messages/" (m.id) "/reschedule" } {
                     (layout::csrf_field(&session))
-                    (when::picker("reschedule-at", "Deliver at", "Empty: now. The retry ladder starts over."))
+                    (when::picker_at("reschedule-at", "Deliver at", "Now its due time. The retry ladder starts over.", Some(m.delivery_time)))
                     button type="submit" #reschedule { "Reschedule" }
+                    " "
+                    button type="submit" name="now" value="1" formnovalidate #reschedule-now { "Deliver now" }
                 }
                 form method="post" action={ "/portal/messages/" (m.id) "/cancel" } data-confirm="Cancel this message? It will not be delivered." {
                     (layout::csrf_field(&session))

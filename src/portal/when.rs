@@ -39,13 +39,23 @@ pub fn resolve(at: &str, tz: &str, now: DateTime<Utc>) -> Result<DateTime<Utc>, 
 /// The picker: date-time, time zone (the browser's, filled in by script;
 /// UTC without it) and, with script, the UTC instant they resolve to.
 pub fn picker(id: &str, label: &str, hint: &str) -> Markup {
+    picker_at(id, label, hint, None)
+}
+
+/// The picker, filled in with `at` (and then required: it never stands for
+/// "now" by being left empty). It shows `at` in UTC; the script shows it in
+/// the reader's zone, the same instant.
+pub fn picker_at(id: &str, label: &str, hint: &str, at: Option<DateTime<Utc>>) -> Markup {
     let tz_id = format!("{id}-tz");
     let out_id = format!("{id}-utc");
+    let value = at.map(|t| t.format("%Y-%m-%dT%H:%M:%S").to_string());
+    let instant = at.map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true));
     html! {
         div.picker data-picker {
             div.field {
                 label for=(id) { (label) }
-                input id=(id) name="at" type="datetime-local" step="1" data-at aria-describedby=(out_id);
+                input id=(id) name="at" type="datetime-local" step="1" data-at aria-describedby=(out_id)
+                    value=[value] data-instant=[instant] required[at.is_some()];
                 small { (hint) }
             }
             div.field {

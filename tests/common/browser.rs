@@ -91,6 +91,9 @@ impl ChromeDriver {
             .env("HOME", home.path())
             .env("XDG_CONFIG_HOME", home.path().join(".config"))
             .env("XDG_CACHE_HOME", home.path().join(".cache"))
+            // Chromium inherits it: the reader's zone is not UTC, so a page
+            // that mixes them up shows it.
+            .env("TZ", BROWSER_ZONE)
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("the log file"))
             .stderr(log)
@@ -165,6 +168,9 @@ impl Drop for ChromeDriver {
 }
 
 /// The Chromium options every test runs with.
+/// The time zone the test browser runs in.
+pub const BROWSER_ZONE: &str = "Europe/Berlin";
+
 pub fn capabilities(chromium: &Path, profile: &Path) -> serde_json::Map<String, Value> {
     let args = vec![
         "--headless".to_string(),

@@ -4,10 +4,21 @@
   var zone = "UTC";
   try { zone = Intl.DateTimeFormat().resolvedOptions().timeZone || "UTC"; } catch (e) { /* keep UTC */ }
 
-  // Time zone fields start at the browser's zone (a filter that already has one keeps it).
+  // Time zone fields start at the browser's zone (a filter that already has one keeps it, UTC too).
   document.querySelectorAll("[data-tz]").forEach(function (input) {
-    if (!(input.hasAttribute("data-keep") && input.value && input.value !== "UTC")) input.value = zone;
+    if (!(input.hasAttribute("data-keep") && input.value)) input.value = zone;
   });
+
+  // A local date-time of an instant in a zone, as a datetime-local input takes it.
+  function toLocal(instant, tz) {
+    try {
+      var p = {};
+      new Intl.DateTimeFormat("en-US", { timeZone: tz, hourCycle: "h23", year: "numeric", month: "2-digit",
+        day: "2-digit", hour: "2-digit", minute: "2-digit", second: "2-digit" })
+        .formatToParts(instant).forEach(function (x) { p[x.type] = x.value; });
+      return p.year + "-" + p.month + "-" + p.day + "T" + ("0" + (+p.hour % 24)).slice(-2) + ":" + p.minute + ":" + p.second;
+    } catch (e) { return null; }
+  }
 
   // The UTC instant a local date-time in a zone stands for.
   function toUtc(local, tz) {
@@ -31,6 +42,11 @@
 
   document.querySelectorAll("[data-picker]").forEach(function (picker) {
     var at = picker.querySelector("[data-at]"), tz = picker.querySelector("[data-tz]"), out = picker.querySelector("[data-utc]");
+    // A picker filled in with an instant shows it in the zone just chosen.
+    if (at.hasAttribute("data-instant")) {
+      var local = toLocal(new Date(at.getAttribute("data-instant")), tz.value);
+      if (local) at.value = local;
+    }
     function update() {
       if (!at.value) { out.textContent = "now"; return; }
       var d = toUtc(at.value, tz.value);
@@ -72,7 +88,6 @@
     sync();
   });
 
-  // A message being watched (a test message, a reschedule) refreshes until it is settled.
   // A schedule's form: the preview of its next runs follows what is typed.
   document.querySelectorAll("form[data-schedule-form]").forEach(function (form) {
     var timer = null;
@@ -107,5 +122,25 @@
   }
   localTimes();
 
-  if (document.querySelector("[data-watch]")) setTimeout(function () { window.location.reload(); }, 1000);
+  // A message being watched (a test message, a reschedule due soon) reloads
+  // every second until it is settled, but never under a person's hands:
+  // once a field is touched the page stays as it is.
+  var watch = document.querySelector("[data-watch]");
+  if (watch) {
+    var touched = false;
+    function touch() {
+      if (touched) return;
+      touched = true;
+      watch.textContent = "Refreshing stopped while you edit. ";
+      var a = document.createElement("a");
+      a.href = window.location.pathname;
+      a.textContent = "Refresh";
+      watch.appendChild(a);
+    }
+    document.addEventListener("input", touch, true);
+    document.addEventListener("focusin", function (e) {
+      if (e.target.matches("input, select, textarea")) touch();
+    });
+    setTimeout(function () { if (!touched) window.location.reload(); }, 1000);
+  }
 })();
