@@ -158,16 +158,7 @@ async fn a_connection_that_cannot_be_opened_fails_after_the_connect_timeout_not_
 /// Schedules `n` messages due now for `target` through the batch endpoint.
 async fn backlog(api: &Api, target: &str, n: usize) {
     for chunk in 0..n.div_ceil(1000) {
-        let count = (n - chunk * 1000).min(1000);
-        let messages: Vec<Value> = (0..count)
-            .map(|_| json!({"targetId": target, "deliveryTime": in_ms(0), "payload": "held"}))
-            .collect();
-        let r = api
-            .post("/messages/batch", json!({ "messages": messages }))
-            .await;
-        assert_eq!(r.status(), 200);
-        let body: Value = r.json().await.unwrap();
-        assert_eq!(body["scheduled"], count, "{}", body["items"][0]);
+        burst(api, target, (n - chunk * 1000).min(1000), 0).await;
     }
 }
 
@@ -229,8 +220,8 @@ async fn a_hanging_target_does_not_hold_back_another_account_on_two_postgresql_i
     a_hanging_target_does_not_hold_back_another_account(vec![first, second]).await;
 }
 
-/// Schedules `n` messages due `in_ms` from now for `target` in one batch;
-/// returns their ids.
+/// Schedules `n` (at most 1,000) messages due `in_ms_from_now` for
+/// `target` in one batch; returns their ids.
 async fn burst(api: &Api, target: &str, n: usize, in_ms_from_now: i64) -> Vec<String> {
     let at = in_ms(in_ms_from_now);
     let messages: Vec<Value> = (0..n)
@@ -241,6 +232,7 @@ async fn burst(api: &Api, target: &str, n: usize, in_ms_from_now: i64) -> Vec<St
         .await;
     assert_eq!(r.status(), 200);
     let body: Value = r.json().await.unwrap();
+    assert_eq!(body["scheduled"], n, "{}", body["items"][0]);
     body["items"]
         .as_array()
         .unwrap()

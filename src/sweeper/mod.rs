@@ -88,13 +88,32 @@ impl Sweeper {
                 permits.available_permits() as u32 + queue_cap.saturating_sub(targets.queued());
             let limit = room.min(self.config.batch_size);
             let now = self.clock.now();
-            // The lease runs from before the claim statement: attempts must end before it does.
-            let claimed_at = Instant::now();
-            let claimed = match self
-                .store
-                .claim_due_shared(now, limit, self.config.lease, &targets.shares())
-                .await
-            {
+            let claims = async {
+                // The lease runs from before the claim statement: attempts must end before it does.
+                let claimed_at = Instant::now();
+                let claimed = self
+                    .store
+                    .claim_due_shared(now, limit, self.config.lease, &targets.shares())
+                    .await?;
+                let count = claimed.len();
+                for group in self.group(claimed) {
+                    dispatch.take(group, claimed_at);
+                }
+                // Gated targets (flowControl, circuitBreaker) take what is
+                // left and start at once: a gate counts its starts.
+                let left = (limit - count as u32).min(permits.available_permits() as u32);
+                let claimed_at = Instant::now();
+                let mut gated = self
+                    .store
+                    .claim_gated(now, left, self.config.lease, &targets.gated_shares())
+                    .await?;
+                let count = count + gated.claimed.len();
+                for group in self.group(std::mem::take(&mut gated.claimed)) {
+                    dispatch.take(group, claimed_at);
+                }
+                Ok::<_, crate::store::StoreError>((count, gated))
+            };
+            let (count, gated) = match claims.await {
                 Ok(c) => c,
                 Err(e) => {
                     warn!(error = %e, "claiming due messages failed; retrying shortly");
@@ -104,33 +123,7 @@ impl Sweeper {
                     continue;
                 }
             };
-            let mut count = claimed.len();
-            for group in self.group(claimed) {
-                dispatch.take(group, claimed_at);
-            }
-            // Gated targets (flowControl, circuitBreaker) take what is left
-            // and starts at once: a gate counts its starts.
-            let left = (limit - count as u32).min(permits.available_permits() as u32);
-            let claimed_at = Instant::now();
-            let gated = match self
-                .store
-                .claim_gated(now, left, self.config.lease, &targets.gated_shares())
-                .await
-            {
-                Ok(g) => g,
-                Err(e) => {
-                    warn!(error = %e, "claiming due messages failed; retrying shortly");
-                    if sleep_or_shutdown(Duration::from_millis(500), &shutdown).await {
-                        break;
-                    }
-                    continue;
-                }
-            };
             count_breaker_changes(&gated.changes);
-            count += gated.claimed.len();
-            for group in self.group(gated.claimed) {
-                dispatch.take(group, claimed_at);
-            }
             if count > 0 {
                 metrics::histogram!(m::CLAIM_BATCH).record(count as f64);
                 debug!(count, "claimed");
