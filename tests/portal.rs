@@ -586,7 +586,36 @@ async fn a_webhook_target_made_with_the_form_shows_its_secret_once_and_an_edit_k
             ],
         )
         .await;
+    // Post/redirect/get: the secret rides in a cookie sent only to the page
+    // that shows it, once.
+    assert_eq!(p.status, StatusCode::SEE_OTHER, "{}", p.body);
+    let location = p.location().to_string();
+    assert!(location.ends_with("/secret?notice=created"), "{location}");
+    let cookie = p
+        .set_cookies()
+        .into_iter()
+        .find(|c| c.starts_with("dispatch_secret_once="))
+        .expect("the secret's cookie");
+    let secret_page = location.split('?').next().unwrap().to_string();
+    for part in [
+        format!("Path={secret_page}"),
+        "HttpOnly".into(),
+        "SameSite=Strict".into(),
+        "Max-Age=300".into(),
+    ] {
+        assert!(cookie.contains(&part), "{part} in {cookie}");
+    }
+    let p = b.get(&location).await;
     assert_eq!(p.status, 200, "{}", p.body);
+    assert_eq!(p.headers[header::CACHE_CONTROL], "no-store");
+    let again = b.get(&location).await;
+    assert_eq!(again.status, StatusCode::SEE_OTHER);
+    assert!(
+        again.location().ends_with("?notice=secret-shown"),
+        "{}",
+        again.location()
+    );
+    assert!(!again.body.contains("whsec_"));
     let secret_at = p
         .body
         .find("id=\"signing-secret\">")

@@ -532,6 +532,44 @@ async fn a_reschedule_keeps_what_is_typed_and_an_empty_field_is_not_now() {
     app.shutdown().await;
 }
 
+/// Issue: the page showing a new target's secret was the answer to the
+/// POST, so reloading it created a second target. The answer is now a
+/// redirect to a page that shows the secret once; reloaded, it shows it no
+/// more and nothing is created.
+#[tokio::test]
+async fn reloading_the_new_secret_page_creates_nothing_and_shows_the_secret_no_more() {
+    let app = TestApp::spawn().await;
+    user(&app, "acme", "ops@example.com").await;
+    let api = app.api("acme").await;
+    let b = Browser::start(&app.base).await;
+    b.sign_in("ops@example.com", PASSWORD).await;
+    b.goto("/portal/targets/new").await;
+    b.fill("#f-name", "Orders").await;
+    b.fill("#f-url", "https://orders.example.com/hook").await;
+    b.click_and_wait("form.target-form button[type=submit]")
+        .await;
+    let secret = b.text("code#signing-secret").await;
+    assert!(secret.starts_with("whsec_"), "{secret}");
+    let path = b.path().await;
+    assert!(
+        path.starts_with("/portal/targets/DI-T-") && path.contains("/secret?"),
+        "{path}"
+    );
+
+    b.mark_page().await;
+    b.js("window.location.reload();").await;
+    b.wait_for_new_page().await;
+    assert!(!b.exists("#signing-secret").await, "shown again");
+    assert_eq!(
+        b.text("p.notice").await,
+        "The signing secret was shown once and is not shown again."
+    );
+    let list = api.get("/targets").await.json::<Value>().await.unwrap();
+    assert_eq!(list["items"].as_array().unwrap().len(), 1, "{list}");
+    b.close().await;
+    app.shutdown().await;
+}
+
 /// Issue: a list filtered in UTC came back showing the browser's zone, so
 /// the form misstated the filter just applied.
 #[tokio::test]

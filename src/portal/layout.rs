@@ -149,6 +149,7 @@ pub fn notice(code: Option<&str>, n: Option<u64>) -> Option<String> {
         "rescheduled" => "The message was rescheduled.".into(),
         "created" => "The target was created.".into(),
         "saved" => "The target was saved.".into(),
+        "secret-shown" => "The signing secret was shown once and is not shown again.".into(),
         "enabled" => "The target is enabled: its messages are delivered again.".into(),
         "breaker-closed" => "The circuit breaker is closed: waiting messages go now.".into(),
         "disabled" => "The target is disabled: its messages wait until it is enabled.".into(),

@@ -51,7 +51,7 @@ fn same(a: &str, b: &str) -> bool {
 
 /// Cookies are Secure when configured so, or when a proxy in front says the
 /// browser came over HTTPS.
-fn secure(state: &AppState, headers: &HeaderMap) -> bool {
+pub(super) fn secure(state: &AppState, headers: &HeaderMap) -> bool {
     state.config.portal.secure_cookies
         || headers
             .get("x-forwarded-proto")

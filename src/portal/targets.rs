@@ -3,9 +3,10 @@
 
 use axum::{
     extract::{Path, Query, State},
-    http::StatusCode,
+    http::{header, HeaderMap, StatusCode},
     response::{Html, IntoResponse, Redirect, Response},
 };
+use axum_extra::extract::cookie::{Cookie, CookieJar, SameSite};
 use maud::{html, Markup};
 use serde::Deserialize;
 
@@ -203,6 +204,8 @@ fn invalid(
 pub async fn create(
     State(state): State<AppState>,
     session: Session,
+    headers: HeaderMap,
+    jar: CookieJar,
     PortalForm(f): PortalForm<TargetForm>,
 ) -> PortalResult<Response> {
     session.check_csrf(&f.csrf)?;
@@ -223,28 +226,88 @@ pub async fn create(
     };
     let t = saved.target;
     if saved.generated_secret {
-        return Ok(Html(created_with_secret(&session, &t).into_string()).into_response());
+        return Ok(show_secret_once(&state, &headers, jar, &t, "created"));
     }
     Ok(Redirect::to(&format!("/portal/targets/{}?notice=created", t.id)).into_response())
 }
 
-/// The one time a generated signing secret is shown.
-fn created_with_secret(session: &Session, t: &Target) -> Markup {
+/// The cookie that carries a generated signing secret to the one page that
+/// shows it, once.
+const SECRET_ONCE: &str = "dispatch_secret_once";
+
+fn secret_path(id: &TargetId) -> String {
+    format!("/portal/targets/{id}/secret")
+}
+
+/// Post/redirect/get for a generated secret: the answer to the form is a
+/// redirect (reloading it posts nothing again); the secret rides to the
+/// page that shows it in a cookie sent only to that page, for at most five
+/// minutes, and removed by it.
+fn show_secret_once(
+    state: &AppState,
+    headers: &HeaderMap,
+    jar: CookieJar,
+    t: &Target,
+    notice: &str,
+) -> Response {
     let TargetConfig::Webhook(w) = &t.config else {
         unreachable!("only webhooks have signing secrets")
     };
+    let cookie = Cookie::build((SECRET_ONCE, w.signing_secret.clone()))
+        .path(secret_path(&t.id))
+        .http_only(true)
+        .same_site(SameSite::Strict)
+        .secure(super::session::secure(state, headers))
+        .max_age(::cookie::time::Duration::minutes(5))
+        .build();
+    let to = format!("{}?notice={notice}", secret_path(&t.id));
+    (jar.add(cookie), Redirect::to(&to)).into_response()
+}
+
+/// The page that shows a generated signing secret, once: reloaded (or
+/// opened later), it says so and shows nothing.
+pub async fn secret(
+    State(state): State<AppState>,
+    session: Session,
+    jar: CookieJar,
+    Path(id): Path<String>,
+    Query(q): Query<NoticeQuery>,
+) -> PortalResult<Response> {
+    let t = load(&state, &session, &id).await?;
+    let Some(secret) = jar.get(SECRET_ONCE).map(|c| c.value().to_string()) else {
+        return Ok(
+            Redirect::to(&format!("/portal/targets/{}?notice=secret-shown", t.id)).into_response(),
+        );
+    };
+    let jar = jar.remove(Cookie::build(SECRET_ONCE).path(secret_path(&t.id)));
+    let page = secret_page(
+        &session,
+        &t,
+        &secret,
+        layout::notice(q.notice.as_deref(), None),
+    );
+    Ok((
+        jar,
+        [(header::CACHE_CONTROL, "no-store")],
+        Html(page.into_string()),
+    )
+        .into_response())
+}
+
+/// The one time a generated signing secret is shown.
+fn secret_page(session: &Session, t: &Target, secret: &str, notice: Option<String>) -> Markup {
     layout::page(
         session,
-        "Target created",
+        "Signing secret",
         Section::Targets,
-        Some("The target was created."),
+        notice.as_deref(),
         html! {
-            h1 { "Target created: " (t.name) }
+            h1 { "Signing secret of " (t.name) }
             div.secret-once role="region" aria-labelledby="secret-heading" {
                 h2 #secret-heading { "Signing secret" }
                 p { "Your receiver verifies the " code { "webhook-signature" } " header with this secret. "
                     strong { "It is shown this once" } ": copy it now." }
-                p { code #signing-secret { (w.signing_secret) } }
+                p { code #signing-secret { (secret) } }
             }
             p { a.button href={ "/portal/targets/" (t.id) } { "Go to the target" } }
         },
@@ -347,6 +410,8 @@ pub async fn edit(
 pub async fn update(
     State(state): State<AppState>,
     session: Session,
+    headers: HeaderMap,
+    jar: CookieJar,
     Path(id): Path<String>,
     PortalForm(mut f): PortalForm<TargetForm>,
 ) -> PortalResult<Response> {
@@ -372,9 +437,13 @@ pub async fn update(
         Err(e) => return Err(e.into()),
     };
     if saved.generated_secret {
-        return Ok(
-            Html(created_with_secret(&session, &saved.target).into_string()).into_response(),
-        );
+        return Ok(show_secret_once(
+            &state,
+            &headers,
+            jar,
+            &saved.target,
+            "saved",
+        ));
     }
     Ok(Redirect::to(&format!("/portal/targets/{}?notice=saved", current.id)).into_response())
 }
