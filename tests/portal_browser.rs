@@ -570,6 +570,63 @@ async fn reloading_the_new_secret_page_creates_nothing_and_shows_the_secret_no_m
     app.shutdown().await;
 }
 
+/// Issue, defect 5 in part: a Delivered message still showed the last
+/// error of an earlier attempt; the state filter said "DeadLetter" where
+/// badges say "Dead letter"; signing out showed no notice; `/favicon.ico`
+/// answered 404.
+#[tokio::test]
+async fn a_delivered_message_shows_no_stale_error_and_sign_out_says_so() {
+    let app = TestApp::spawn().await;
+    let rx = Receiver::start().await;
+    rx.then([Reply::status(400).body("no such order")]);
+    rx.always(Reply::status(200));
+    user(&app, "acme", "ops@example.com").await;
+    let api = app.api("acme").await;
+    let t = target(&api, "Orders", &rx.url("/hook")).await;
+    let id = dead_letter(&api, &t, r#"{"order":9}"#).await;
+    let r = api
+        .post(
+            &format!("/messages/{id}/reschedule"),
+            json!({"deliveryTime": in_ms(0)}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    api.wait_for_state(&id, "Delivered", WAIT).await;
+
+    let b = Browser::start(&app.base).await;
+    b.sign_in("ops@example.com", PASSWORD).await;
+    b.goto(&format!("/portal/messages/{id}")).await;
+    assert_eq!(b.text("dd#message-state").await, "Delivered");
+    let facts = b.text("dl#message-facts").await;
+    assert!(!facts.contains("Last error"), "{facts}");
+    assert_eq!(
+        b.find_all("table#attempts tr[data-outcome=NonRetryableFailure]")
+            .await
+            .len(),
+        1,
+        "the failure stays in the attempts"
+    );
+
+    b.goto("/portal/messages").await;
+    let states = texts(&b, "select#f-state option").await;
+    assert_eq!(
+        states,
+        ["Any", "Scheduled", "Delivered", "Cancelled", "Dead letter"],
+        "{states:?}"
+    );
+
+    let icon = reqwest::get(format!("{}/favicon.ico", app.base))
+        .await
+        .unwrap();
+    assert_eq!(icon.status(), 200);
+    assert_eq!(icon.headers()["content-type"], "image/svg+xml");
+
+    sign_out(&b).await;
+    assert_eq!(b.text("p.notice").await, "You are signed out.");
+    b.close().await;
+    app.shutdown().await;
+}
+
 /// Issue: a list filtered in UTC came back showing the browser's zone, so
 /// the form misstated the filter just applied.
 #[tokio::test]

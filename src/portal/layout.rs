@@ -60,6 +60,7 @@ fn shell(title: &str, body: Markup) -> Markup {
                 meta name="viewport" content="width=device-width, initial-scale=1";
                 title { (title) " · Dispatch" }
                 link rel="stylesheet" href="/portal/static/portal.css";
+                link rel="icon" href="/portal/static/icon.svg" type="image/svg+xml";
                 script src="/portal/static/portal.js" defer {}
             }
             body {
@@ -108,13 +109,23 @@ pub fn opt_time(t: Option<&DateTime<Utc>>) -> Markup {
 }
 
 pub fn state_badge(state: State) -> Markup {
-    let (class, label) = match state {
-        State::Scheduled => ("badge scheduled", "Scheduled"),
-        State::Delivered => ("badge delivered", "Delivered"),
-        State::Cancelled => ("badge cancelled", "Cancelled"),
-        State::DeadLetter => ("badge dead", "Dead letter"),
+    let class = match state {
+        State::Scheduled => "badge scheduled",
+        State::Delivered => "badge delivered",
+        State::Cancelled => "badge cancelled",
+        State::DeadLetter => "badge dead",
     };
-    html! { span class=(class) data-state=(state.as_str()) { (label) } }
+    html! { span class=(class) data-state=(state.as_str()) { (state_label(state)) } }
+}
+
+/// A state as people read it (badges, filters); the API's name is `as_str`.
+pub fn state_label(state: State) -> &'static str {
+    match state {
+        State::Scheduled => "Scheduled",
+        State::Delivered => "Delivered",
+        State::Cancelled => "Cancelled",
+        State::DeadLetter => "Dead letter",
+    }
 }
 
 /// A duration in words, for lag and ages: `42 ms`, `3.2 s`, `5 min`, `2 h 10 min`.

@@ -161,7 +161,7 @@ pub async fn list(
                 label for="f-state" { "State" }
                 select #f-state name="state" {
                     option value="" { "Any" }
-                    @for s in MsgState::ALL { option value=(s.as_str()) selected[q.state == s.as_str()] { (s.as_str()) } }
+                    @for s in MsgState::ALL { option value=(s.as_str()) selected[q.state == s.as_str()] { (layout::state_label(s)) } }
                 }
             }
             div.field {
@@ -220,7 +220,7 @@ pub async fn list(
                                     td { (layout::state_badge(m.state)) }
                                     td { (layout::time(&m.delivery_time)) }
                                     td.num { (m.attempt_count) }
-                                    td.wrap { @if let Some(e) = &m.last_error { (truncate(e, 80)) } }
+                                    td.wrap { @if let Some(e) = shown_error(m) { (truncate(e, 80)) } }
                                 }
                             }
                         }
@@ -263,6 +263,15 @@ fn truncate(s: &str, n: usize) -> String {
 pub struct ShowQuery {
     notice: Option<String>,
     watch: Option<String>,
+}
+
+/// The last error, while it still tells something: a delivered message's
+/// earlier failures are in its attempts, not its summary.
+fn shown_error(m: &Message) -> Option<&str> {
+    match m.state {
+        MsgState::Delivered => None,
+        _ => m.last_error.as_deref(),
+    }
 }
 
 pub async fn load(state: &AppState, session: &Session, id: &str) -> PortalResult<Message> {
@@ -342,7 +351,7 @@ pub async fn show(
             @if let Some(t) = &m.delivered_at { dt { "Delivered" } dd { (layout::time(t)) } }
             @if let Some(t) = &m.cancelled_at { dt { "Cancelled" } dd { (layout::time(t)) } }
             @if let Some(t) = &m.dead_lettered_at { dt { "Dead-lettered" } dd { (layout::time(t)) } }
-            @if let Some(e) = &m.last_error { dt { "Last error" } dd.wrap { (e) } }
+            @if let Some(e) = shown_error(&m) { dt { "Last error" } dd.wrap { (e) } }
         }
         @if actionable {
             section.actions-box aria-labelledby="actions-heading" {

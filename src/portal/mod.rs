@@ -99,6 +99,8 @@ pub fn router() -> Router<AppState> {
         .route("/portal/schedules/{id}/delete", post(schedules::delete))
         .route("/portal/static/portal.css", get(css))
         .route("/portal/static/portal.js", get(js))
+        .route("/portal/static/icon.svg", get(icon))
+        .route("/favicon.ico", get(icon))
         .layer(middleware::from_fn(security_headers))
 }
 
@@ -111,6 +113,11 @@ async fn js() -> Response {
         "text/javascript; charset=utf-8",
         include_str!("assets/portal.js"),
     )
+}
+
+/// The portal's icon (also at `/favicon.ico`, where browsers ask first).
+async fn icon() -> Response {
+    static_asset("image/svg+xml", include_str!("assets/icon.svg"))
 }
 
 fn static_asset(content_type: &'static str, body: &'static str) -> Response {

@@ -144,6 +144,8 @@ impl FromRequestParts<AppState> for Session {
 #[derive(Debug, Deserialize)]
 pub struct LoginQuery {
     next: Option<String>,
+    /// Set by sign-out's redirect.
+    signed_out: Option<String>,
 }
 
 /// Only paths inside the portal are followed after sign-in.
@@ -170,15 +172,26 @@ pub async fn login_page(
         TimeDelta::hours(1),
     ));
     let next = safe_next(q.next.as_deref());
-    (jar, Html(login_form(&token, &next, "", None).into_string())).into_response()
+    let notice = q.signed_out.is_some().then_some("You are signed out.");
+    let page = login_form(&token, &next, "", None, notice);
+    (jar, Html(page.into_string())).into_response()
 }
 
-fn login_form(csrf: &str, next: &str, email: &str, error: Option<&str>) -> maud::Markup {
+fn login_form(
+    csrf: &str,
+    next: &str,
+    email: &str,
+    error: Option<&str>,
+    notice: Option<&str>,
+) -> maud::Markup {
     layout::bare(
         "Sign in",
         html! {
             div.signin {
                 h1 { "Sign in to Dispatch" }
+                @if let Some(notice) = notice {
+                    p.notice role="status" { (notice) }
+                }
                 @if let Some(error) = error {
                     p.error role="alert" id="signin-error" { (error) }
                 }
@@ -233,6 +246,7 @@ pub async fn login(
             &next,
             &email,
             Some("Too many sign-in attempts. Wait a few minutes, then try again."),
+            None,
         );
         return Ok((StatusCode::TOO_MANY_REQUESTS, Html(page.into_string())).into_response());
     }
@@ -250,6 +264,7 @@ pub async fn login(
             &next,
             &email,
             Some("The email or the password is wrong."),
+            None,
         );
         return Ok((StatusCode::UNAUTHORIZED, Html(page.into_string())).into_response());
     };
