@@ -50,6 +50,11 @@ struct Target {
     pace_ms: Option<f64>,
     /// When its last delivery ended.
     last_ended: Option<Instant>,
+    /// It held a whole share since half its share was last free: it takes
+    /// more only once half is free again (claims come in batches, not one
+    /// per ended attempt). A target that got less than its share (another
+    /// instance held some of the rows) tops up at once.
+    filled: bool,
 }
 
 impl Target {
@@ -102,7 +107,7 @@ impl InFlight {
     fn room(&self, t: &Target) -> u32 {
         let allowance = self.allowance(t);
         let free = allowance.saturating_sub(t.in_flight + t.queued);
-        if free >= allowance.div_ceil(2) {
+        if !t.filled || free >= allowance.div_ceil(2) {
             free
         } else {
             0
@@ -113,7 +118,7 @@ impl InFlight {
     /// its free slots, none until half of them are free.
     fn free_slots(&self, t: &Target) -> u32 {
         let free = self.per_target.saturating_sub(t.in_flight + t.queued);
-        if free >= self.per_target.div_ceil(2) {
+        if !t.filled || free >= self.per_target.div_ceil(2) {
             free
         } else {
             0
@@ -178,7 +183,16 @@ impl InFlight {
     fn started(&self, target: &TargetId, n: u32) {
         let mut guard = self.counts.lock().expect("not poisoned");
         let counts = &mut *guard;
-        counts.targets.entry(target.clone()).or_default().in_flight += n;
+        let t = counts.targets.entry(target.clone()).or_default();
+        t.in_flight += n;
+        self.mark_filled(t);
+    }
+
+    /// Notes a target that holds a whole share.
+    fn mark_filled(&self, t: &mut Target) {
+        if t.in_flight + t.queued >= self.per_target {
+            t.filled = true;
+        }
     }
 
     /// A claimed delivery of `n` messages to `target`: its share if it may
@@ -200,6 +214,7 @@ impl InFlight {
         if slot {
             if let Some(p) = permit(n) {
                 t.in_flight += n;
+                self.mark_filled(t);
                 let share = Share {
                     of: self.clone(),
                     target,
@@ -211,6 +226,7 @@ impl InFlight {
         }
         t.waiting.push_back(waiting);
         t.queued += n;
+        self.mark_filled(t);
         counts.queued += n;
         None
     }
@@ -292,6 +308,10 @@ impl InFlight {
             };
             let was_full = self.room(t) == 0;
             t.in_flight = t.in_flight.saturating_sub(n);
+            if self.per_target.saturating_sub(t.in_flight + t.queued) >= self.per_target.div_ceil(2)
+            {
+                t.filled = false;
+            }
             let refilled = was_full && self.room(t) > 0;
             // A target's pace is kept a while (`shares_by` forgets it).
             if t.idle() && t.pace_ms.is_none() {
@@ -353,6 +373,22 @@ mod tests {
         f.ended(&a, 2);
         f.ended(&b, 1);
         assert!(f.shares().room.is_empty(), "ended targets are forgotten");
+    }
+
+    #[test]
+    fn a_target_that_got_less_than_its_share_tops_up_at_once() {
+        let f = InFlight::new(4);
+        let a = TargetId::from_trusted("DI-T-aaaaaaaaaa".into());
+        // Asked for 4; another instance held one of the rows.
+        f.started(&a, 3);
+        assert!(f.full().is_empty());
+        assert_eq!(f.shares().room, vec![(a.clone(), 1)]);
+        assert_eq!(f.gated_shares().room, vec![(a.clone(), 1)]);
+        f.started(&a, 1);
+        assert_eq!(f.full(), vec![a.clone()]);
+        // Full once, it waits for half of its share again.
+        f.ended(&a, 1);
+        assert_eq!(f.full(), vec![a.clone()]);
     }
 
     #[test]
