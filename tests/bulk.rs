@@ -16,31 +16,6 @@ use serde_json::{json, Value};
 
 const WAIT: Duration = Duration::from_secs(60);
 
-/// Schedules `n` messages for `at` in batches of 1,000; returns their ids.
-async fn schedule_many(api: &Api, target: &str, at: &str, n: usize) -> Vec<String> {
-    let mut ids = Vec::with_capacity(n);
-    while ids.len() < n {
-        let k = (n - ids.len()).min(1000);
-        let messages: Vec<Value> = (0..k)
-            .map(|i| json!({"targetId": target, "deliveryTime": at, "payload": format!("m{i}")}))
-            .collect();
-        let r = api
-            .post("/messages/batch", json!({ "messages": messages }))
-            .await;
-        assert_eq!(r.status(), 200);
-        let out: Value = r.json().await.unwrap();
-        assert_eq!(out["scheduled"], k, "{out}");
-        ids.extend(
-            out["items"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|i| i["message"]["messageId"].as_str().unwrap().to_string()),
-        );
-    }
-    ids
-}
-
 /// How many of the target's messages are in `state`, counted page by page.
 async fn count_in(api: &Api, target: &str, state: &str) -> usize {
     let (mut n, mut cursor) = (0, String::new());
@@ -102,7 +77,7 @@ async fn redrive_replay_and_cancel_change_thousands_in_batches_while_deliveries_
     dead.always(Reply::status(400));
     let t = api.webhook(&dead.url("/a")).await;
     let t = t["targetId"].as_str().unwrap().to_string();
-    let ids = schedule_many(&api, &t, &in_ms(0), N).await;
+    let ids = api.schedule_many(&t, &in_ms(0), N).await;
     wait_until_all_in(&app, "acme", &t, "DeadLetter", N64).await;
     dead.always(Reply::status(200));
 
@@ -162,7 +137,7 @@ async fn redrive_replay_and_cancel_change_thousands_in_batches_while_deliveries_
     assert_eq!(m["messageId"], ids[N - 1].as_str(), "the same messageId");
 
     // Cancel by due time: only what is in range.
-    let later = schedule_many(&api, &t, &in_ms(3_600_000), N).await;
+    let later = api.schedule_many(&t, &in_ms(3_600_000), N).await;
     let outside = api.schedule(&t, &in_ms(7_200_000), "outside").await;
     let (status, out) = bulk(
         &api,
@@ -188,7 +163,7 @@ async fn bulk_calls_change_only_the_callers_messages() {
     rx.always(Reply::status(400));
     let t = acme.webhook(&rx.url("/a")).await;
     let t = t["targetId"].as_str().unwrap().to_string();
-    let ids = schedule_many(&acme, &t, &in_ms(0), 3).await;
+    let ids = acme.schedule_many(&t, &in_ms(0), 3).await;
     wait_until_all_in(&app, "acme", &t, "DeadLetter", 3).await;
 
     // Foreign ids are not counted and nothing of theirs changes.
@@ -232,7 +207,7 @@ async fn bulk_filters_are_checked_and_bulk_max_changes_nothing_when_exceeded() {
     let rx = Receiver::start().await;
     let t = api.webhook(&rx.url("/a")).await;
     let t = t["targetId"].as_str().unwrap().to_string();
-    let ids = schedule_many(&api, &t, &in_ms(3_600_000), 4).await;
+    let ids = api.schedule_many(&t, &in_ms(3_600_000), 4).await;
 
     let too_many: Vec<String> = (0..1001).map(|_| ids[0].clone()).collect();
     for (action, body, field) in [

@@ -155,13 +155,6 @@ async fn a_connection_that_cannot_be_opened_fails_after_the_connect_timeout_not_
     app.shutdown().await;
 }
 
-/// Schedules `n` messages due now for `target` through the batch endpoint.
-async fn backlog(api: &Api, target: &str, n: usize) {
-    for chunk in 0..n.div_ceil(1000) {
-        burst(api, target, (n - chunk * 1000).min(1000), 0).await;
-    }
-}
-
 /// While one account's target hangs with 10,000 due messages, another
 /// account's message due now is attempted within a second: the hanging
 /// target holds at most `sweeper.target_concurrency` attempts per instance.
@@ -174,7 +167,9 @@ async fn a_hanging_target_does_not_hold_back_another_account(instances: Vec<Test
     let target = careless
         .webhook_with(&hung.url("/slow"), json!({"timeoutMs": 20000}))
         .await;
-    backlog(&careless, target["targetId"].as_str().unwrap(), 10_000).await;
+    careless
+        .schedule_many(target["targetId"].as_str().unwrap(), &in_ms(0), 10_000)
+        .await;
     // Every instance has taken its share of the hanging target's messages.
     let share = 8 * instances.len();
     hung.wait_for(share, WAIT).await;
@@ -220,27 +215,6 @@ async fn a_hanging_target_does_not_hold_back_another_account_on_two_postgresql_i
     a_hanging_target_does_not_hold_back_another_account(vec![first, second]).await;
 }
 
-/// Schedules `n` (at most 1,000) messages due `in_ms_from_now` for
-/// `target` in one batch; returns their ids.
-async fn burst(api: &Api, target: &str, n: usize, in_ms_from_now: i64) -> Vec<String> {
-    let at = in_ms(in_ms_from_now);
-    let messages: Vec<Value> = (0..n)
-        .map(|i| json!({"targetId": target, "deliveryTime": at, "payload": format!("m{i}")}))
-        .collect();
-    let r = api
-        .post("/messages/batch", json!({ "messages": messages }))
-        .await;
-    assert_eq!(r.status(), 200);
-    let body: Value = r.json().await.unwrap();
-    assert_eq!(body["scheduled"], n, "{}", body["items"][0]);
-    body["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| i["message"]["messageId"].as_str().unwrap().to_string())
-        .collect()
-}
-
 /// Every message arrived exactly once (by `webhook-id`).
 fn each_once(rx: &Receiver, ids: &[String]) {
     let mut seen: Vec<String> = rx
@@ -264,7 +238,9 @@ async fn a_quick_targets_burst_never_has_more_than_its_share_in_flight() {
     let rx = Receiver::start().await;
     rx.always(Reply::status(200).delay(Duration::from_millis(2)));
     let t = api.webhook(&rx.url("/quick")).await;
-    let ids = burst(&api, t["targetId"].as_str().unwrap(), 400, 300).await;
+    let ids = api
+        .schedule_many(t["targetId"].as_str().unwrap(), &in_ms(300), 400)
+        .await;
     rx.wait_for(400, Duration::from_secs(30)).await;
     assert!(
         rx.max_concurrent() <= 4,
@@ -295,9 +271,9 @@ async fn messages_that_wait_too_long_for_a_slot_are_given_back_not_cut_off() {
     rx.always(Reply::status(200).delay(Duration::from_millis(1000)));
     let t = api.webhook(&rx.url("/slowing")).await;
     let target = t["targetId"].as_str().unwrap();
-    let first = burst(&api, target, 2, 0).await;
+    let first = api.schedule_many(target, &in_ms(0), 2).await;
     rx.wait_for(2, WAIT).await;
-    let rest = burst(&api, target, 8, 0).await;
+    let rest = api.schedule_many(target, &in_ms(0), 8).await;
     rx.wait_for(10, Duration::from_secs(20)).await;
     for id in first.iter().chain(&rest) {
         let m = api.wait_for_state(id, "Delivered", WAIT).await;
@@ -330,9 +306,9 @@ async fn a_stopping_instance_gives_back_what_waits_for_a_slot() {
     rx.always(Reply::status(200));
     let t = api.webhook(&rx.url("/held")).await;
     let target = t["targetId"].as_str().unwrap();
-    let mut ids = burst(&api, target, 2, 0).await;
+    let mut ids = api.schedule_many(target, &in_ms(0), 2).await;
     rx.wait_for(2, WAIT).await;
-    ids.extend(burst(&api, target, 10, 0).await);
+    ids.extend(api.schedule_many(target, &in_ms(0), 10).await);
     rx.wait_for(4, WAIT).await;
     let db = first.db.clone();
     let stopping = tokio::spawn(first.shutdown());

@@ -325,6 +325,34 @@ impl Api {
         r.json().await.unwrap()
     }
 
+    /// Schedules `n` messages for `at` through the batch endpoint, 1,000 a
+    /// request; returns their ids.
+    pub async fn schedule_many(&self, target: &str, at: &str, n: usize) -> Vec<String> {
+        let mut ids = Vec::with_capacity(n);
+        while ids.len() < n {
+            let k = (n - ids.len()).min(1000);
+            let messages: Vec<Value> = (0..k)
+                .map(
+                    |i| json!({"targetId": target, "deliveryTime": at, "payload": format!("m{i}")}),
+                )
+                .collect();
+            let r = self
+                .post("/messages/batch", json!({ "messages": messages }))
+                .await;
+            assert_eq!(r.status(), 200);
+            let out: Value = r.json().await.unwrap();
+            assert_eq!(out["scheduled"], k, "{out}");
+            ids.extend(
+                out["items"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|i| i["message"]["messageId"].as_str().unwrap().to_string()),
+            );
+        }
+        ids
+    }
+
     pub async fn message(&self, id: &str) -> Value {
         let r = self.get(&format!("/messages/{id}")).await;
         assert_eq!(r.status(), 200);

@@ -29,7 +29,7 @@ async fn parallelism_caps_attempts_in_flight(instances: Vec<TestApp>) {
         json!({"parallelism": 3, "period": "1s"})
     );
     let target = t["targetId"].as_str().unwrap();
-    backlog(&api, target, 24).await;
+    api.schedule_many(target, &in_ms(0), 24).await;
     rx.wait_for(24, WAIT).await;
     assert_eq!(rx.max_concurrent(), 3, "at most 3 in flight, and 3 used");
     for app in instances {
@@ -183,7 +183,7 @@ async fn a_patch_changes_the_limits_at_once() {
         )
         .await;
     assert_eq!(r.status(), 200);
-    backlog(&api, s_id, 10).await;
+    api.schedule_many(s_id, &in_ms(0), 10).await;
     slow.wait_for(2, WAIT).await;
     let before = slow.count();
     // Nothing more arrives while two are held: give a claim every chance.
