@@ -15,6 +15,7 @@ mod schedule_form;
 mod schedules;
 mod session;
 mod target_form;
+mod target_secret;
 mod targets;
 mod when;
 
@@ -56,7 +57,7 @@ pub fn router() -> Router<AppState> {
             get(targets::show).post(targets::update),
         )
         .route("/portal/targets/{id}/edit", get(targets::edit))
-        .route("/portal/targets/{id}/secret", get(targets::secret))
+        .route("/portal/targets/{id}/secret", get(target_secret::secret))
         .route("/portal/targets/{id}/enable", post(targets::enable))
         .route("/portal/targets/{id}/disable", post(targets::disable))
         .route("/portal/targets/{id}/test", post(targets::send_test))

@@ -1,0 +1,107 @@
+//! The one page that shows a generated signing secret: post/redirect/get,
+//! with the secret carried in a cookie sent only to that page.
+
+use axum::{
+    extract::{Path, Query, State},
+    http::{header, HeaderMap},
+    response::{Html, IntoResponse, Redirect, Response},
+};
+use axum_extra::extract::cookie::{Cookie, CookieJar, SameSite};
+use maud::{html, Markup};
+
+use super::{
+    layout::{self, Section},
+    session::Session,
+    targets::{load, NoticeQuery},
+    PortalResult,
+};
+use crate::{
+    domain::{
+        ids::TargetId,
+        target::{Target, TargetConfig},
+    },
+    state::AppState,
+};
+
+/// The cookie that carries a generated signing secret to the one page that
+/// shows it, once.
+const SECRET_ONCE: &str = "dispatch_secret_once";
+
+fn secret_path(id: &TargetId) -> String {
+    format!("/portal/targets/{id}/secret")
+}
+
+/// Post/redirect/get for a generated secret: the answer to the form is a
+/// redirect (reloading it posts nothing again); the secret rides to the
+/// page that shows it in a cookie sent only to that page, for at most five
+/// minutes, and removed by it.
+pub(super) fn show_once(
+    state: &AppState,
+    headers: &HeaderMap,
+    jar: CookieJar,
+    t: &Target,
+    notice: &str,
+) -> Response {
+    let TargetConfig::Webhook(w) = &t.config else {
+        unreachable!("only webhooks have signing secrets")
+    };
+    let cookie = Cookie::build((SECRET_ONCE, w.signing_secret.clone()))
+        .path(secret_path(&t.id))
+        .http_only(true)
+        .same_site(SameSite::Strict)
+        .secure(super::session::secure(state, headers))
+        .max_age(::cookie::time::Duration::minutes(5))
+        .build();
+    let to = format!("{}?notice={notice}", secret_path(&t.id));
+    (jar.add(cookie), Redirect::to(&to)).into_response()
+}
+
+/// The page that shows a generated signing secret, once: reloaded (or
+/// opened later), it says so and shows nothing.
+pub async fn secret(
+    State(state): State<AppState>,
+    session: Session,
+    jar: CookieJar,
+    Path(id): Path<String>,
+    Query(q): Query<NoticeQuery>,
+) -> PortalResult<Response> {
+    let t = load(&state, &session, &id).await?;
+    let Some(secret) = jar.get(SECRET_ONCE).map(|c| c.value().to_string()) else {
+        return Ok(
+            Redirect::to(&format!("/portal/targets/{}?notice=secret-shown", t.id)).into_response(),
+        );
+    };
+    let jar = jar.remove(Cookie::build(SECRET_ONCE).path(secret_path(&t.id)));
+    let page = secret_page(
+        &session,
+        &t,
+        &secret,
+        layout::notice(q.notice.as_deref(), None),
+    );
+    Ok((
+        jar,
+        [(header::CACHE_CONTROL, "no-store")],
+        Html(page.into_string()),
+    )
+        .into_response())
+}
+
+/// The one time a generated signing secret is shown.
+fn secret_page(session: &Session, t: &Target, secret: &str, notice: Option<String>) -> Markup {
+    layout::page(
+        session,
+        "Signing secret",
+        Section::Targets,
+        notice.as_deref(),
+        html! {
+            h1 { "Signing secret of " (t.name) }
+            div.secret-once role="region" aria-labelledby="secret-heading" {
+                h2 #secret-heading { "Signing secret" }
+                p { "Your receiver verifies the " code { "webhook-signature" } " header with this secret. "
+                    strong { "It is shown this once" } ": copy it now." }
+                p { code #signing-secret { (secret) } }
+            }
+            p { a.button href={ "/portal/targets/" (t.id) } { "Go to the target" } }
+        },
+    )
+}
