@@ -1474,6 +1474,30 @@ async fn the_message_list_filters_by_state_target_and_due_time_pages_and_finds_b
     let second = b.get(&href).await;
     assert_eq!(second.body.matches("name=\"ids\"").count(), 8);
     assert!(second.body.contains(&jan) && !second.body.contains("id=\"next-page\""));
+    // The second page leads back to the newest (issue: it had no way back).
+    assert!(!first.body.contains("id=\"newest-page\""));
+    assert!(
+        second
+            .body
+            .contains("id=\"newest-page\" href=\"/portal/messages\""),
+        "{}",
+        second.body
+    );
+    let by_t2 = b.get(&format!("/portal/messages?target={t2}")).await;
+    let at = by_t2
+        .body
+        .find("id=\"next-page\" href=\"")
+        .expect("a next page");
+    let href = &by_t2.body[at + "id=\"next-page\" href=\"".len()..];
+    let href = href[..href.find('"').unwrap()].replace("&amp;", "&");
+    let older = b.get(&href).await;
+    assert!(
+        older.body.contains(&format!(
+            "id=\"newest-page\" href=\"/portal/messages?target={t2}\""
+        )),
+        "the way back keeps the filter: {}",
+        older.body
+    );
 
     let found = b.get(&format!("/portal/messages?q={feb}")).await;
     assert_eq!(found.location(), format!("/portal/messages/{feb}"));

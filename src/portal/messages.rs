@@ -232,9 +232,16 @@ pub async fn list(
                 }
             }
         }
-        @if let Some(next) = next {
+        @if next.is_some() || !q.cursor.trim().is_empty() {
             nav.pager aria-label="Pages" {
-                a #next-page href={ "/portal/messages?" (filters) @if !filters.is_empty() { "&" } "cursor=" (next) } { "Older messages →" }
+                // A later page leads back to the first, with the same filters.
+                @if !q.cursor.trim().is_empty() {
+                    a #newest-page href={ "/portal/messages" @if !filters.is_empty() { "?" (filters) } } { "← Newest messages" }
+                    " "
+                }
+                @if let Some(next) = next {
+                    a #next-page href={ "/portal/messages?" (filters) @if !filters.is_empty() { "&" } "cursor=" (next) } { "Older messages →" }
+                }
             }
         }
     };
