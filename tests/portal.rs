@@ -52,6 +52,14 @@ impl Page {
         rest[..rest.find('"').unwrap()].to_string()
     }
 
+    /// Where the list's "Older messages" link leads.
+    fn next_page(&self) -> String {
+        let marker = "id=\"next-page\" href=\"";
+        let at = self.body.find(marker).expect("a next page");
+        let href = &self.body[at + marker.len()..];
+        href[..href.find('"').unwrap()].replace("&amp;", "&")
+    }
+
     fn set_cookies(&self) -> Vec<String> {
         self.headers
             .get_all(header::SET_COOKIE)
@@ -1465,13 +1473,7 @@ async fn the_message_list_filters_by_state_target_and_due_time_pages_and_finds_b
     // 58 messages: a first page of 50 and a link to the rest.
     let first = b.get("/portal/messages").await;
     assert_eq!(first.body.matches("name=\"ids\"").count(), 50);
-    let at = first
-        .body
-        .find("id=\"next-page\" href=\"")
-        .expect("a next page");
-    let href = &first.body[at + "id=\"next-page\" href=\"".len()..];
-    let href = href[..href.find('"').unwrap()].replace("&amp;", "&");
-    let second = b.get(&href).await;
+    let second = b.get(&first.next_page()).await;
     assert_eq!(second.body.matches("name=\"ids\"").count(), 8);
     assert!(second.body.contains(&jan) && !second.body.contains("id=\"next-page\""));
     // The second page leads back to the newest (issue: it had no way back).
@@ -1484,13 +1486,7 @@ async fn the_message_list_filters_by_state_target_and_due_time_pages_and_finds_b
         second.body
     );
     let by_t2 = b.get(&format!("/portal/messages?target={t2}")).await;
-    let at = by_t2
-        .body
-        .find("id=\"next-page\" href=\"")
-        .expect("a next page");
-    let href = &by_t2.body[at + "id=\"next-page\" href=\"".len()..];
-    let href = href[..href.find('"').unwrap()].replace("&amp;", "&");
-    let older = b.get(&href).await;
+    let older = b.get(&by_t2.next_page()).await;
     assert!(
         older.body.contains(&format!(
             "id=\"newest-page\" href=\"/portal/messages?target={t2}\""

@@ -105,20 +105,20 @@ impl InFlight {
     /// How many more a target may claim now: none until half its allowance
     /// is free (claims come in batches, not one per ended attempt).
     fn room(&self, t: &Target) -> u32 {
-        let allowance = self.allowance(t);
-        let free = allowance.saturating_sub(t.in_flight + t.queued);
-        if !t.filled || free >= allowance.div_ceil(2) {
-            free
-        } else {
-            0
-        }
+        Self::batched(t, self.allowance(t))
     }
 
     /// How many more a target may start now, as a gated claim takes them:
     /// its free slots, none until half of them are free.
     fn free_slots(&self, t: &Target) -> u32 {
-        let free = self.per_target.saturating_sub(t.in_flight + t.queued);
-        if !t.filled || free >= self.per_target.div_ceil(2) {
+        Self::batched(t, self.per_target)
+    }
+
+    /// What is free of `of` for a target, once it may take more: at once
+    /// after a short claim, only from half free after a full one.
+    fn batched(t: &Target, of: u32) -> u32 {
+        let free = of.saturating_sub(t.in_flight + t.queued);
+        if !t.filled || free >= of.div_ceil(2) {
             free
         } else {
             0
