@@ -1310,7 +1310,7 @@ async fn redrive_shows_the_count_then_reschedules_every_matching_dead_letter() {
         "another target's dead letter stays"
     );
     let page = b.get(&format!("/portal/messages/{}", dead[0])).await;
-    assert!(page.body.contains("Rescheduled (was DeadLetter)"));
+    assert!(page.body.contains("Rescheduled (was Dead letter)"));
 }
 
 #[tokio::test]

@@ -432,10 +432,19 @@ async fn a_dead_letter_is_rescheduled_from_its_page_for_a_time_in_another_zone_a
     );
     let history = b.text("ol#history").await;
     assert!(
-        history.contains("Rescheduled (was DeadLetter)"),
+        history.contains("Rescheduled (was Dead letter)"),
         "{history}"
     );
+    // Issue: a redrive cleared what happened before it. The history keeps
+    // the dead letter with its reason, and the overview still counts it.
+    assert!(
+        history.contains("Dead letter: HTTP 400"),
+        "a redriven message keeps its dead letter in its history: {history}"
+    );
     assert_eq!(state(&api, &id).await, "Delivered");
+    b.goto("/portal/overview").await;
+    assert_eq!(b.text("#dead-lettered-24h").await, "1");
+    assert_eq!(b.text("#dead-waiting").await, "0");
 
     b.close().await;
     app.shutdown().await;

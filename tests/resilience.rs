@@ -424,6 +424,14 @@ async fn a_message_whose_stored_target_is_unreadable_is_dead_lettered_and_the_re
     let m = api.message(&bad).await;
     assert_eq!(m["state"], "DeadLetter", "{m}");
     assert!(m["lastError"].as_str().unwrap().contains("corrupt"), "{m}");
+    let (kind, detail): (String, Option<String>) =
+        sqlx::query_as("SELECT kind, detail FROM message_events WHERE message_id = $1::uuid")
+            .bind(bad.trim_start_matches("DI-M-"))
+            .fetch_one(store.pool())
+            .await
+            .unwrap();
+    assert_eq!(kind, "DeadLettered", "its history says so");
+    assert_eq!(detail.as_deref(), m["lastError"].as_str());
     assert_eq!(rx.count(), 1);
     app.shutdown().await;
 }

@@ -465,22 +465,21 @@ fn history(
         h.push((
             e.at,
             match e.kind {
-                EventKind::Cancelled => html! { "Cancelled (was " (e.from.as_str()) ")" },
+                EventKind::Cancelled => {
+                    html! { "Cancelled (was " (layout::state_label(e.from)) ")" }
+                }
                 EventKind::Rescheduled => html! {
-                    "Rescheduled (was " (e.from.as_str()) ") for "
+                    "Rescheduled (was " (layout::state_label(e.from)) ") for "
                     @if let Some(t) = &e.delivery_time { (layout::time(t)) }
+                },
+                EventKind::DeadLettered => html! {
+                    "Dead letter" @if let Some(d) = &e.detail { ": " (truncate(d, 120)) }
                 },
             },
         ));
     }
     if let Some(t) = m.delivered_at {
         h.push((t, html! { "Delivered" }));
-    }
-    if let Some(t) = m.dead_lettered_at {
-        h.push((
-            t,
-            html! { "Dead letter" @if let Some(e) = &m.last_error { ": " (truncate(e, 120)) } },
-        ));
     }
     if m.cancelled_at.is_some() && !events.iter().any(|e| e.kind == EventKind::Cancelled) {
         h.push((

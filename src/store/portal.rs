@@ -68,7 +68,8 @@ impl Overview {
     }
 }
 
-/// A manual action on a message (cancel, reschedule), kept for its history.
+/// What happened to a message beside its attempts (a cancel, a reschedule,
+/// dead-lettering), kept for its history and the overview's counts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MessageEvent {
     pub at: DateTime<Utc>,
@@ -77,12 +78,15 @@ pub struct MessageEvent {
     pub from: State,
     /// For a reschedule: the new delivery time.
     pub delivery_time: Option<DateTime<Utc>>,
+    /// For dead-lettering: why, as the message's last error said then.
+    pub detail: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EventKind {
     Cancelled,
     Rescheduled,
+    DeadLettered,
 }
 
 impl EventKind {
@@ -90,6 +94,7 @@ impl EventKind {
         match self {
             EventKind::Cancelled => "Cancelled",
             EventKind::Rescheduled => "Rescheduled",
+            EventKind::DeadLettered => "DeadLettered",
         }
     }
 
@@ -97,6 +102,7 @@ impl EventKind {
         match s {
             "Cancelled" => Some(EventKind::Cancelled),
             "Rescheduled" => Some(EventKind::Rescheduled),
+            "DeadLettered" => Some(EventKind::DeadLettered),
             _ => None,
         }
     }

@@ -1,11 +1,14 @@
-//! Each message's history of manual actions (`ActionStore` writes it,
-//! `PortalReads::list_events` reads it).
+//! Each message's history beside its attempts: manual actions (`ActionStore`
+//! writes them) and dead-lettering (`DeliveryStore::record` writes it);
+//! `PortalReads::list_events` reads it.
 
 use crate::support::*;
 
-checks!(cancel_and_reschedule_are_recorded_in_the_messages_history,);
+checks!(cancels_reschedules_and_dead_letters_are_recorded_in_the_messages_history,);
 
-async fn cancel_and_reschedule_are_recorded_in_the_messages_history(store: Arc<dyn Store>) {
+async fn cancels_reschedules_and_dead_letters_are_recorded_in_the_messages_history(
+    store: Arc<dyn Store>,
+) {
     let t = add_target(&*store, ACME).await;
     store.ensure_account(GLOBEX).await.unwrap();
     let now = time::now();
@@ -61,14 +64,17 @@ async fn cancel_and_reschedule_are_recorded_in_the_messages_history(store: Arc<d
             .await
             .unwrap(),
     );
+    let dead_lettered = |at, attempt: u32| MessageEvent {
+        detail: Some(format!("HTTP 404 on attempt {attempt}")),
+        ..event(at, EventKind::DeadLettered, State::Scheduled, None)
+    };
     assert_eq!(
         events_of(&*store, &dead_cancelled).await,
-        vec![event(
-            now + secs(4),
-            EventKind::Cancelled,
-            State::DeadLetter,
-            None
-        )]
+        vec![
+            dead_lettered(now, 1),
+            event(now + secs(4), EventKind::Cancelled, State::DeadLetter, None)
+        ],
+        "dead-lettering is in the history, with its reason"
     );
     let dead_moved = schedule(&*store, &t, now - secs(1)).await;
     dead_letter(&*store, &dead_moved, now + secs(5)).await;
@@ -78,15 +84,25 @@ async fn cancel_and_reschedule_are_recorded_in_the_messages_history(store: Arc<d
             .await
             .unwrap(),
     );
-    assert_eq!(
-        events_of(&*store, &dead_moved).await,
-        vec![event(
+    let moved_history = vec![
+        dead_lettered(now + secs(5), 1),
+        event(
             now + secs(6),
             EventKind::Rescheduled,
             State::DeadLetter,
-            Some(now + hours(1))
-        )]
+            Some(now + hours(1)),
+        ),
+    ];
+    assert_eq!(
+        events_of(&*store, &dead_moved).await,
+        moved_history,
+        "a redrive keeps the dead-lettering it undid"
     );
+    // Dead-lettered again after the redrive: a second line, with its own reason.
+    dead_letter(&*store, &dead_moved, now + hours(1)).await;
+    let mut twice = moved_history.clone();
+    twice.push(dead_lettered(now + hours(1), 2));
+    assert_eq!(events_of(&*store, &dead_moved).await, twice);
 
     // Attempts are not manual actions; nor is a refused one in flight.
     let delivered = schedule(&*store, &t, now - secs(1)).await;

@@ -187,6 +187,18 @@ async fn the_overview_counts_by_target_and_state_and_what_happened_since_the_cut
         ),
         (0, 0, 0, None)
     );
+
+    // Counts say what happened, not what the rows are now: a redriven dead
+    // letter is no longer waiting, but it was dead-lettered in the window.
+    done(
+        store
+            .reschedule(ACME, &dead.id, now + hours(1), now)
+            .await
+            .unwrap(),
+    );
+    let redriven = store.overview(ACME, since, now).await.unwrap();
+    assert_eq!(redriven.count(&t2.id, State::DeadLetter), 0);
+    assert_eq!(redriven.dead_lettered, 1, "dead-lettered since the cutoff");
 }
 
 /// Messages spread over targets, states and delivery times, around `base`:

@@ -484,6 +484,7 @@ pub(crate) fn event(
         kind,
         from,
         delivery_time,
+        detail: None,
     }
 }
 

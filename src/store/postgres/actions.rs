@@ -174,7 +174,8 @@ async fn insert_event(
     now: DateTime<Utc>,
 ) -> StoreResult<()> {
     sqlx::query(
-        "INSERT INTO message_events (message_id, at, kind, from_state, delivery_time) VALUES ($1, $2, $3, $4, $5)",
+        "INSERT INTO message_events (message_id, at, kind, from_state, delivery_time, account) \
+         SELECT $1, $2, $3, $4, $5, account FROM messages WHERE id = $1",
     )
     .bind(id.0)
     .bind(now)

@@ -138,9 +138,9 @@ impl PgStore {
                FROM unnest($1::uuid[], $2::text[]) AS c(id, was), targets t \
                WHERE m.id = c.id AND m.state = c.was AND t.id = m.target_id \
                  AND NOT (m.lease_token IS NOT NULL AND m.claim_at > $4) \
-               RETURNING m.id, c.was) \
-             INSERT INTO message_events (message_id, at, kind, from_state, delivery_time) \
-             SELECT id, $4, '{kind}', was, $3 FROM changed"
+               RETURNING m.id, c.was, m.account) \
+             INSERT INTO message_events (message_id, at, kind, from_state, delivery_time, account) \
+             SELECT id, $4, '{kind}', was, $3, account FROM changed"
         ))
         .bind(found.iter().map(|f| f.0).collect::<Vec<_>>())
         .bind(found.iter().map(|f| f.3.as_str()).collect::<Vec<_>>())

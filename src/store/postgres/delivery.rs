@@ -218,7 +218,11 @@ impl DeliveryStore for PgStore {
                  last_error = COALESCE(i.last_error, m.last_error), \
                  updated_at = $18 \
                FROM input i WHERE m.id = i.id AND m.lease_token = i.token AND m.state = 'Scheduled' \
-               RETURNING m.id, i.token, m.account) \
+               RETURNING m.id, i.token, m.account, m.state, m.dead_lettered_at, m.last_error), \
+             dead AS ( \
+               INSERT INTO message_events (message_id, at, kind, from_state, account, detail) \
+               SELECT id, dead_lettered_at, 'DeadLettered', 'Scheduled', account, last_error \
+               FROM upd WHERE state = 'DeadLetter') \
              INSERT INTO attempts (message_id, attempt, started_at, finished_at, duration_ms, outcome, \
                status_code, error, response_body, account, retry_after_ms) \
              SELECT a.message_id, a.attempt, a.started_at, a.finished_at, a.duration_ms, a.outcome, \
@@ -422,9 +426,13 @@ impl PgStore {
             let keys = ordering::keys_of(&mut tx, &bad_ids).await?;
             ordering::lock_keys(&mut tx, &keys).await?;
             sqlx::query(
-                "UPDATE messages m SET state = 'DeadLetter', dead_lettered_at = $3, next_attempt_at = NULL, \
-                   claim_at = NULL, lease_token = NULL, last_error = u.reason, updated_at = $3 \
-                 FROM unnest($1::uuid[], $2::text[]) AS u(id, reason) WHERE m.id = u.id AND m.lease_token = $4",
+                "WITH dead AS ( \
+                   UPDATE messages m SET state = 'DeadLetter', dead_lettered_at = $3, next_attempt_at = NULL, \
+                     claim_at = NULL, lease_token = NULL, last_error = u.reason, updated_at = $3 \
+                   FROM unnest($1::uuid[], $2::text[]) AS u(id, reason) WHERE m.id = u.id AND m.lease_token = $4 \
+                   RETURNING m.id, m.account, u.reason) \
+                 INSERT INTO message_events (message_id, at, kind, from_state, account, detail) \
+                 SELECT id, $3, 'DeadLettered', 'Scheduled', account, reason FROM dead",
             )
             .bind(&bad_ids)
             .bind(&bad_reasons)

@@ -10,7 +10,13 @@ use crate::{
     store::{portal::*, state_from_str, MessageFilter, PortalReads, StoreError, StoreResult},
 };
 
-type EventRow = (DateTime<Utc>, String, String, Option<DateTime<Utc>>);
+type EventRow = (
+    DateTime<Utc>,
+    String,
+    String,
+    Option<DateTime<Utc>>,
+    Option<String>,
+);
 
 #[async_trait]
 impl PortalReads for PgStore {
@@ -42,7 +48,7 @@ impl PortalReads for PgStore {
             "SELECT count(*) FROM messages WHERE state = 'Delivered' AND delivered_at >= $2 AND account = $1",
         );
         let dead = window(
-            "SELECT count(*) FROM messages WHERE state = 'DeadLetter' AND dead_lettered_at >= $2 AND account = $1",
+            "SELECT count(*) FROM message_events WHERE kind = 'DeadLettered' AND account = $1 AND at >= $2",
         );
         let failed = window(
             "SELECT count(*) FROM attempts WHERE account = $1 AND outcome <> 'Success' AND finished_at >= $2",
@@ -109,7 +115,7 @@ impl PortalReads for PgStore {
 
     async fn list_events(&self, account: &str, id: &MessageId) -> StoreResult<Vec<MessageEvent>> {
         let rows: Vec<EventRow> = sqlx::query_as(
-            "SELECT e.at, e.kind, e.from_state, e.delivery_time FROM message_events e \
+            "SELECT e.at, e.kind, e.from_state, e.delivery_time, e.detail FROM message_events e \
              JOIN messages m ON m.id = e.message_id \
              WHERE e.message_id = $1 AND m.account = $2 ORDER BY e.at, e.seq",
         )
@@ -119,13 +125,14 @@ impl PortalReads for PgStore {
         .await
         .map_err(map_err)?;
         rows.into_iter()
-            .map(|(at, kind, from, delivery_time)| {
+            .map(|(at, kind, from, delivery_time, detail)| {
                 Ok(MessageEvent {
                     at,
                     kind: EventKind::parse(&kind)
                         .ok_or_else(|| StoreError::Corrupt(format!("unknown event {kind}")))?,
                     from: state_from_str(&from)?,
                     delivery_time,
+                    detail,
                 })
             })
             .collect()

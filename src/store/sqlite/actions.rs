@@ -164,7 +164,8 @@ async fn insert_event(
     now: DateTime<Utc>,
 ) -> StoreResult<()> {
     sqlx::query(
-        "INSERT INTO message_events (message_id, at, kind, from_state, delivery_time) VALUES (?, ?, ?, ?, ?)",
+        "INSERT INTO message_events (message_id, at, kind, from_state, delivery_time, account) \
+         SELECT ?1, ?2, ?3, ?4, ?5, account FROM messages WHERE id = ?1",
     )
     .bind(id_text(id))
     .bind(ms(now))

@@ -140,14 +140,15 @@ impl SqliteStore {
             }
             batch.changed += 1;
             sqlx::query(
-                "INSERT INTO message_events (message_id, at, kind, from_state, delivery_time) \
-                 VALUES (?, ?, ?, ?, ?)",
+                "INSERT INTO message_events (message_id, at, kind, from_state, delivery_time, account) \
+                 VALUES (?, ?, ?, ?, ?, ?)",
             )
             .bind(id)
             .bind(ms(now))
             .bind(kind)
             .bind(was)
             .bind(at)
+            .bind(account)
             .execute(&mut *tx)
             .await
             .map_err(map_err)?;

@@ -95,6 +95,17 @@ impl DeliveryStore for SqliteStore {
             let Some((account,)) = updated else {
                 continue; // the lease was lost: drop the stale result whole
             };
+            if state == "DeadLetter" {
+                sqlx::query(
+                    "INSERT INTO message_events (message_id, at, kind, from_state, account, detail) \
+                     SELECT id, dead_lettered_at, 'DeadLettered', 'Scheduled', account, last_error \
+                     FROM messages WHERE id = ?",
+                )
+                .bind(id_text(&r.id))
+                .execute(&mut *tx)
+                .await
+                .map_err(map_err)?;
+            }
             for a in &r.attempts {
                 written += sqlx::query(
                     "INSERT INTO attempts (message_id, attempt, started_at, finished_at, duration_ms, outcome, \
@@ -369,6 +380,15 @@ impl SqliteStore {
                     .bind(&r.id)
                     .bind(ms(now))
                     .bind(e.to_string())
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(map_err)?;
+                    sqlx::query(
+                        "INSERT INTO message_events (message_id, at, kind, from_state, account, detail) \
+                         SELECT id, dead_lettered_at, 'DeadLettered', 'Scheduled', account, last_error \
+                         FROM messages WHERE id = ?",
+                    )
+                    .bind(&r.id)
                     .execute(&mut *tx)
                     .await
                     .map_err(map_err)?;

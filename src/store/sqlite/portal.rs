@@ -41,7 +41,7 @@ impl PortalReads for SqliteStore {
             "SELECT count(*) FROM messages INDEXED BY messages_delivered WHERE state = 'Delivered' AND delivered_at >= ?2 AND account = ?1",
         );
         let dead = window(
-            "SELECT count(*) FROM messages INDEXED BY messages_dead WHERE state = 'DeadLetter' AND dead_lettered_at >= ?2 AND account = ?1",
+            "SELECT count(*) FROM message_events WHERE kind = 'DeadLettered' AND account = ?1 AND at >= ?2",
         );
         let failed = window(
             "SELECT count(*) FROM attempts WHERE account = ?1 AND outcome <> 'Success' AND finished_at >= ?2",
@@ -105,8 +105,8 @@ impl PortalReads for SqliteStore {
     }
 
     async fn list_events(&self, account: &str, id: &MessageId) -> StoreResult<Vec<MessageEvent>> {
-        let rows: Vec<(i64, String, String, Option<i64>)> = sqlx::query_as(
-            "SELECT e.at, e.kind, e.from_state, e.delivery_time FROM message_events e \
+        let rows: Vec<(i64, String, String, Option<i64>, Option<String>)> = sqlx::query_as(
+            "SELECT e.at, e.kind, e.from_state, e.delivery_time, e.detail FROM message_events e \
              JOIN messages m ON m.id = e.message_id \
              WHERE e.message_id = ? AND m.account = ? ORDER BY e.at, e.seq",
         )
@@ -116,13 +116,14 @@ impl PortalReads for SqliteStore {
         .await
         .map_err(map_err)?;
         rows.into_iter()
-            .map(|(at, kind, from, delivery_time)| {
+            .map(|(at, kind, from, delivery_time, detail)| {
                 Ok(MessageEvent {
                     at: from_ms(at),
                     kind: EventKind::parse(&kind)
                         .ok_or_else(|| StoreError::Corrupt(format!("unknown event {kind}")))?,
                     from: state_from_str(&from)?,
                     delivery_time: opt_from_ms(delivery_time),
+                    detail,
                 })
             })
             .collect()
