@@ -257,7 +257,7 @@ pub fn router(state: AppState) -> axum::Router {
     let request_id = HeaderName::from_static("x-request-id");
     let max_body = state.config.server.max_body_bytes;
     api::routes()
-        .merge(portal::router())
+        .merge(portal::router(state.clone()))
         .fallback(api::ops::not_found)
         .method_not_allowed_fallback(api::ops::method_not_allowed)
         .layer(DefaultBodyLimit::max(max_body))

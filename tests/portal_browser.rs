@@ -636,6 +636,73 @@ async fn a_delivered_message_shows_no_stale_error_and_sign_out_says_so() {
     app.shutdown().await;
 }
 
+/// Issue, defect 5, the rest: not-found and error pages had no header or
+/// navigation, and the filter bar's date-time inputs cut off their seconds.
+#[tokio::test]
+async fn error_pages_keep_the_navigation_and_filter_times_show_their_seconds() {
+    let app = TestApp::spawn().await;
+    user(&app, "acme", "ops@example.com").await;
+    let b = Browser::start(&app.base).await;
+    b.goto("/portal/no-such-page").await;
+    assert_eq!(b.status().await, 404);
+    assert!(
+        !b.exists("nav[aria-label=Main]").await,
+        "signed out, an error page offers no navigation"
+    );
+    b.sign_in("ops@example.com", PASSWORD).await;
+    for path in [
+        "/portal/messages/DI-M-0190a5c4-8a1e-7000-8000-000000000000",
+        "/portal/targets/DI-T-0000000000",
+        "/portal/no-such-page",
+    ] {
+        b.goto(path).await;
+        assert_eq!(b.status().await, 404, "{path}");
+        assert_eq!(b.text("h1").await, "Not found", "{path}");
+        assert_eq!(
+            b.find_all("nav[aria-label=Main] a").await.len(),
+            4,
+            "the signed-in header and navigation: {path}"
+        );
+        assert!(b.exists("form[action='/portal/logout']").await, "{path}");
+    }
+
+    // At a desktop's width and a phone's, every date-time of the filter
+    // bar shows its whole value, seconds included.
+    b.goto("/portal/messages?from=2026-12-01T09%3A15%3A45&to=2026-12-02T23%3A59%3A59&tz=UTC")
+        .await;
+    for (w, h) in [(1280, 900), (390, 844)] {
+        b.set_viewport(w, h).await;
+        for css in ["#f-from", "#f-to"] {
+            // What the field shows, as wide as its font draws it, beside
+            // the room it has for text (its width less padding and the
+            // picker's icon).
+            let fits = b
+                .js_with(
+                    "const e = document.querySelector(arguments[0]); \
+                     const st = getComputedStyle(e); \
+                     const shown = new Date(e.value + 'Z').toLocaleString(navigator.language, \
+                       {timeZone: 'UTC', year: 'numeric', month: '2-digit', day: '2-digit', \
+                        hour: '2-digit', minute: '2-digit', second: '2-digit'}); \
+                     const ctx = document.createElement('canvas').getContext('2d'); \
+                     ctx.font = st.font; \
+                     const room = e.clientWidth - parseFloat(st.paddingLeft) \
+                       - parseFloat(st.paddingRight) - 24; \
+                     return [shown, Math.ceil(ctx.measureText(shown).width), room];",
+                    vec![json!(css)],
+                )
+                .await;
+            let (needed, room) = (fits[1].as_i64().unwrap(), fits[2].as_i64().unwrap());
+            assert!(
+                needed <= room,
+                "{css} at {w}px is cut off: {} needs {needed}px, has {room}px",
+                fits[0]
+            );
+        }
+    }
+    b.close().await;
+    app.shutdown().await;
+}
+
 /// Issue: a list filtered in UTC came back showing the browser's zone, so
 /// the form misstated the filter just applied.
 #[tokio::test]

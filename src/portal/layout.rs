@@ -77,6 +77,8 @@ pub enum Section {
     Targets,
     Messages,
     Schedules,
+    /// A page of no section (an error, the person's own account).
+    Elsewhere,
 }
 
 fn nav_item(href: &str, label: &str, current: bool) -> Markup {

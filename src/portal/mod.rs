@@ -7,6 +7,7 @@
 //! JavaScript; nothing is fetched from elsewhere.
 
 mod actions;
+mod error_page;
 mod layout;
 mod messages;
 mod overview;
@@ -21,20 +22,19 @@ mod when;
 
 use axum::{
     extract::Request,
-    http::{header, HeaderValue, StatusCode},
+    http::{header, HeaderValue},
     middleware::{self, Next},
-    response::{Html, IntoResponse, Redirect, Response},
-    routing::{get, post},
+    response::{IntoResponse, Redirect, Response},
+    routing::{any, get, post},
     Router,
 };
-use maud::html;
 
 use crate::{state::AppState, store::StoreError};
 
 use crate::service::{Conflict, ServiceError};
 pub use session::{hash_password, new_user};
 
-pub fn router() -> Router<AppState> {
+pub fn router(state: AppState) -> Router<AppState> {
     Router::new()
         .route(
             "/portal",
@@ -102,6 +102,11 @@ pub fn router() -> Router<AppState> {
         .route("/portal/static/portal.js", get(js))
         .route("/portal/static/icon.svg", get(icon))
         .route("/favicon.ico", get(icon))
+        .route("/portal/{*rest}", any(|| async { PortalError::NotFound }))
+        .layer(middleware::from_fn_with_state(
+            state,
+            error_page::with_navigation,
+        ))
         .layer(middleware::from_fn(security_headers))
 }
 
@@ -169,6 +174,9 @@ pub enum PortalError {
     Conflict(String),
     #[error("the form has expired")]
     Csrf,
+    /// The person's role does not allow the action.
+    #[error("{0}")]
+    Forbidden(String),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -225,47 +233,5 @@ where
                     "The form could not be read ({e}). Go back, reload the page and try again."
                 ))
             })
-    }
-}
-
-impl IntoResponse for PortalError {
-    fn into_response(self) -> Response {
-        let (status, title, detail) = match &self {
-            PortalError::NotFound => (
-                StatusCode::NOT_FOUND,
-                "Not found",
-                "There is nothing here, or it belongs to another account.".to_string(),
-            ),
-            PortalError::BadRequest(msg) => (StatusCode::BAD_REQUEST, "Cannot do that", msg.clone()),
-            PortalError::Conflict(msg) => (StatusCode::CONFLICT, "Cannot do that now", msg.clone()),
-            PortalError::Csrf => (
-                StatusCode::FORBIDDEN,
-                "The form has expired",
-                "This form was not sent from a page of your current session. Go back, reload the page and try again."
-                    .to_string(),
-            ),
-            PortalError::Store(e) if e.is_unavailable() => (
-                StatusCode::SERVICE_UNAVAILABLE,
-                "The database is unavailable",
-                "Dispatch cannot reach its database right now. Try again in a moment.".to_string(),
-            ),
-            PortalError::Store(e) => {
-                tracing::error!(error = %e, "portal page failed");
-                (
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "Something went wrong",
-                    "The page could not be shown. The error was logged.".to_string(),
-                )
-            }
-        };
-        let body = layout::bare(
-            title,
-            html! {
-                h1 { (title) }
-                p { (detail) }
-                p { a href="/portal/overview" { "Back to the overview" } }
-            },
-        );
-        (status, Html(body.into_string())).into_response()
     }
 }

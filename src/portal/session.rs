@@ -21,7 +21,10 @@ use crate::{
     auth::secrets,
     domain::ids::AccountId,
     state::AppState,
-    store::portal::{SessionRecord, UserRecord},
+    store::{
+        portal::{SessionRecord, UserRecord},
+        StoreResult,
+    },
 };
 
 pub const SESSION_COOKIE: &str = "dispatch_session";
@@ -121,23 +124,30 @@ impl FromRequestParts<AppState> for Session {
         } else {
             "/portal/overview".to_string()
         };
-        let jar = CookieJar::from_headers(&parts.headers);
+        match Session::find(state, &parts.headers).await {
+            Ok(Some(s)) => Ok(s),
+            Ok(None) => Err(SessionRejection::SignIn(next)),
+            Err(e) => Err(SessionRejection::Error(e.into())),
+        }
+    }
+}
+
+impl Session {
+    /// The live session the request's cookie names, if any.
+    pub async fn find(state: &AppState, headers: &HeaderMap) -> StoreResult<Option<Session>> {
+        let jar = CookieJar::from_headers(headers);
         let Some(token) = jar.get(SESSION_COOKIE).map(|c| c.value().to_string()) else {
-            return Err(SessionRejection::SignIn(next));
+            return Ok(None);
         };
         let record = state
             .store
             .find_session(&token_hash(&token), state.service.now())
-            .await
-            .map_err(|e| SessionRejection::Error(e.into()))?;
-        match record {
-            Some(s) => Ok(Session {
-                account: AccountId::from_trusted(s.account),
-                email: s.email,
-                csrf: s.csrf,
-            }),
-            None => Err(SessionRejection::SignIn(next)),
-        }
+            .await?;
+        Ok(record.map(|s| Session {
+            account: AccountId::from_trusted(s.account),
+            email: s.email,
+            csrf: s.csrf,
+        }))
     }
 }
 
