@@ -13,7 +13,7 @@ use crate::{
     config::Config,
     domain::ids::AccountId,
     service::{identities::MIN_PASSWORD, Service, ServiceError},
-    store::{ClientRecord, ClientSummary},
+    store::{portal::Role, ClientRecord, ClientSummary},
     wire::TargetOut,
 };
 
@@ -81,6 +81,10 @@ pub struct CreateUser {
     /// Generate a password and print it once, even on a terminal.
     #[arg(long)]
     pub generate_password: bool,
+    /// What the person may do: viewer (reads), operator (also cancels,
+    /// reschedules, redrives, replays) or admin (also targets and people).
+    #[arg(long, default_value = "admin", value_parser = ["viewer", "operator", "admin"])]
+    pub role: String,
 }
 
 #[derive(Debug, Subcommand)]
@@ -417,7 +421,11 @@ async fn create_user(config: Config, args: CreateUser) -> anyhow::Result<()> {
     let account = account(&args.account)?;
     let (password, generated) = choose_password(&args)?;
     let service = admin_service(config).await?;
-    let user = match service.create_user(&account, &args.email, &password).await {
+    let role = Role::parse(&args.role).context("the role")?;
+    let user = match service
+        .create_user(&account, &args.email, &password, role)
+        .await
+    {
         Ok(user) => user,
         Err(ServiceError::Conflict(_)) => anyhow::bail!(
             "a portal user with the email {} exists already",
@@ -435,7 +443,7 @@ async fn create_user(config: Config, args: CreateUser) -> anyhow::Result<()> {
         Err(e) => return Err(refused(e)),
     };
     let email = user.email;
-    let mut out = json!({"account": account.as_str(), "email": email});
+    let mut out = json!({"account": account.as_str(), "email": email, "role": user.role.as_str()});
     if generated {
         out["password"] = json!(password);
     }

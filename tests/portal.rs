@@ -6,6 +6,8 @@ mod common;
 
 #[path = "portal/keys_and_ranges.rs"]
 mod keys_and_ranges;
+#[path = "portal/roles.rs"]
+mod roles;
 #[path = "portal/schedules.rs"]
 mod schedules;
 

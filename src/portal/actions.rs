@@ -15,6 +15,7 @@ use super::{
     session::Session,
     when, PortalError, PortalForm, PortalResult,
 };
+use crate::store::portal::Role;
 use crate::{
     domain::{ids::MessageId, message::State as MsgState},
     state::AppState,
@@ -41,7 +42,7 @@ pub async fn cancel(
     Path(id): Path<String>,
     PortalForm(f): PortalForm<ActionForm>,
 ) -> PortalResult<Redirect> {
-    session.check_csrf(&f.csrf)?;
+    session.authorize(&f.csrf, Role::Operator)?;
     let m = load(&state, &session, &id).await?;
     state.service.cancel(&session.account, &m.id).await?;
     Ok(Redirect::to(&format!(
@@ -56,7 +57,7 @@ pub async fn reschedule(
     Path(id): Path<String>,
     PortalForm(f): PortalForm<ActionForm>,
 ) -> PortalResult<Redirect> {
-    session.check_csrf(&f.csrf)?;
+    session.authorize(&f.csrf, Role::Operator)?;
     let m = load(&state, &session, &id).await?;
     let now = state.service.now();
     // An empty field is not "now": that takes its own button.
@@ -103,7 +104,7 @@ pub async fn bulk(
     session: Session,
     PortalForm(f): PortalForm<BulkForm>,
 ) -> PortalResult<Response> {
-    session.check_csrf(&f.csrf)?;
+    session.authorize(&f.csrf, Role::Operator)?;
     let ids: Vec<MessageId> = f
         .ids
         .iter()
@@ -201,6 +202,7 @@ pub async fn redrive_confirm(
     session: Session,
     Query(q): Query<ListQuery>,
 ) -> PortalResult<Html<String>> {
+    session.require(Role::Operator)?;
     let filter = dead_letters(&q)?;
     let count = state
         .store
@@ -276,7 +278,7 @@ pub async fn redrive(
     session: Session,
     PortalForm(f): PortalForm<RedriveForm>,
 ) -> PortalResult<Redirect> {
-    session.check_csrf(&f.csrf)?;
+    session.authorize(&f.csrf, Role::Operator)?;
     let q = ListQuery {
         target: f.target.clone(),
         from: f.from,

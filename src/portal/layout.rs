@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 use maud::{html, Markup, DOCTYPE};
 
 use super::session::Session;
-use crate::domain::message::State;
+use crate::{domain::message::State, store::portal::Role};
 
 /// A page for a signed-in person: navigation, sign-out, an optional notice.
 pub fn page(
@@ -25,11 +25,15 @@ pub fn page(
                         (nav_item("/portal/targets", "Targets", current == Section::Targets))
                         (nav_item("/portal/messages", "Messages", current == Section::Messages))
                         (nav_item("/portal/schedules", "Schedules", current == Section::Schedules))
+                        @if session.may(Role::Admin) {
+                            (nav_item("/portal/people", "People", current == Section::People))
+                        }
                     }
                 }
                 div.who {
                     span.account title="Account" { (session.account) }
-                    span.email { (session.email) }
+                    a.email #account-link href="/portal/account" title="Your account and password" { (session.email) }
+                    span.role #my-role { (session.role) }
                     form method="post" action="/portal/logout" {
                         (csrf_field(session))
                         button.link type="submit" { "Sign out" }
@@ -77,6 +81,7 @@ pub enum Section {
     Targets,
     Messages,
     Schedules,
+    People,
     /// A page of no section (an error, the person's own account).
     Elsewhere,
 }
@@ -167,6 +172,12 @@ pub fn notice(code: Option<&str>, n: Option<u64>) -> Option<String> {
         "breaker-closed" => "The circuit breaker is closed: waiting messages go now.".into(),
         "disabled" => "The target is disabled: its messages wait until it is enabled.".into(),
         "test" => "A test message was scheduled for now.".into(),
+        "role-changed" => "The role was changed.".into(),
+        "removed" => "The person was removed; their sessions have ended.".into(),
+        "revoked" => "The invitation was revoked: its link no longer works.".into(),
+        "link-shown" => "The invitation's link was shown once and is not shown again.".into(),
+        "password-changed" => "Your password was changed; your other sessions have ended.".into(),
+        "joined" => "Welcome: you have joined the account.".into(),
         "bulk-cancelled" => format!("{n} {} cancelled.", plural("message was", "messages were")),
         "redriven" => format!(
             "{n} dead {} rescheduled.",

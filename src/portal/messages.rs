@@ -16,6 +16,7 @@ use super::{
     targets::{all_targets, destination},
     when, PortalError, PortalResult,
 };
+use crate::store::portal::Role;
 use crate::{
     domain::{
         ids::{MessageId, ScheduleId, TargetId},
@@ -195,7 +196,7 @@ pub async fn list(
             div.actions { button type="submit" { "Show" } a href="/portal/messages" { "Clear" } }
         }
         @if let Some(problem) = &problem { p.error role="alert" { (problem) } }
-        @if filter.state == Some(MsgState::DeadLetter) && !messages.is_empty() {
+        @if filter.state == Some(MsgState::DeadLetter) && !messages.is_empty() && session.may(Role::Operator) {
             p { a.button.secondary #redrive-filtered href={ "/portal/messages/redrive?" (filters) } { "Reschedule every dead letter that matches…" } }
         }
         @if messages.is_empty() {
@@ -360,7 +361,7 @@ pub async fn show(
             @if let Some(t) = &m.dead_lettered_at { dt { "Dead-lettered" } dd { (layout::time(t)) } }
             @if let Some(e) = shown_error(&m) { dt { "Last error" } dd.wrap { (e) } }
         }
-        @if actionable {
+        @if actionable && session.may(Role::Operator) {
             section.actions-box aria-labelledby="actions-heading" {
                 h2 #actions-heading { "Actions" }
                 form method="post" action={ "/portal/messages/" (m.id) "/reschedule" } {

@@ -6,11 +6,13 @@
 //! session's CSRF token. Pages are plain HTML (maud) with a little optional
 //! JavaScript; nothing is fetched from elsewhere.
 
+mod account;
 mod actions;
 mod error_page;
 mod layout;
 mod messages;
 mod overview;
+mod people;
 mod ranges;
 mod schedule_form;
 mod schedules;
@@ -98,6 +100,21 @@ pub fn router(state: AppState) -> Router<AppState> {
         .route("/portal/schedules/{id}/pause", post(schedules::pause))
         .route("/portal/schedules/{id}/resume", post(schedules::resume))
         .route("/portal/schedules/{id}/delete", post(schedules::delete))
+        .route("/portal/people", get(people::list))
+        .route("/portal/people/invite", post(people::invite))
+        .route("/portal/people/invited", get(people::invited))
+        .route("/portal/people/{id}/role", post(people::set_role))
+        .route("/portal/people/{id}/remove", post(people::remove))
+        .route(
+            "/portal/people/invitations/{id}/revoke",
+            post(people::revoke),
+        )
+        .route("/portal/account", get(account::page))
+        .route("/portal/account/password", post(account::change_password))
+        .route(
+            "/portal/invite/{token}",
+            get(account::join_page).post(account::join),
+        )
         .route("/portal/static/portal.css", get(css))
         .route("/portal/static/portal.js", get(js))
         .route("/portal/static/icon.svg", get(icon))

@@ -12,7 +12,16 @@ use super::{
 };
 use crate::{domain::message::State as MsgState, state::AppState};
 
-pub async fn page(State(state): State<AppState>, session: Session) -> PortalResult<Html<String>> {
+#[derive(Debug, serde::Deserialize)]
+pub struct NoticeQuery {
+    notice: Option<String>,
+}
+
+pub async fn page(
+    State(state): State<AppState>,
+    session: Session,
+    axum::extract::Query(q): axum::extract::Query<NoticeQuery>,
+) -> PortalResult<Html<String>> {
     let now = state.service.now();
     let since = now - TimeDelta::hours(24);
     let (overview, targets) = tokio::try_join!(
@@ -83,7 +92,14 @@ pub async fn page(State(state): State<AppState>, session: Session) -> PortalResu
         }
     };
     Ok(Html(
-        layout::page(&session, "Overview", Section::Overview, None, body).into_string(),
+        layout::page(
+            &session,
+            "Overview",
+            Section::Overview,
+            layout::notice(q.notice.as_deref(), None).as_deref(),
+            body,
+        )
+        .into_string(),
     ))
 }
 

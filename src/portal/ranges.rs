@@ -17,6 +17,7 @@ use super::{
     targets::load,
     when, PortalError, PortalForm, PortalResult,
 };
+use crate::store::portal::Role;
 use crate::{
     domain::{message::State as MsgState, target::Target},
     state::AppState,
@@ -177,6 +178,7 @@ async fn confirm(
     Path(id): Path<String>,
     Query(q): Query<RangeForm>,
 ) -> PortalResult<Html<String>> {
+    session.require(Role::Operator)?;
     let t = load(&state, &session, &id).await?;
     let now = state.service.now();
     let bulk = q.bulk(kind, &t, now)?;
@@ -270,7 +272,7 @@ async fn act(
     Path(id): Path<String>,
     PortalForm(f): PortalForm<RangeForm>,
 ) -> PortalResult<Redirect> {
-    session.check_csrf(&f.csrf)?;
+    session.authorize(&f.csrf, Role::Operator)?;
     let t = load(&state, &session, &id).await?;
     let bulk = f.bulk(kind, &t, state.service.now())?;
     let n = state.service.bulk(&session.account, &bulk).await?;

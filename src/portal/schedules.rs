@@ -20,6 +20,7 @@ use super::{
     targets::all_targets,
     PortalError, PortalForm, PortalResult,
 };
+use crate::store::portal::Role;
 use crate::{
     domain::{
         ids::ScheduleId,
@@ -141,6 +142,7 @@ fn toggle(session: &Session, s: &Schedule) -> Markup {
 }
 
 pub async fn new(State(state): State<AppState>, session: Session) -> PortalResult<Response> {
+    session.require(Role::Operator)?;
     let targets = all_targets(&state, &session.account).await?;
     let mut f = ScheduleForm::blank();
     f.target_id = targets
@@ -163,7 +165,7 @@ pub async fn create(
     session: Session,
     PortalForm(f): PortalForm<ScheduleForm>,
 ) -> PortalResult<Response> {
-    session.check_csrf(&f.csrf)?;
+    session.authorize(&f.csrf, Role::Operator)?;
     let now = state.service.now();
     let targets = all_targets(&state, &session.account).await?;
     let again = |errors: &[FieldError], status| {
@@ -264,7 +266,7 @@ pub async fn update(
     Path(id): Path<String>,
     PortalForm(f): PortalForm<ScheduleForm>,
 ) -> PortalResult<Response> {
-    session.check_csrf(&f.csrf)?;
+    session.authorize(&f.csrf, Role::Operator)?;
     let s = load(&state, &session, &id).await?;
     let now = state.service.now();
     let targets = all_targets(&state, &session.account).await?;
@@ -301,7 +303,7 @@ async fn set_paused(
     csrf: &str,
     paused: bool,
 ) -> PortalResult<Redirect> {
-    session.check_csrf(csrf)?;
+    session.authorize(csrf, Role::Operator)?;
     let id: ScheduleId = id.parse().map_err(|_| PortalError::NotFound)?;
     state
         .service
@@ -337,7 +339,7 @@ pub async fn delete(
     Path(id): Path<String>,
     PortalForm(f): PortalForm<CsrfForm>,
 ) -> PortalResult<Redirect> {
-    session.check_csrf(&f.csrf)?;
+    session.authorize(&f.csrf, Role::Operator)?;
     let id: ScheduleId = id.parse().map_err(|_| PortalError::NotFound)?;
     state.service.delete_schedule(&session.account, &id).await?;
     Ok(Redirect::to("/portal/schedules?notice=deleted"))

@@ -22,7 +22,7 @@ use crate::{
     domain::ids::AccountId,
     state::AppState,
     store::{
-        portal::{SessionRecord, UserRecord},
+        portal::{Role, SessionRecord, UserRecord},
         StoreResult,
     },
 };
@@ -77,8 +77,13 @@ fn cookie(name: &'static str, value: String, secure: bool, max_age: TimeDelta) -
 #[derive(Debug, Clone)]
 pub struct Session {
     pub account: AccountId,
+    pub user_id: String,
     pub email: String,
     pub csrf: String,
+    /// As it is now: a changed role applies at the next request.
+    pub role: Role,
+    /// The SHA-256 of the session's token.
+    pub token_hash: Vec<u8>,
 }
 
 impl Session {
@@ -89,6 +94,31 @@ impl Session {
         } else {
             Err(PortalError::Csrf)
         }
+    }
+
+    /// Whether the person's role allows what `needed` allows.
+    pub fn may(&self, needed: Role) -> bool {
+        self.role >= needed
+    }
+
+    /// Refuses (403, nothing changes) what the person's role does not allow.
+    pub fn require(&self, needed: Role) -> PortalResult<()> {
+        if self.may(needed) {
+            Ok(())
+        } else {
+            Err(PortalError::Forbidden(format!(
+                "Your role, {}, does not allow this: it needs the {needed} role. \
+                 An admin of the account can change your role.",
+                self.role
+            )))
+        }
+    }
+
+    /// An action's two checks: the form came from this session, and the
+    /// role allows it.
+    pub fn authorize(&self, sent_csrf: &str, needed: Role) -> PortalResult<()> {
+        self.check_csrf(sent_csrf)?;
+        self.require(needed)
     }
 }
 
@@ -145,8 +175,11 @@ impl Session {
             .await?;
         Ok(record.map(|s| Session {
             account: AccountId::from_trusted(s.account),
+            user_id: s.user_id,
             email: s.email,
             csrf: s.csrf,
+            role: s.role,
+            token_hash: s.token_hash,
         }))
     }
 }
@@ -278,6 +311,17 @@ pub async fn login(
         );
         return Ok((StatusCode::UNAUTHORIZED, Html(page.into_string())).into_response());
     };
+    let jar = start_session(&state, &headers, jar, user).await?;
+    Ok((jar, Redirect::to(&next)).into_response())
+}
+
+/// Signs `user` in: a new session, its cookie set (and the sign-in form's removed).
+pub(super) async fn start_session(
+    state: &AppState,
+    headers: &HeaderMap,
+    jar: CookieJar,
+    user: UserRecord,
+) -> PortalResult<CookieJar> {
     let token = random_token();
     let now = state.service.now();
     let ttl = TimeDelta::from_std(state.config.portal.session_ttl).unwrap_or(TimeDelta::hours(12));
@@ -291,13 +335,13 @@ pub async fn login(
             csrf: random_token(),
             created_at: now,
             expires_at: now + ttl,
+            role: user.role,
         })
         .await?;
-    let secure = secure(&state, &headers);
-    let jar = jar
+    let secure = secure(state, headers);
+    Ok(jar
         .remove(Cookie::build(LOGIN_COOKIE).path("/portal"))
-        .add(cookie(SESSION_COOKIE, token, secure, ttl));
-    Ok((jar, Redirect::to(&next)).into_response())
+        .add(cookie(SESSION_COOKIE, token, secure, ttl)))
 }
 
 #[derive(Debug, Deserialize)]

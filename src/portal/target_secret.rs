@@ -15,6 +15,7 @@ use super::{
     targets::{load, NoticeQuery},
     PortalResult,
 };
+use crate::store::portal::Role;
 use crate::{
     domain::{
         ids::TargetId,
@@ -65,6 +66,7 @@ pub async fn secret(
     Path(id): Path<String>,
     Query(q): Query<NoticeQuery>,
 ) -> PortalResult<Response> {
+    session.require(Role::Admin)?;
     let t = load(&state, &session, &id).await?;
     let Some(secret) = jar.get(SECRET_ONCE).map(|c| c.value().to_string()) else {
         return Ok(

@@ -16,6 +16,7 @@ use super::{
     target_form::{self, TargetForm},
     target_secret, PortalError, PortalForm, PortalResult,
 };
+use crate::store::portal::Role;
 use crate::{
     domain::{
         ids::TargetId,
@@ -170,13 +171,14 @@ fn form_page(
     )
 }
 
-pub async fn new(session: Session, Query(q): Query<NoticeQuery>) -> Html<String> {
+pub async fn new(session: Session, Query(q): Query<NoticeQuery>) -> PortalResult<Html<String>> {
+    session.require(Role::Admin)?;
     let kind = q
         .kind
         .as_deref()
         .filter(|k| ["webhook", "sqs", "sns"].contains(k))
         .unwrap_or("webhook");
-    Html(
+    Ok(Html(
         form_page(
             &session,
             "New target",
@@ -186,7 +188,7 @@ pub async fn new(session: Session, Query(q): Query<NoticeQuery>) -> Html<String>
             false,
         )
         .into_string(),
-    )
+    ))
 }
 
 fn invalid(
@@ -208,7 +210,7 @@ pub async fn create(
     jar: CookieJar,
     PortalForm(f): PortalForm<TargetForm>,
 ) -> PortalResult<Response> {
-    session.check_csrf(&f.csrf)?;
+    session.authorize(&f.csrf, Role::Admin)?;
     let action = "/portal/targets";
     let spec = match f
         .to_document(false)
@@ -311,6 +313,7 @@ pub async fn edit(
     session: Session,
     Path(id): Path<String>,
 ) -> PortalResult<Html<String>> {
+    session.require(Role::Admin)?;
     let t = load(&state, &session, &id).await?;
     let action = format!("/portal/targets/{}", t.id);
     Ok(Html(
@@ -334,7 +337,7 @@ pub async fn update(
     Path(id): Path<String>,
     PortalForm(mut f): PortalForm<TargetForm>,
 ) -> PortalResult<Response> {
-    session.check_csrf(&f.csrf)?;
+    session.authorize(&f.csrf, Role::Admin)?;
     let current = load(&state, &session, &id).await?;
     f.kind = current.config.kind().to_string();
     let title = format!("Edit {}", current.name);
@@ -419,7 +422,7 @@ pub async fn reset_breaker(
     Path(id): Path<String>,
     PortalForm(f): PortalForm<CsrfForm>,
 ) -> PortalResult<Redirect> {
-    session.check_csrf(&f.csrf)?;
+    session.authorize(&f.csrf, Role::Operator)?;
     let id: TargetId = id.parse().map_err(|_| PortalError::NotFound)?;
     state.service.reset_health(&session.account, &id).await?;
     Ok(Redirect::to(&format!(
@@ -434,7 +437,7 @@ async fn set_enabled(
     csrf: &str,
     enabled: bool,
 ) -> PortalResult<Redirect> {
-    session.check_csrf(csrf)?;
+    session.authorize(csrf, Role::Admin)?;
     let id: TargetId = id.parse().map_err(|_| PortalError::NotFound)?;
     state
         .service
@@ -472,7 +475,7 @@ pub async fn send_test(
     Path(id): Path<String>,
     PortalForm(f): PortalForm<CsrfForm>,
 ) -> PortalResult<Redirect> {
-    session.check_csrf(&f.csrf)?;
+    session.authorize(&f.csrf, Role::Operator)?;
     let id: TargetId = id.parse().map_err(|_| PortalError::NotFound)?;
     let m = state.service.send_test(&session.account, &id).await?;
     Ok(Redirect::to(&format!(

@@ -4,7 +4,10 @@ use super::{Conflict, Service, ServiceError, ServiceResult};
 use crate::{
     auth::{secrets, Scope},
     domain::ids::AccountId,
-    store::{portal::UserRecord, ClientRecord},
+    store::{
+        portal::{Role, UserRecord},
+        ClientRecord,
+    },
 };
 
 /// A new client: its record, and its secret, which is shown this once.
@@ -42,32 +45,18 @@ impl Service {
         Ok(NewClient { record, secret })
     }
 
-    /// A portal user of `account`; emails are unique across accounts.
+    /// A portal user of `account` with `role`; emails are unique across accounts.
     pub async fn create_user(
         &self,
         account: &AccountId,
         email: &str,
         password: &str,
+        role: Role,
     ) -> ServiceResult<UserRecord> {
-        let email = email.trim().to_lowercase();
-        let plausible = email.len() <= 254
-            && !email.chars().any(char::is_whitespace)
-            && email
-                .split_once('@')
-                .is_some_and(|(l, d)| !l.is_empty() && !d.is_empty());
-        if !plausible {
-            return Err(ServiceError::field(
-                "email",
-                "must be an email address, such as ops@example.com",
-            ));
-        }
-        if password.chars().count() < MIN_PASSWORD {
-            return Err(ServiceError::field(
-                "password",
-                format!("must be at least {MIN_PASSWORD} characters"),
-            ));
-        }
-        let user = new_user(account, &email, password, self.now());
+        let email = plausible_email(email)?;
+        check_password(password)?;
+        let mut user = new_user(account, &email, password, self.now());
+        user.role = role;
         if !self.store.create_user(&user).await? {
             return Err(ServiceError::Conflict(Conflict::EmailTaken));
         }
@@ -75,7 +64,35 @@ impl Service {
     }
 }
 
-/// A user record with a fresh id and the password's hash.
+/// The email lower-cased, if it looks like one.
+pub(super) fn plausible_email(email: &str) -> ServiceResult<String> {
+    let email = email.trim().to_lowercase();
+    let plausible = email.len() <= 254
+        && !email.chars().any(char::is_whitespace)
+        && email
+            .split_once('@')
+            .is_some_and(|(l, d)| !l.is_empty() && !d.is_empty());
+    if plausible {
+        Ok(email)
+    } else {
+        Err(ServiceError::field(
+            "email",
+            "must be an email address, such as ops@example.com",
+        ))
+    }
+}
+
+pub(super) fn check_password(password: &str) -> ServiceResult<()> {
+    if password.chars().count() < MIN_PASSWORD {
+        return Err(ServiceError::field(
+            "password",
+            format!("must be at least {MIN_PASSWORD} characters"),
+        ));
+    }
+    Ok(())
+}
+
+/// A user record (an admin) with a fresh id and the password's hash.
 pub fn new_user(
     account: &AccountId,
     email: &str,
@@ -87,6 +104,7 @@ pub fn new_user(
         account: account.to_string(),
         email: email.trim().to_lowercase(),
         password_hash: secrets::hash_secret(password),
+        role: Role::Admin,
         created_at: now,
     }
 }

@@ -13,6 +13,7 @@ pub mod coalesce;
 mod idempotency;
 pub mod identities;
 pub mod messages;
+pub mod people;
 pub mod schedules;
 pub mod targets;
 
@@ -134,6 +135,9 @@ pub enum Conflict {
     TargetInUse,
     #[error("a portal user with this email exists already")]
     EmailTaken,
+    /// The change would leave the account without an admin.
+    #[error("the account would have no admin left; make another person an admin first")]
+    LastAdmin,
     /// Other changes kept landing between a change's read and its write.
     #[error(
         "the schedule was being changed by other requests at the same time; send the change again"

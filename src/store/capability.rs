@@ -83,6 +83,65 @@ pub trait IdentityStore: Send + Sync + 'static {
     async fn delete_session(&self, token_hash: &[u8]) -> StoreResult<()>;
 }
 
+/// The people of an account: their roles, removal, passwords and
+/// invitations. Every change that could leave an account without an admin
+/// is refused as a whole (`PeopleChange::LastAdmin`), under a lock on the
+/// account so that two admins demoting each other cannot both succeed.
+#[async_trait]
+pub trait PeopleStore: Send + Sync + 'static {
+    /// The account's people, oldest first.
+    async fn list_users(&self, account: &str) -> StoreResult<Vec<portal::UserRecord>>;
+
+    async fn set_user_role(
+        &self,
+        account: &str,
+        user_id: &str,
+        role: portal::Role,
+    ) -> StoreResult<portal::PeopleChange>;
+
+    /// Removes the person and ends their sessions.
+    async fn remove_user(&self, account: &str, user_id: &str) -> StoreResult<portal::PeopleChange>;
+
+    /// A new password hash; every session of the person but `keep` ends.
+    /// False when there is no such person.
+    async fn set_password(
+        &self,
+        user_id: &str,
+        password_hash: &str,
+        keep: &[u8],
+    ) -> StoreResult<bool>;
+
+    async fn create_invitation(&self, invitation: &portal::InvitationRecord) -> StoreResult<()>;
+
+    /// The account's invitations that have not expired, oldest first.
+    async fn list_invitations(
+        &self,
+        account: &str,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Vec<portal::InvitationRecord>>;
+
+    /// A live invitation by its token's hash.
+    async fn find_invitation(
+        &self,
+        token_hash: &[u8],
+        now: DateTime<Utc>,
+    ) -> StoreResult<Option<portal::InvitationRecord>>;
+
+    /// False when the account has no such invitation.
+    async fn revoke_invitation(&self, account: &str, id: &str) -> StoreResult<bool>;
+
+    /// Creates the invited person (the invitation's account, email and role,
+    /// with this id and password hash) and deletes the invitation, in one
+    /// transaction.
+    async fn accept_invitation(
+        &self,
+        token_hash: &[u8],
+        user_id: &str,
+        password_hash: &str,
+        now: DateTime<Utc>,
+    ) -> StoreResult<portal::Acceptance>;
+}
+
 /// Secrets at rest: the token-signing keys, and re-sealing stored secrets
 /// under the current key.
 #[async_trait]
@@ -387,6 +446,7 @@ pub trait PortalReads: Send + Sync + 'static {
 pub trait Store:
     HealthCheck
     + IdentityStore
+    + PeopleStore
     + SecretStore
     + TargetStore
     + ScheduleStore
@@ -401,6 +461,7 @@ pub trait Store:
 impl<T> Store for T where
     T: HealthCheck
         + IdentityStore
+        + PeopleStore
         + SecretStore
         + TargetStore
         + ScheduleStore

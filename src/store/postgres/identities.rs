@@ -40,8 +40,9 @@ type SessionRow = (
     String,
     DateTime<Utc>,
     DateTime<Utc>,
+    String,
 );
-type UserRow = (String, String, String, String, DateTime<Utc>);
+pub(super) type UserRow = (String, String, String, String, DateTime<Utc>, String);
 
 #[async_trait]
 impl IdentityStore for PgStore {
@@ -164,14 +165,15 @@ impl IdentityStore for PgStore {
             .await
             .map_err(map_err)?;
         let n = sqlx::query(
-            "INSERT INTO portal_users (id, account, email, password_hash, created_at) \
-             VALUES ($1, $2, $3, $4, $5) ON CONFLICT (email) DO NOTHING",
+            "INSERT INTO portal_users (id, account, email, password_hash, created_at, role) \
+             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (email) DO NOTHING",
         )
         .bind(&u.id)
         .bind(&u.account)
         .bind(&u.email)
         .bind(&u.password_hash)
         .bind(u.created_at)
+        .bind(u.role.as_str())
         .execute(&mut *tx)
         .await
         .map_err(map_err)?
@@ -182,21 +184,13 @@ impl IdentityStore for PgStore {
 
     async fn find_user(&self, email: &str) -> StoreResult<Option<UserRecord>> {
         let row: Option<UserRow> = sqlx::query_as(
-            "SELECT id, account, email, password_hash, created_at FROM portal_users WHERE email = $1",
+            "SELECT id, account, email, password_hash, created_at, role FROM portal_users WHERE email = $1",
         )
         .bind(email)
         .fetch_optional(&self.pool)
         .await
         .map_err(map_err)?;
-        Ok(row.map(
-            |(id, account, email, password_hash, created_at)| UserRecord {
-                id,
-                account,
-                email,
-                password_hash,
-                created_at,
-            },
-        ))
+        row.map(user_from_row).transpose()
     }
 
     async fn create_session(&self, s: &SessionRecord) -> StoreResult<()> {
@@ -229,15 +223,16 @@ impl IdentityStore for PgStore {
         now: DateTime<Utc>,
     ) -> StoreResult<Option<SessionRecord>> {
         let row: Option<SessionRow> = sqlx::query_as(
-            "SELECT token_hash, user_id, account, email, csrf, created_at, expires_at \
-             FROM portal_sessions WHERE token_hash = $1 AND expires_at > $2",
+            "SELECT s.token_hash, s.user_id, s.account, s.email, s.csrf, s.created_at, s.expires_at, u.role \
+             FROM portal_sessions s JOIN portal_users u ON u.id = s.user_id \
+             WHERE s.token_hash = $1 AND s.expires_at > $2",
         )
         .bind(token_hash)
         .bind(now)
         .fetch_optional(&self.pool)
         .await
         .map_err(map_err)?;
-        Ok(row.map(session_from_row))
+        row.map(session_from_row).transpose()
     }
 
     async fn delete_session(&self, token_hash: &[u8]) -> StoreResult<()> {
@@ -250,9 +245,9 @@ impl IdentityStore for PgStore {
     }
 }
 
-fn session_from_row(r: SessionRow) -> SessionRecord {
-    let (token_hash, user_id, account, email, csrf, created_at, expires_at) = r;
-    SessionRecord {
+fn session_from_row(r: SessionRow) -> StoreResult<SessionRecord> {
+    let (token_hash, user_id, account, email, csrf, created_at, expires_at, role) = r;
+    Ok(SessionRecord {
         token_hash,
         user_id,
         account,
@@ -260,5 +255,23 @@ fn session_from_row(r: SessionRow) -> SessionRecord {
         csrf,
         created_at,
         expires_at,
-    }
+        role: role_from_str(&role)?,
+    })
+}
+
+pub(super) fn role_from_str(s: &str) -> StoreResult<Role> {
+    Role::parse(s).ok_or_else(|| StoreError::Corrupt(format!("unknown role {s}")))
+}
+
+pub(super) fn user_from_row(
+    (id, account, email, password_hash, created_at, role): UserRow,
+) -> StoreResult<UserRecord> {
+    Ok(UserRecord {
+        id,
+        account,
+        email,
+        password_hash,
+        role: role_from_str(&role)?,
+        created_at,
+    })
 }

@@ -27,6 +27,7 @@ pub mod listen;
 mod messages;
 mod open;
 mod ordering;
+mod people;
 mod portal;
 mod rows;
 mod schedules;

@@ -26,8 +26,8 @@ fn summary(
     })
 }
 
-type SessionRow = (Vec<u8>, String, String, String, String, i64, i64);
-type UserRow = (String, String, String, String, i64);
+type SessionRow = (Vec<u8>, String, String, String, String, i64, i64, String);
+pub(super) type UserRow = (String, String, String, String, i64, String);
 
 #[async_trait]
 impl IdentityStore for SqliteStore {
@@ -161,14 +161,15 @@ impl IdentityStore for SqliteStore {
             .await
             .map_err(map_err)?;
         let n = sqlx::query(
-            "INSERT INTO portal_users (id, account, email, password_hash, created_at) \
-             VALUES (?, ?, ?, ?, ?) ON CONFLICT (email) DO NOTHING",
+            "INSERT INTO portal_users (id, account, email, password_hash, created_at, role) \
+             VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (email) DO NOTHING",
         )
         .bind(&u.id)
         .bind(&u.account)
         .bind(&u.email)
         .bind(&u.password_hash)
         .bind(ms(u.created_at))
+        .bind(u.role.as_str())
         .execute(&mut *tx)
         .await
         .map_err(map_err)?
@@ -179,21 +180,13 @@ impl IdentityStore for SqliteStore {
 
     async fn find_user(&self, email: &str) -> StoreResult<Option<UserRecord>> {
         let row: Option<UserRow> = sqlx::query_as(
-            "SELECT id, account, email, password_hash, created_at FROM portal_users WHERE email = ?",
+            "SELECT id, account, email, password_hash, created_at, role FROM portal_users WHERE email = ?",
         )
         .bind(email)
         .fetch_optional(&self.reader)
         .await
         .map_err(map_err)?;
-        Ok(row.map(
-            |(id, account, email, password_hash, created_at)| UserRecord {
-                id,
-                account,
-                email,
-                password_hash,
-                created_at: from_ms(created_at),
-            },
-        ))
+        row.map(user_from_row).transpose()
     }
 
     async fn create_session(&self, s: &SessionRecord) -> StoreResult<()> {
@@ -226,25 +219,30 @@ impl IdentityStore for SqliteStore {
         now: DateTime<Utc>,
     ) -> StoreResult<Option<SessionRecord>> {
         let row: Option<SessionRow> = sqlx::query_as(
-            "SELECT token_hash, user_id, account, email, csrf, created_at, expires_at \
-             FROM portal_sessions WHERE token_hash = ? AND expires_at > ?",
+            "SELECT s.token_hash, s.user_id, s.account, s.email, s.csrf, s.created_at, s.expires_at, u.role \
+             FROM portal_sessions s JOIN portal_users u ON u.id = s.user_id \
+             WHERE s.token_hash = ? AND s.expires_at > ?",
         )
         .bind(token_hash)
         .bind(ms(now))
         .fetch_optional(&self.reader)
         .await
         .map_err(map_err)?;
-        Ok(row.map(
-            |(token_hash, user_id, account, email, csrf, created_at, expires_at)| SessionRecord {
-                token_hash,
-                user_id,
-                account,
-                email,
-                csrf,
-                created_at: from_ms(created_at),
-                expires_at: from_ms(expires_at),
+        row.map(
+            |(token_hash, user_id, account, email, csrf, created_at, expires_at, role)| {
+                Ok(SessionRecord {
+                    token_hash,
+                    user_id,
+                    account,
+                    email,
+                    csrf,
+                    created_at: from_ms(created_at),
+                    expires_at: from_ms(expires_at),
+                    role: role_from_str(&role)?,
+                })
             },
-        ))
+        )
+        .transpose()
     }
 
     async fn delete_session(&self, token_hash: &[u8]) -> StoreResult<()> {
@@ -255,4 +253,21 @@ impl IdentityStore for SqliteStore {
             .map_err(map_err)?;
         Ok(())
     }
+}
+
+pub(super) fn role_from_str(s: &str) -> StoreResult<Role> {
+    Role::parse(s).ok_or_else(|| StoreError::Corrupt(format!("unknown role {s}")))
+}
+
+pub(super) fn user_from_row(
+    (id, account, email, password_hash, created_at, role): UserRow,
+) -> StoreResult<UserRecord> {
+    Ok(UserRecord {
+        id,
+        account,
+        email,
+        password_hash,
+        role: role_from_str(&role)?,
+        created_at: from_ms(created_at),
+    })
 }

@@ -15,6 +15,7 @@ mod identities;
 mod messages;
 mod open;
 mod ordering;
+mod people;
 mod portal;
 mod rows;
 mod schedules;

@@ -1,0 +1,157 @@
+//! The people of an account: invitations, roles, removal and passwords.
+//! The portal is the door; every rule lives here.
+
+use base64::{engine::general_purpose::URL_SAFE_NO_PAD as B64URL, Engine};
+use chrono::TimeDelta;
+use rand::Rng;
+use sha2::{Digest, Sha256};
+
+use super::{
+    identities::{check_password, plausible_email},
+    Conflict, Service, ServiceError, ServiceResult,
+};
+use crate::{
+    auth::secrets,
+    domain::ids::AccountId,
+    store::portal::{Acceptance, InvitationRecord, PeopleChange, Role, UserRecord},
+};
+
+/// How long an invitation's link works.
+pub const INVITATION_TTL: TimeDelta = TimeDelta::days(7);
+
+/// A new invitation, and the token its link carries, which is shown this once.
+#[derive(Debug)]
+pub struct NewInvitation {
+    pub record: InvitationRecord,
+    pub token: String,
+}
+
+/// The SHA-256 of an invitation's token: all that is kept of it.
+pub fn invitation_hash(token: &str) -> Vec<u8> {
+    Sha256::digest(token.as_bytes()).to_vec()
+}
+
+fn people_change(c: PeopleChange) -> ServiceResult<()> {
+    match c {
+        PeopleChange::Done => Ok(()),
+        PeopleChange::NotFound => Err(ServiceError::NotFound),
+        PeopleChange::LastAdmin => Err(ServiceError::Conflict(Conflict::LastAdmin)),
+    }
+}
+
+impl Service {
+    /// Invites `email` into `account` with `role`; `by` is the admin's email.
+    pub async fn invite(
+        &self,
+        account: &AccountId,
+        by: &str,
+        email: &str,
+        role: Role,
+    ) -> ServiceResult<NewInvitation> {
+        let email = plausible_email(email)?;
+        if self.store.find_user(&email).await?.is_some() {
+            return Err(ServiceError::Conflict(Conflict::EmailTaken));
+        }
+        let token = B64URL.encode(rand::rng().random::<[u8; 32]>());
+        let now = self.now();
+        let record = InvitationRecord {
+            id: uuid::Uuid::now_v7().to_string(),
+            token_hash: invitation_hash(&token),
+            account: account.to_string(),
+            email,
+            role,
+            invited_by: by.to_string(),
+            created_at: now,
+            expires_at: now + INVITATION_TTL,
+        };
+        self.store.create_invitation(&record).await?;
+        Ok(NewInvitation { record, token })
+    }
+
+    /// The live invitation a link's token names.
+    pub async fn invitation(&self, token: &str) -> ServiceResult<InvitationRecord> {
+        self.store
+            .find_invitation(&invitation_hash(token), self.now())
+            .await?
+            .ok_or(ServiceError::NotFound)
+    }
+
+    /// The invited person chooses a password and joins.
+    pub async fn accept_invitation(
+        &self,
+        token: &str,
+        password: &str,
+    ) -> ServiceResult<UserRecord> {
+        check_password(password)?;
+        let hash = secrets::hash_secret(password);
+        let id = uuid::Uuid::now_v7().to_string();
+        match self
+            .store
+            .accept_invitation(&invitation_hash(token), &id, &hash, self.now())
+            .await?
+        {
+            Acceptance::Joined(user) => Ok(user),
+            Acceptance::Gone => Err(ServiceError::NotFound),
+            Acceptance::EmailTaken => Err(ServiceError::Conflict(Conflict::EmailTaken)),
+        }
+    }
+
+    pub async fn revoke_invitation(&self, account: &AccountId, id: &str) -> ServiceResult<()> {
+        if self.store.revoke_invitation(account.as_str(), id).await? {
+            Ok(())
+        } else {
+            Err(ServiceError::NotFound)
+        }
+    }
+
+    pub async fn set_role(
+        &self,
+        account: &AccountId,
+        user_id: &str,
+        role: Role,
+    ) -> ServiceResult<()> {
+        people_change(
+            self.store
+                .set_user_role(account.as_str(), user_id, role)
+                .await?,
+        )
+    }
+
+    /// Removes a person and ends their sessions.
+    pub async fn remove_person(&self, account: &AccountId, user_id: &str) -> ServiceResult<()> {
+        people_change(self.store.remove_user(account.as_str(), user_id).await?)
+    }
+
+    /// A person's new password, given the current one; their other
+    /// sessions end (the one `keep` names stays).
+    pub async fn change_password(
+        &self,
+        email: &str,
+        current: &str,
+        new: &str,
+        keep: &[u8],
+    ) -> ServiceResult<()> {
+        let user = self
+            .store
+            .find_user(email)
+            .await?
+            .ok_or(ServiceError::NotFound)?;
+        let (current, stored) = (current.to_string(), user.password_hash.clone());
+        let right = tokio::task::spawn_blocking(move || secrets::verify_secret(&current, &stored))
+            .await
+            .unwrap_or(false);
+        if !right {
+            return Err(ServiceError::field(
+                "current",
+                "is not your current password",
+            ));
+        }
+        check_password(new)?;
+        let hash = secrets::hash_secret(new);
+        if self.store.set_password(&user.id, &hash, keep).await? {
+            Ok(())
+        } else {
+            Err(ServiceError::NotFound)
+        }
+    }
+}

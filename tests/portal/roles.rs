@@ -1,0 +1,529 @@
+//! Roles as a matrix: each role (viewer, operator, admin) × each portal
+//! action, over HTTP. Where the role does not allow the action the answer
+//! is 403 and nothing of the account changes (its messages, targets,
+//! schedules, people and invitations read the same before and after);
+//! where it does, the action goes through.
+
+use chrono::{TimeDelta, Utc};
+use dispatch::store::portal::{InvitationRecord, Role};
+
+use super::*;
+use common::in_ms;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Action {
+    CancelMessage,
+    RescheduleMessage,
+    BulkCancel,
+    RedriveDeadLetters,
+    ReplayRange,
+    CancelRange,
+    SendTestMessage,
+    ResetBreaker,
+    CreateTarget,
+    EditTarget,
+    DisableTarget,
+    EnableTarget,
+    CreateSchedule,
+    EditSchedule,
+    PauseSchedule,
+    DeleteSchedule,
+    InvitePerson,
+    ChangeRole,
+    RemovePerson,
+    RevokeInvitation,
+    NewTargetForm,
+    EditTargetForm,
+    PeoplePage,
+    NewScheduleForm,
+    RedriveForm,
+    ReplayForm,
+}
+
+use Action::*;
+
+const ACTIONS: [Action; 26] = [
+    CancelMessage,
+    RescheduleMessage,
+    BulkCancel,
+    RedriveDeadLetters,
+    ReplayRange,
+    CancelRange,
+    SendTestMessage,
+    ResetBreaker,
+    CreateTarget,
+    EditTarget,
+    DisableTarget,
+    EnableTarget,
+    CreateSchedule,
+    EditSchedule,
+    PauseSchedule,
+    DeleteSchedule,
+    InvitePerson,
+    ChangeRole,
+    RemovePerson,
+    RevokeInvitation,
+    NewTargetForm,
+    EditTargetForm,
+    PeoplePage,
+    NewScheduleForm,
+    RedriveForm,
+    ReplayForm,
+];
+
+impl Action {
+    fn needed(self) -> Role {
+        match self {
+            CancelMessage | RescheduleMessage | BulkCancel | RedriveDeadLetters | ReplayRange
+            | CancelRange | SendTestMessage | ResetBreaker | CreateSchedule | EditSchedule
+            | PauseSchedule | DeleteSchedule | NewScheduleForm | RedriveForm | ReplayForm => {
+                Role::Operator
+            }
+            CreateTarget | EditTarget | DisableTarget | EnableTarget | InvitePerson
+            | ChangeRole | RemovePerson | RevokeInvitation | NewTargetForm | EditTargetForm
+            | PeoplePage => Role::Admin,
+        }
+    }
+}
+
+/// A request an action makes; a POST gets the session's CSRF token added.
+struct Request {
+    post: bool,
+    path: String,
+    form: Vec<(&'static str, String)>,
+}
+
+fn get(path: String) -> Request {
+    Request {
+        post: false,
+        path,
+        form: vec![],
+    }
+}
+
+fn post(path: String, form: Vec<(&'static str, String)>) -> Request {
+    Request {
+        post: true,
+        path,
+        form,
+    }
+}
+
+const FAR: &str = "2031-01-01T00:00:00";
+
+struct Ctx {
+    app: TestApp,
+    api: Api,
+    /// Delivers (200).
+    ok: String,
+    ok_url: String,
+    /// Refuses (400): its messages become dead letters.
+    dead: String,
+    n: std::cell::Cell<u32>,
+}
+
+impl Ctx {
+    fn next(&self) -> u32 {
+        self.n.set(self.n.get() + 1);
+        self.n.get()
+    }
+
+    async fn message(&self) -> String {
+        let at = (Utc::now() + TimeDelta::hours(1)).to_rfc3339();
+        s(&self.api.schedule(&self.ok, &at, "{}").await["messageId"]).to_string()
+    }
+
+    async fn dead_letter(&self) -> String {
+        let id = s(&self.api.schedule(&self.dead, &in_ms(0), "{}").await["messageId"]).to_string();
+        self.api.wait_for_state(&id, "DeadLetter", WAIT).await;
+        id
+    }
+
+    async fn delivered(&self) -> String {
+        let id = s(&self.api.schedule(&self.ok, &in_ms(0), "{}").await["messageId"]).to_string();
+        self.api.wait_for_state(&id, "Delivered", WAIT).await;
+        id
+    }
+
+    async fn target(&self) -> String {
+        s(&self.api.webhook(&self.ok_url).await["targetId"]).to_string()
+    }
+
+    async fn schedule(&self) -> String {
+        let r = self
+            .api
+            .post(
+                "/schedules",
+                json!({"targetId": self.ok, "name": "hourly", "every": "1h",
+                       "payload": "{}", "startAt": format!("{FAR}Z")}),
+            )
+            .await;
+        assert_eq!(r.status(), 201);
+        s(&r.json::<Value>().await.unwrap()["scheduleId"]).to_string()
+    }
+
+    async fn person(&self) -> String {
+        let mut u =
+            dispatch::portal::new_user("acme", &format!("p{}@example.com", self.next()), PASSWORD);
+        u.role = Role::Viewer;
+        assert!(self.app.store().create_user(&u).await.unwrap());
+        u.id
+    }
+
+    async fn invitation(&self) -> String {
+        let now = Utc::now();
+        let i = InvitationRecord {
+            id: uuid::Uuid::now_v7().to_string(),
+            token_hash: uuid::Uuid::new_v4().as_bytes().to_vec(),
+            account: "acme".into(),
+            email: format!("i{}@example.com", self.next()),
+            role: Role::Viewer,
+            invited_by: "admin@example.com".into(),
+            created_at: now,
+            expires_at: now + TimeDelta::days(7),
+        };
+        self.app.store().create_invitation(&i).await.unwrap();
+        i.id
+    }
+
+    fn schedule_form(&self, name: &str) -> Vec<(&'static str, String)> {
+        vec![
+            ("name", name.into()),
+            ("targetId", self.ok.clone()),
+            ("kind", "every".into()),
+            ("cron", "".into()),
+            ("every", "1h".into()),
+            ("timeZone", "UTC".into()),
+            ("startAt", FAR.into()),
+            ("endAt", "".into()),
+            ("payload", "{}".into()),
+            ("orderingKey", "".into()),
+        ]
+    }
+
+    fn target_form(&self, name: &str) -> Vec<(&'static str, String)> {
+        vec![
+            ("name", name.into()),
+            ("type", "webhook".into()),
+            ("enabled", "on".into()),
+            ("url", self.ok_url.clone()),
+        ]
+    }
+
+    /// A fresh object for the action to act on, and its request.
+    async fn prepare(&self, action: Action) -> Request {
+        let wide = |extra: Vec<(&'static str, String)>| {
+            let mut f = vec![
+                ("from", "2020-01-01T00:00:00".to_string()),
+                ("to", "2040-01-01T00:00:00".to_string()),
+                ("rangeTz", "UTC".to_string()),
+                ("tz", "UTC".to_string()),
+            ];
+            f.extend(extra);
+            f
+        };
+        match action {
+            CancelMessage => post(format!("/portal/messages/{}/cancel", self.message().await), vec![]),
+            RescheduleMessage => post(
+                format!("/portal/messages/{}/reschedule", self.message().await),
+                vec![("at", FAR.into()), ("tz", "UTC".into())],
+            ),
+            BulkCancel => post(
+                "/portal/messages/bulk".into(),
+                vec![
+                    ("action", "cancel".into()),
+                    ("ids", self.message().await),
+                    ("confirmed", "1".into()),
+                    ("at", "".into()),
+                    ("tz", "UTC".into()),
+                ],
+            ),
+            RedriveDeadLetters => {
+                self.dead_letter().await;
+                post(
+                    "/portal/messages/redrive".into(),
+                    vec![
+                        ("target", self.dead.clone()),
+                        ("from", "".into()),
+                        ("to", "".into()),
+                        ("filterTz", "UTC".into()),
+                        ("at", FAR.into()),
+                        ("tz", "UTC".into()),
+                    ],
+                )
+            }
+            ReplayRange => {
+                self.delivered().await;
+                post(
+                    format!("/portal/targets/{}/replay", self.ok),
+                    wide(vec![("state", "".into()), ("at", FAR.into())]),
+                )
+            }
+            CancelRange => {
+                self.message().await;
+                post(
+                    format!("/portal/targets/{}/cancel-range", self.ok),
+                    wide(vec![("state", "".into()), ("at", "".into())]),
+                )
+            }
+            SendTestMessage => post(format!("/portal/targets/{}/test", self.ok), vec![]),
+            ResetBreaker => post(format!("/portal/targets/{}/reset-breaker", self.ok), vec![]),
+            CreateTarget => post(
+                "/portal/targets".into(),
+                self.target_form(&format!("new {}", self.next())),
+            ),
+            EditTarget => post(
+                format!("/portal/targets/{}", self.target().await),
+                self.target_form("renamed"),
+            ),
+            DisableTarget => post(
+                format!("/portal/targets/{}/disable", self.target().await),
+                vec![],
+            ),
+            EnableTarget => {
+                let t = self.target().await;
+                let r = self
+                    .api
+                    .patch(&format!("/targets/{t}"), json!({"enabled": false}))
+                    .await;
+                assert_eq!(r.status(), 200);
+                post(format!("/portal/targets/{t}/enable"), vec![])
+            }
+            CreateSchedule => post(
+                "/portal/schedules".into(),
+                self.schedule_form(&format!("s{}", self.next())),
+            ),
+            EditSchedule => post(
+                format!("/portal/schedules/{}", self.schedule().await),
+                self.schedule_form("renamed"),
+            ),
+            PauseSchedule => post(
+                format!("/portal/schedules/{}/pause", self.schedule().await),
+                vec![],
+            ),
+            DeleteSchedule => post(
+                format!("/portal/schedules/{}/delete", self.schedule().await),
+                vec![],
+            ),
+            InvitePerson => post(
+                "/portal/people/invite".into(),
+                vec![
+                    ("email", format!("new{}@example.com", self.next())),
+                    ("role", "operator".into()),
+                ],
+            ),
+            ChangeRole => post(
+                format!("/portal/people/{}/role", self.person().await),
+                vec![("role", "operator".into())],
+            ),
+            RemovePerson => post(
+                format!("/portal/people/{}/remove", self.person().await),
+                vec![],
+            ),
+            RevokeInvitation => post(
+                format!(
+                    "/portal/people/invitations/{}/revoke",
+                    self.invitation().await
+                ),
+                vec![],
+            ),
+            NewTargetForm => get("/portal/targets/new".into()),
+            EditTargetForm => get(format!("/portal/targets/{}/edit", self.ok)),
+            PeoplePage => get("/portal/people".into()),
+            NewScheduleForm => get("/portal/schedules/new".into()),
+            RedriveForm => get(format!(
+                "/portal/messages/redrive?state=DeadLetter&target={}",
+                self.dead
+            )),
+            ReplayForm => get(format!(
+                "/portal/targets/{}/replay?from=2020-01-01T00%3A00%3A00&to=2040-01-01T00%3A00%3A00&rangeTz=UTC",
+                self.ok
+            )),
+        }
+    }
+
+    /// Everything of the account an action could change.
+    async fn fingerprint(&self) -> Value {
+        let list = |path: &'static str| async move {
+            let r = self.api.get(path).await;
+            assert_eq!(r.status(), 200, "{path}");
+            let v: Value = r.json().await.unwrap();
+            assert!(v["nextCursor"].is_null(), "one page holds {path}");
+            v["items"].clone()
+        };
+        let messages: Vec<Value> = list("/messages?limit=1000")
+            .await
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| json!([m["messageId"], m["state"], m["deliveryTime"]]))
+            .collect();
+        let targets = list("/targets?limit=1000").await;
+        let store = self.app.store();
+        let people: Vec<Value> = store
+            .list_users("acme")
+            .await
+            .unwrap()
+            .iter()
+            .map(|u| json!([u.email, u.role.as_str()]))
+            .collect();
+        let invitations: Vec<Value> = store
+            .list_invitations("acme", Utc::now())
+            .await
+            .unwrap()
+            .iter()
+            .map(|i| json!([i.email, i.role.as_str()]))
+            .collect();
+        json!({
+            "messages": messages,
+            "targets": targets,
+            "schedules": list("/schedules?limit=100").await,
+            "people": people,
+            "invitations": invitations,
+        })
+    }
+
+    /// Until nothing of the account is due: what an allowed action
+    /// scheduled for now has been delivered or dead-lettered.
+    async fn settle(&self) {
+        let deadline = std::time::Instant::now() + WAIT;
+        loop {
+            let v: Value = self
+                .api
+                .get("/messages?state=Scheduled&limit=1000")
+                .await
+                .json()
+                .await
+                .unwrap();
+            let soon = Utc::now() + TimeDelta::minutes(10);
+            let due = v["items"].as_array().unwrap().iter().any(|m| {
+                chrono::DateTime::parse_from_rfc3339(s(&m["deliveryTime"])).unwrap() < soon
+            });
+            if !due {
+                return;
+            }
+            assert!(std::time::Instant::now() < deadline, "still due: {v}");
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+}
+
+async fn signed_in_as(app: &TestApp, email: &str, role: Role) -> Browser {
+    let mut u = dispatch::portal::new_user("acme", email, PASSWORD);
+    u.role = role;
+    assert!(app.store().create_user(&u).await.unwrap());
+    let mut b = Browser::new(app);
+    let p = b.try_sign_in(email, PASSWORD).await;
+    assert_eq!(p.status, StatusCode::SEE_OTHER, "{}", p.body);
+    b
+}
+
+#[tokio::test]
+async fn each_role_may_do_what_it_allows_and_nothing_else() {
+    let app = TestApp::spawn().await;
+    let api = app.api("acme").await;
+    let ok_rx = Receiver::start().await;
+    ok_rx.always(Reply::status(200));
+    let dead_rx = Receiver::start().await;
+    dead_rx.always(Reply::status(400));
+    let ok = s(&api.webhook(&ok_rx.url("/ok")).await["targetId"]).to_string();
+    let dead = s(&api.webhook(&dead_rx.url("/dead")).await["targetId"]).to_string();
+    let mut browsers = vec![
+        (
+            Role::Viewer,
+            signed_in_as(&app, "viewer@example.com", Role::Viewer).await,
+        ),
+        (
+            Role::Operator,
+            signed_in_as(&app, "operator@example.com", Role::Operator).await,
+        ),
+        (
+            Role::Admin,
+            signed_in_as(&app, "admin@example.com", Role::Admin).await,
+        ),
+    ];
+    let ctx = Ctx {
+        app,
+        api,
+        ok,
+        ok_url: ok_rx.url("/ok"),
+        dead,
+        n: std::cell::Cell::new(0),
+    };
+    let mut matrix = String::from("action               viewer    operator  admin\n");
+    for action in ACTIONS {
+        // Refused roles first: what an allowed one starts must not run
+        // into a refused one's before-and-after.
+        browsers.sort_by_key(|(role, _)| *role >= action.needed());
+        let mut row = vec![String::new(); 3];
+        for (role, b) in browsers.iter_mut() {
+            let req = ctx.prepare(action).await;
+            let before = ctx.fingerprint().await;
+            let page = if req.post {
+                let csrf = b.csrf().await;
+                let mut form: Vec<(&str, &str)> = vec![("csrf", &csrf)];
+                form.extend(req.form.iter().map(|(k, v)| (*k, v.as_str())));
+                b.post(&req.path, &form).await
+            } else {
+                b.get(&req.path).await
+            };
+            let allowed = *role >= action.needed();
+            if allowed {
+                let expected = if req.post {
+                    StatusCode::SEE_OTHER
+                } else {
+                    StatusCode::OK
+                };
+                assert_eq!(page.status, expected, "{action:?} as {role}: {}", page.body);
+                // (A closed breaker's reset changes nothing to see.)
+                if req.post && action != ResetBreaker {
+                    assert_ne!(
+                        ctx.fingerprint().await,
+                        before,
+                        "{action:?} as {role} changed nothing"
+                    );
+                }
+                ctx.settle().await;
+            } else {
+                assert_eq!(
+                    page.status,
+                    StatusCode::FORBIDDEN,
+                    "{action:?} as {role}: {}",
+                    page.body
+                );
+                assert!(page.body.contains("Not allowed"), "{}", page.body);
+                assert_eq!(
+                    ctx.fingerprint().await,
+                    before,
+                    "{action:?} refused to {role} changed something"
+                );
+            }
+            row[Role::ALL.iter().position(|r| r == role).unwrap()] =
+                format!("{}", page.status.as_u16());
+        }
+        matrix.push_str(&format!(
+            "{:<20} {:<9} {:<9} {}\n",
+            format!("{action:?}"),
+            row[0],
+            row[1],
+            row[2]
+        ));
+    }
+    eprintln!("{matrix}");
+
+    // Every role reads every page.
+    for (role, b) in browsers.iter_mut() {
+        for path in [
+            "/portal/overview",
+            "/portal/messages",
+            "/portal/targets",
+            "/portal/schedules",
+            "/portal/account",
+        ] {
+            assert_eq!(b.get(path).await.status, StatusCode::OK, "{path} as {role}");
+        }
+        let t = b.get(&format!("/portal/targets/{}", ctx.ok)).await;
+        assert_eq!(t.status, StatusCode::OK);
+    }
+    ctx.app.shutdown().await;
+}
