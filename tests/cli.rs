@@ -510,6 +510,48 @@ fn assert_refused(out: &std::process::Output, reason: &str) {
 }
 
 #[tokio::test]
+async fn users_create_gives_the_role_asked_for_and_refuses_an_unknown_one() {
+    let db = TestDb::new().await;
+    let out = users_create(
+        &db,
+        &[
+            "--account",
+            "acme",
+            "--email",
+            "viewer@example.com",
+            "--role",
+            "viewer",
+        ],
+        None,
+    )
+    .await;
+    assert_eq!(printed_user(&out)["role"], "viewer");
+    let store = common::open_any_store(&db.url).await;
+    let stored = store
+        .find_user("viewer@example.com")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored.role, dispatch::store::portal::Role::Viewer);
+
+    let out = users_create(
+        &db,
+        &[
+            "--account",
+            "acme",
+            "--email",
+            "root@example.com",
+            "--role",
+            "root",
+        ],
+        None,
+    )
+    .await;
+    assert_refused(&out, "--role");
+    assert!(store.find_user("root@example.com").await.unwrap().is_none());
+}
+
+#[tokio::test]
 async fn users_create_generates_a_password_prints_it_once_and_it_verifies() {
     let db = TestDb::new().await;
     let out = users_create(
@@ -531,8 +573,9 @@ async fn users_create_generates_a_password_prints_it_once_and_it_verifies() {
         .to_string();
     assert_eq!(
         printed,
-        serde_json::json!({"account": "acme", "email": "ops@example.com", "password": password}),
-        "the email is trimmed and lower-cased"
+        serde_json::json!({"account": "acme", "email": "ops@example.com", "role": "admin",
+                           "password": password}),
+        "the email is trimmed and lower-cased; the first person is an admin"
     );
     assert!(
         password.chars().count() >= 12,
@@ -607,7 +650,7 @@ async fn users_create_reads_the_password_from_stdin_and_does_not_print_it() {
     .await;
     assert_eq!(
         printed_user(&out),
-        serde_json::json!({"account": "acme", "email": "ops@example.com"}),
+        serde_json::json!({"account": "acme", "email": "ops@example.com", "role": "admin"}),
         "a chosen password is not printed"
     );
     assert!(!text(&out.stdout).contains(password));

@@ -8,6 +8,9 @@
 
 mod common;
 
+#[path = "portal_browser/people.rs"]
+mod people;
+
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
