@@ -4,6 +4,8 @@
 
 mod common;
 
+#[path = "portal/charts.rs"]
+mod charts;
 #[path = "portal/keys_and_ranges.rs"]
 mod keys_and_ranges;
 #[path = "portal/roles.rs"]

@@ -90,6 +90,8 @@ mod sealing;
 // The capabilities, in the order of the store's traits.
 #[path = "store_conformance/actions.rs"]
 mod actions;
+#[path = "store_conformance/activity.rs"]
+mod activity;
 #[path = "store_conformance/batch.rs"]
 mod batch;
 #[path = "store_conformance/batch_keys.rs"]
@@ -106,6 +108,8 @@ mod history;
 mod idempotency;
 #[path = "store_conformance/messages.rs"]
 mod messages;
+#[path = "store_conformance/people.rs"]
+mod people;
 #[path = "store_conformance/portal.rs"]
 mod portal;
 #[path = "store_conformance/recording.rs"]

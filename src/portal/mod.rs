@@ -8,6 +8,7 @@
 
 mod account;
 mod actions;
+mod charts;
 mod error_page;
 mod layout;
 mod messages;

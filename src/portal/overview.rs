@@ -5,6 +5,7 @@ use chrono::TimeDelta;
 use maud::html;
 
 use super::{
+    charts,
     layout::{self, Section},
     session::Session,
     targets::all_targets,
@@ -24,9 +25,12 @@ pub async fn page(
 ) -> PortalResult<Html<String>> {
     let now = state.service.now();
     let since = now - TimeDelta::hours(24);
-    let (overview, targets) = tokio::try_join!(
+    let (overview, targets, activity) = tokio::try_join!(
         state.store.overview(&session.account, since, now),
         all_targets(&state, &session.account),
+        state
+            .store
+            .activity(&session.account, charts::window_start(now)),
     )?;
     let dead_waiting = overview.total(MsgState::DeadLetter);
     let body = html! {
@@ -58,6 +62,15 @@ pub async fn page(
                 }
             }
         }
+        section aria-labelledby="charts-heading" {
+            h2 #charts-heading { "The last 24 hours, per hour (UTC)" }
+            div.charts {
+                (charts::bars("delivered-chart", "Delivered", "delivered", "bar delivered", &activity.hours, now, |h| h.delivered))
+                (charts::bars("failed-chart", "Failed attempts", "failed attempts", "bar failed", &activity.hours, now, |h| h.failed))
+                (charts::bars("dead-chart", "Dead-lettered", "dead letters", "bar dead", &activity.hours, now, |h| h.dead_lettered))
+                (charts::lateness(&activity.hours, now))
+            }
+        }
         section aria-labelledby="by-target" {
             h2 #by-target { "Messages by target" }
             @if targets.is_empty() {
@@ -68,6 +81,7 @@ pub async fn page(
                         thead { tr {
                             th scope="col" { "Target" }
                             th scope="col" { "Status" }
+                            th scope="col" .num { abbr title="Of the attempts that ended in the last 24 hours, the share that delivered" { "Success, 24 h" } }
                             @for s in MsgState::ALL { th scope="col" .num { (label(s)) } }
                         } }
                         tbody {
@@ -75,6 +89,12 @@ pub async fn page(
                                 tr {
                                     th scope="row" { a href={ "/portal/targets/" (t.id) } { (t.name) } }
                                     td { @if t.enabled { "Enabled" } @else { span.off { "Disabled" } } }
+                                    td.num data-success-rate=(t.id) {
+                                        @match activity.by_target.get(&t.id).and_then(|a| a.success_rate()) {
+                                            Some(r) => (format!("{:.1} %", r * 100.0)),
+                                            None => span.none { "—" },
+                                        }
+                                    }
                                     @for s in MsgState::ALL {
                                         td.num {
                                             a href={ "/portal/messages?target=" (t.id) "&state=" (s.as_str()) }

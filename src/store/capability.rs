@@ -433,6 +433,10 @@ pub trait PortalReads: Send + Sync + 'static {
         key: &str,
     ) -> StoreResult<Option<MessageId>>;
 
+    /// What happened in the account per hour since `since` (rounded down to
+    /// the hour), and per target: the overview's charts.
+    async fn activity(&self, account: &str, since: DateTime<Utc>) -> StoreResult<portal::Activity>;
+
     /// The manual actions on a message, oldest first (empty for an unknown message).
     async fn list_events(
         &self,

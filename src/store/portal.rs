@@ -2,6 +2,8 @@
 //! their sessions, the account overview and each message's history of
 //! manual actions.
 
+use std::collections::{BTreeMap, HashMap};
+
 use chrono::{DateTime, Utc};
 
 use crate::domain::{ids::TargetId, message::State};
@@ -182,4 +184,100 @@ impl EventKind {
             _ => None,
         }
     }
+}
+
+/// One hour of an account's activity.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Hour {
+    /// When the hour starts (UTC, on the hour).
+    pub start: DateTime<Utc>,
+    /// Messages delivered in the hour.
+    pub delivered: u64,
+    /// Attempts that failed in the hour.
+    pub failed: u64,
+    /// Messages dead-lettered in the hour.
+    pub dead_lettered: u64,
+    /// How late the messages delivered in the hour at their first attempt
+    /// arrived (delivered minus due), median and 99th percentile, in
+    /// milliseconds; None when there were none.
+    pub late_p50_ms: Option<i64>,
+    pub late_p99_ms: Option<i64>,
+}
+
+/// A target's deliveries and failed attempts in the window.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TargetActivity {
+    pub delivered: u64,
+    pub failed: u64,
+}
+
+impl TargetActivity {
+    /// Of the attempts that ended in the window, the share that delivered.
+    pub fn success_rate(&self) -> Option<f64> {
+        let all = self.delivered + self.failed;
+        (all > 0).then(|| self.delivered as f64 / all as f64)
+    }
+}
+
+/// What happened in the account per hour (only hours with something in
+/// them, oldest first) and per target.
+#[derive(Debug, Clone, Default)]
+pub struct Activity {
+    pub hours: Vec<Hour>,
+    pub by_target: HashMap<TargetId, TargetActivity>,
+}
+
+/// Per hour: its start, the messages delivered, and their lateness (p50, p99).
+pub type DeliveredHour = (DateTime<Utc>, u64, Option<i64>, Option<i64>);
+
+impl Activity {
+    /// Puts the counts each store reads together.
+    pub fn assemble(
+        delivered: Vec<DeliveredHour>,
+        failed: Vec<(DateTime<Utc>, u64)>,
+        dead: Vec<(DateTime<Utc>, u64)>,
+        target_delivered: Vec<(TargetId, u64)>,
+        target_failed: Vec<(TargetId, u64)>,
+    ) -> Self {
+        fn at(hours: &mut BTreeMap<DateTime<Utc>, Hour>, start: DateTime<Utc>) -> &mut Hour {
+            hours.entry(start).or_insert_with(|| Hour {
+                start,
+                ..Hour::default()
+            })
+        }
+        let mut hours = BTreeMap::new();
+        for (start, n, p50, p99) in delivered {
+            let h = at(&mut hours, start);
+            h.delivered = n;
+            h.late_p50_ms = p50;
+            h.late_p99_ms = p99;
+        }
+        for (start, n) in failed {
+            at(&mut hours, start).failed = n;
+        }
+        for (start, n) in dead {
+            at(&mut hours, start).dead_lettered = n;
+        }
+        let mut by_target: HashMap<TargetId, TargetActivity> = HashMap::new();
+        for (t, n) in target_delivered {
+            by_target.entry(t).or_default().delivered = n;
+        }
+        for (t, n) in target_failed {
+            by_target.entry(t).or_default().failed = n;
+        }
+        Activity {
+            hours: hours.into_values().collect(),
+            by_target,
+        }
+    }
+}
+
+/// The `q`-quantile of sorted values (nearest rank), as PostgreSQL's
+/// `percentile_disc` gives it.
+pub fn percentile_disc(sorted: &[i64], q: f64) -> Option<i64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let rank = (q * sorted.len() as f64).ceil() as usize;
+    Some(sorted[rank.clamp(1, sorted.len()) - 1])
 }

@@ -428,7 +428,7 @@ async fn each_role_may_do_what_it_allows_and_nothing_else() {
     dead_rx.always(Reply::status(400));
     let ok = s(&api.webhook(&ok_rx.url("/ok")).await["targetId"]).to_string();
     let dead = s(&api.webhook(&dead_rx.url("/dead")).await["targetId"]).to_string();
-    let mut browsers = vec![
+    let mut browsers = [
         (
             Role::Viewer,
             signed_in_as(&app, "viewer@example.com", Role::Viewer).await,

@@ -27,14 +27,17 @@ async fn assert_redriven(store: &dyn Store, m: &Message, at: DateTime<Utc>, now:
     assert_eq!(read.next_attempt_at, Some(at), "{}: next attempt", m.id);
     assert_eq!(read.dead_lettered_at, None, "{}: dead_lettered_at", m.id);
     assert_eq!(read.updated_at, now, "{}: updated_at", m.id);
+    let events = events_of(store, m).await;
+    let kinds: Vec<EventKind> = events.iter().map(|e| e.kind).collect();
     assert_eq!(
-        events_of(store, m).await,
-        vec![event(
-            now,
-            EventKind::Rescheduled,
-            State::DeadLetter,
-            Some(at)
-        )],
+        kinds,
+        [EventKind::DeadLettered, EventKind::Rescheduled],
+        "{}: its dead-lettering stays in its history, the redrive after it",
+        m.id
+    );
+    assert_eq!(
+        events[1],
+        event(now, EventKind::Rescheduled, State::DeadLetter, Some(at)),
         "{}: the redrive is in its history",
         m.id
     );
@@ -117,7 +120,10 @@ async fn redrive_moves_the_accounts_dead_letters_to_scheduled_with_a_fresh_ladde
     assert!(read.dead_lettered_at.is_some());
     for m in [&delivered, &scheduled, &their_dead] {
         assert!(
-            events_of(&*store, m).await.is_empty(),
+            events_of(&*store, m)
+                .await
+                .iter()
+                .all(|e| e.kind != EventKind::Rescheduled),
             "{}: no redrive event",
             m.id
         );
@@ -291,16 +297,24 @@ async fn redrive_moves_only_the_dead_letters_that_match_the_target_ids_and_deliv
     // Everything else.
     redrive(MessageFilter::default(), None, vec![&x2]).await;
 
-    // x3 and x4 were moved once only.
-    assert_eq!(events_of(&*store, &x3).await.len(), 1);
-    assert_eq!(events_of(&*store, &x4).await.len(), 1);
+    // x3 and x4 were moved once only (after they were dead-lettered).
+    assert_eq!(events_of(&*store, &x3).await.len(), 2);
+    assert_eq!(events_of(&*store, &x4).await.len(), 2);
     assert_eq!(
         get(&*store, &x3).await.delivery_time,
         base + hours(1) + minutes(1)
     );
     // What is not a dead letter of the account is untouched.
     assert_eq!(get(&*store, &their_dead).await.state, State::DeadLetter);
-    assert!(events_of(&*store, &their_dead).await.is_empty());
+    assert_eq!(
+        events_of(&*store, &their_dead)
+            .await
+            .iter()
+            .map(|e| e.kind)
+            .collect::<Vec<_>>(),
+        [EventKind::DeadLettered],
+        "dead-lettered, never redriven"
+    );
     assert_eq!(get(&*store, &delivered).await.state, State::Delivered);
     let read = get(&*store, &pending).await;
     assert_eq!(read.state, State::Scheduled);

@@ -18,7 +18,7 @@ pub(crate) use dispatch::{
         target::{gate::Health, SqsConfig, Target, TargetConfig, WebhookConfig},
     },
     store::{
-        portal::{EventKind, MessageEvent, Overview, SessionRecord, UserRecord},
+        portal::{EventKind, MessageEvent, Overview, Role, SessionRecord, UserRecord},
         postgres::PgStore,
         prelude::*,
         BatchItem, Bulk, BulkAction, ClaimShares, Claimed, ClientRecord, Cutoffs, DeleteTarget,

@@ -18,6 +18,7 @@ fn user_value(account: &str, email: &str, created_at: DateTime<Utc>) -> UserReco
             "$argon2id$v=19$m=19456,t=2,p=1$c2FsdA${}",
             Uuid::new_v4().simple()
         ),
+        role: Role::Admin,
         created_at,
     }
 }
@@ -65,6 +66,7 @@ fn session_value(
         csrf: Uuid::new_v4().simple().to_string(),
         created_at,
         expires_at,
+        role: user.role,
     }
 }
 
@@ -76,6 +78,7 @@ fn assert_session_eq(actual: &SessionRecord, expected: &SessionRecord) {
     assert_eq!(actual.csrf, expected.csrf, "csrf");
     assert_eq!(actual.created_at, expected.created_at, "created_at");
     assert_eq!(actual.expires_at, expected.expires_at, "expires_at");
+    assert_eq!(actual.role, expected.role, "role");
 }
 
 async fn find_session(

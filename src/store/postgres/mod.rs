@@ -17,6 +17,7 @@
 //! the index's first entry even on an empty table.
 
 mod actions;
+mod activity;
 mod bulk;
 #[macro_use]
 mod delivery;

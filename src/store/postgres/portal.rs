@@ -113,6 +113,10 @@ impl PortalReads for PgStore {
         Ok(row.map(|(id,)| MessageId(id)))
     }
 
+    async fn activity(&self, account: &str, since: DateTime<Utc>) -> StoreResult<Activity> {
+        self.read_activity(account, since).await
+    }
+
     async fn list_events(&self, account: &str, id: &MessageId) -> StoreResult<Vec<MessageEvent>> {
         let rows: Vec<EventRow> = sqlx::query_as(
             "SELECT e.at, e.kind, e.from_state, e.delivery_time, e.detail FROM message_events e \

@@ -7,6 +7,7 @@
 //! short writes with the server's.
 
 mod actions;
+mod activity;
 mod bulk;
 mod delivery;
 mod filter;

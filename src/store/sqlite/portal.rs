@@ -104,6 +104,10 @@ impl PortalReads for SqliteStore {
         row.map(|(id,)| parse_id(&id)).transpose()
     }
 
+    async fn activity(&self, account: &str, since: DateTime<Utc>) -> StoreResult<Activity> {
+        self.read_activity(account, since).await
+    }
+
     async fn list_events(&self, account: &str, id: &MessageId) -> StoreResult<Vec<MessageEvent>> {
         let rows: Vec<(i64, String, String, Option<i64>, Option<String>)> = sqlx::query_as(
             "SELECT e.at, e.kind, e.from_state, e.delivery_time, e.detail FROM message_events e \
