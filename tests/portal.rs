@@ -12,6 +12,8 @@ mod keys_and_ranges;
 mod roles;
 #[path = "portal/schedules.rs"]
 mod schedules;
+#[path = "portal/target_actions.rs"]
+mod target_actions;
 
 use std::collections::HashMap;
 

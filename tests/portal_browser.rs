@@ -149,7 +149,7 @@ async fn a_person_signs_in_creates_a_webhook_target_and_watches_a_test_message_d
     assert_eq!(cookie.path(), Some("/portal"));
     assert_eq!(
         texts(&b, "header nav a").await,
-        ["Overview", "Targets", "Messages", "Schedules"]
+        ["Overview", "Targets", "Messages", "Schedules", "People"]
     );
     assert_eq!(b.text("#delivered-24h").await, "0");
 
@@ -663,8 +663,8 @@ async fn error_pages_keep_the_navigation_and_filter_times_show_their_seconds() {
         assert_eq!(b.text("h1").await, "Not found", "{path}");
         assert_eq!(
             b.find_all("nav[aria-label=Main] a").await.len(),
-            4,
-            "the signed-in header and navigation: {path}"
+            5,
+            "the signed-in header and navigation (an admin's, with People): {path}"
         );
         assert!(b.exists("form[action='/portal/logout']").await, "{path}");
     }

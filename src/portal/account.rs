@@ -1,4 +1,4 @@
-//! A person's own sign-in: their password, changed; and joining an account
+//! A person's own sign-in: their time zone and password, changed; and joining an account
 //! through an invitation's link (no session yet: the link's token is the
 //! authority, and it works once).
 
@@ -40,6 +40,14 @@ pub struct PasswordForm {
 }
 
 #[derive(Debug, Deserialize)]
+pub struct ZoneForm {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    zone: String,
+}
+
+#[derive(Debug, Deserialize)]
 pub struct JoinForm {
     #[serde(default)]
     password: String,
@@ -49,16 +57,35 @@ pub struct JoinForm {
 
 pub async fn page(session: Session, Query(q): Query<NoticeQuery>) -> Html<String> {
     let notice = layout::notice(q.notice.as_deref(), None);
-    Html(password_page(&session, notice.as_deref(), None).into_string())
+    Html(password_page(&session, notice.as_deref(), None, None).into_string())
 }
 
-fn password_page(session: &Session, notice: Option<&str>, error: Option<&str>) -> maud::Markup {
+fn password_page(
+    session: &Session,
+    notice: Option<&str>,
+    error: Option<&str>,
+    zone_error: Option<&str>,
+) -> maud::Markup {
     let body = html! {
         h1 { "Your account" }
         dl.facts {
             dt { "Email" } dd #account-email { (session.email) }
             dt { "Account" } dd { (session.account) }
             dt { "Role" } dd #account-role { (session.role) }
+        }
+        section aria-labelledby="zone-heading" {
+            h2 #zone-heading { "Time zone" }
+            @if let Some(e) = zone_error { p.error role="alert" #zone-error { (e) } }
+            form #time-zone method="post" action="/portal/account/zone" {
+                (layout::csrf_field(session))
+                div.field {
+                    label for="zone" { "Show times in" }
+                    input #zone name="zone" type="text" list="zones" value=(session.time_zone.as_deref().unwrap_or("")) placeholder="Your browser's zone" aria-describedby="zone-hint" autocomplete="off" spellcheck="false";
+                    datalist #zones { option value="UTC" {} option value="Europe/London" {} option value="Europe/Berlin" {} option value="America/New_York" {} option value="America/Los_Angeles" {} option value="Asia/Tokyo" {} }
+                    p.hint #zone-hint { "An IANA name such as Europe/Berlin, or UTC. Empty: your browser's zone. Pages show each time in UTC, and in this zone beside it with how long ago or ahead it is." }
+                }
+                button type="submit" { "Save" }
+            }
         }
         section aria-labelledby="password-heading" {
             h2 #password-heading { "Change your password" }
@@ -86,7 +113,7 @@ pub async fn change_password(
     let again = |msg: &str| {
         (
             StatusCode::BAD_REQUEST,
-            Html(password_page(&session, None, Some(msg)).into_string()),
+            Html(password_page(&session, None, Some(msg), None).into_string()),
         )
             .into_response()
     };
@@ -110,6 +137,34 @@ pub async fn change_password(
                 .join(" ");
             Ok(again(&msg))
         }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The zone the person's times are shown in; a bad name shows the form again.
+pub async fn set_zone(
+    State(state): State<AppState>,
+    session: Session,
+    PortalForm(f): PortalForm<ZoneForm>,
+) -> PortalResult<Response> {
+    session.check_csrf(&f.csrf)?;
+    match state.service.set_time_zone(&session.user_id, &f.zone).await {
+        Ok(()) => Ok(Redirect::to("/portal/account?notice=zone-saved").into_response()),
+        Err(ServiceError::Invalid(_)) => Ok((
+            StatusCode::BAD_REQUEST,
+            Html(
+                password_page(
+                    &session,
+                    None,
+                    None,
+                    Some(
+                        "That is not a time zone: use an IANA name such as Europe/Berlin, or UTC.",
+                    ),
+                )
+                .into_string(),
+            ),
+        )
+            .into_response()),
         Err(e) => Err(e.into()),
     }
 }

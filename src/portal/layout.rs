@@ -16,6 +16,7 @@ pub fn page(
 ) -> Markup {
     shell(
         title,
+        session.time_zone.as_deref(),
         html! {
             header.top {
                 a.brand href="/portal/overview" { "Dispatch" }
@@ -52,10 +53,12 @@ pub fn page(
 
 /// A page outside a session (sign-in, errors).
 pub fn bare(title: &str, body: Markup) -> Markup {
-    shell(title, html! { main #main tabindex="-1" { (body) } })
+    shell(title, None, html! { main #main tabindex="-1" { (body) } })
 }
 
-fn shell(title: &str, body: Markup) -> Markup {
+/// `zone`: the person's chosen zone for times, which the script shows them
+/// in (otherwise the browser's).
+fn shell(title: &str, zone: Option<&str>, body: Markup) -> Markup {
     html! {
         (DOCTYPE)
         html lang="en" {
@@ -67,7 +70,7 @@ fn shell(title: &str, body: Markup) -> Markup {
                 link rel="icon" href="/portal/static/icon.svg" type="image/svg+xml";
                 script src="/portal/static/portal.js" defer {}
             }
-            body {
+            body data-zone=[zone] {
                 a.skip href="#main" { "Skip to the content" }
                 (body)
             }
@@ -105,7 +108,7 @@ pub fn csrf_field(session: &Session) -> Markup {
 /// `2026-11-30 09:12:03.123 UTC`, in a `<time>` element.
 pub fn time(t: &DateTime<Utc>) -> Markup {
     let machine = crate::domain::time::format(t);
-    html! { time datetime=(machine) { (t.format("%Y-%m-%d %H:%M:%S%.3f UTC")) } }
+    html! { time datetime=(machine) data-local { (t.format("%Y-%m-%d %H:%M:%S%.3f UTC")) } }
 }
 
 pub fn opt_time(t: Option<&DateTime<Utc>>) -> Markup {
@@ -172,10 +175,12 @@ pub fn notice(code: Option<&str>, n: Option<u64>) -> Option<String> {
         "breaker-closed" => "The circuit breaker is closed: waiting messages go now.".into(),
         "disabled" => "The target is disabled: its messages wait until it is enabled.".into(),
         "test" => "A test message was scheduled for now.".into(),
+        "target-deleted" => "The target was deleted.".into(),
         "role-changed" => "The role was changed.".into(),
         "removed" => "The person was removed; their sessions have ended.".into(),
         "revoked" => "The invitation was revoked: its link no longer works.".into(),
         "link-shown" => "The invitation's link was shown once and is not shown again.".into(),
+        "zone-saved" => "Times are shown in the zone you chose.".into(),
         "password-changed" => "Your password was changed; your other sessions have ended.".into(),
         "joined" => "Welcome: you have joined the account.".into(),
         "bulk-cancelled" => format!("{n} {} cancelled.", plural("message was", "messages were")),

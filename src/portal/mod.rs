@@ -18,6 +18,7 @@ mod ranges;
 mod schedule_form;
 mod schedules;
 mod session;
+mod target_actions;
 mod target_form;
 mod target_secret;
 mod targets;
@@ -61,12 +62,16 @@ pub fn router(state: AppState) -> Router<AppState> {
         )
         .route("/portal/targets/{id}/edit", get(targets::edit))
         .route("/portal/targets/{id}/secret", get(target_secret::secret))
-        .route("/portal/targets/{id}/enable", post(targets::enable))
-        .route("/portal/targets/{id}/disable", post(targets::disable))
-        .route("/portal/targets/{id}/test", post(targets::send_test))
+        .route("/portal/targets/{id}/enable", post(target_actions::enable))
+        .route(
+            "/portal/targets/{id}/disable",
+            post(target_actions::disable),
+        )
+        .route("/portal/targets/{id}/test", post(target_actions::send_test))
+        .route("/portal/targets/{id}/delete", post(target_actions::delete))
         .route(
             "/portal/targets/{id}/reset-breaker",
-            post(targets::reset_breaker),
+            post(target_actions::reset_breaker),
         )
         .route(
             "/portal/targets/{id}/replay",
@@ -112,6 +117,7 @@ pub fn router(state: AppState) -> Router<AppState> {
         )
         .route("/portal/account", get(account::page))
         .route("/portal/account/password", post(account::change_password))
+        .route("/portal/account/zone", post(account::set_zone))
         .route(
             "/portal/invite/{token}",
             get(account::join_page).post(account::join),

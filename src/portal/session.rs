@@ -84,6 +84,8 @@ pub struct Session {
     pub role: Role,
     /// The SHA-256 of the session's token.
     pub token_hash: Vec<u8>,
+    /// The zone the person chose for times; None: the browser's.
+    pub time_zone: Option<String>,
 }
 
 impl Session {
@@ -180,6 +182,7 @@ impl Session {
             csrf: s.csrf,
             role: s.role,
             token_hash: s.token_hash,
+            time_zone: s.time_zone,
         }))
     }
 }
@@ -336,6 +339,7 @@ pub(super) async fn start_session(
             created_at: now,
             expires_at: now + ttl,
             role: user.role,
+            time_zone: None,
         })
         .await?;
     let secure = secure(state, headers);

@@ -1,5 +1,5 @@
-//! Targets: list, create, show (with limits and breaker), edit,
-//! enable/disable, close an open breaker, send a test message.
+//! Targets: list, create, show (with limits and breaker), edit; the
+//! actions on one are in `target_actions`.
 
 use axum::{
     extract::{Path, Query, State},
@@ -12,7 +12,7 @@ use serde::Deserialize;
 
 use super::{
     layout::{self, Section},
-    session::{CsrfForm, Session},
+    session::Session,
     target_form::{self, TargetForm},
     target_secret, PortalError, PortalForm, PortalResult,
 };
@@ -283,9 +283,29 @@ pub async fn show(
                     button type="submit" #reset-breaker { "Close the breaker now" }
                 }
             }
-            form.inline method="post" action={ "/portal/targets/" (t.id) "/test" } {
-                (layout::csrf_field(&session))
-                button type="submit" #send-test { "Send test message" }
+        }
+        @if session.may(Role::Operator) {
+            section.test-message aria-labelledby="test-heading" {
+                h2 #test-heading { "Test message" }
+                form method="post" action={ "/portal/targets/" (t.id) "/test" } {
+                    (layout::csrf_field(&session))
+                    div.field {
+                        label for="test-payload" { "Payload" }
+                        textarea #test-payload name="payload" rows="4" spellcheck="false" aria-describedby="test-payload-hint" {}
+                        p.hint #test-payload-hint { "Empty sends " code { "{\"test\": true, …}" } ". Due now; the page shows how it went." }
+                    }
+                    button type="submit" #send-test { "Send test message" }
+                }
+            }
+        }
+        @if session.may(Role::Admin) {
+            section.danger-zone aria-labelledby="delete-heading" {
+                h2 #delete-heading { "Delete this target" }
+                p { "A target can be deleted once it has no Scheduled messages and no dead letters (cancel them first) and its schedules are paused or deleted. Delivered and cancelled messages go with it." }
+                form method="post" action={ "/portal/targets/" (t.id) "/delete" } data-confirm={ "Delete the target " (t.name) "? This cannot be undone." } {
+                    (layout::csrf_field(&session))
+                    button.danger type="submit" #delete-target { "Delete target" }
+                }
             }
         }
         section aria-labelledby="target-messages" {
@@ -413,73 +433,4 @@ fn health_text(t: &Target) -> Markup {
         }
         " (" (h.consecutive_failures) " failures in a row; " (setting) ")"
     }
-}
-
-/// Closes an open breaker by hand: its waiting messages go at once.
-pub async fn reset_breaker(
-    State(state): State<AppState>,
-    session: Session,
-    Path(id): Path<String>,
-    PortalForm(f): PortalForm<CsrfForm>,
-) -> PortalResult<Redirect> {
-    session.authorize(&f.csrf, Role::Operator)?;
-    let id: TargetId = id.parse().map_err(|_| PortalError::NotFound)?;
-    state.service.reset_health(&session.account, &id).await?;
-    Ok(Redirect::to(&format!(
-        "/portal/targets/{id}?notice=breaker-closed"
-    )))
-}
-
-async fn set_enabled(
-    state: AppState,
-    session: Session,
-    id: String,
-    csrf: &str,
-    enabled: bool,
-) -> PortalResult<Redirect> {
-    session.authorize(csrf, Role::Admin)?;
-    let id: TargetId = id.parse().map_err(|_| PortalError::NotFound)?;
-    state
-        .service
-        .set_target_enabled(&session.account, &id, enabled)
-        .await?;
-    let notice = if enabled { "enabled" } else { "disabled" };
-    Ok(Redirect::to(&format!(
-        "/portal/targets/{id}?notice={notice}"
-    )))
-}
-
-pub async fn enable(
-    State(state): State<AppState>,
-    session: Session,
-    Path(id): Path<String>,
-    PortalForm(f): PortalForm<CsrfForm>,
-) -> PortalResult<Redirect> {
-    set_enabled(state, session, id, &f.csrf, true).await
-}
-
-pub async fn disable(
-    State(state): State<AppState>,
-    session: Session,
-    Path(id): Path<String>,
-    PortalForm(f): PortalForm<CsrfForm>,
-) -> PortalResult<Redirect> {
-    set_enabled(state, session, id, &f.csrf, false).await
-}
-
-/// Schedules a small message due now and shows it, so its outcome can be
-/// watched. It names no person: the receiver is another party.
-pub async fn send_test(
-    State(state): State<AppState>,
-    session: Session,
-    Path(id): Path<String>,
-    PortalForm(f): PortalForm<CsrfForm>,
-) -> PortalResult<Redirect> {
-    session.authorize(&f.csrf, Role::Operator)?;
-    let id: TargetId = id.parse().map_err(|_| PortalError::NotFound)?;
-    let m = state.service.send_test(&session.account, &id).await?;
-    Ok(Redirect::to(&format!(
-        "/portal/messages/{}?notice=test&watch=1",
-        m.id
-    )))
 }

@@ -136,19 +136,27 @@ impl Service {
 
     /// A small message due now, to see a target work. It names no person:
     /// the receiver is another party.
+    /// A message due now for `target`: `payload`, or a small one saying it
+    /// is a test.
     pub async fn send_test(
         &self,
         account: &AccountId,
         target: &TargetId,
+        payload: Option<String>,
     ) -> ServiceResult<Message> {
         let now = self.now();
-        let payload =
-            serde_json::json!({"test": true, "sentFrom": "the Dispatch portal", "at": time::format(&now)})
-                .to_string();
+        let payload = match payload {
+            Some(p) => Payload::parse(p).map_err(|e| ServiceError::field("payload", e.to_string()))?,
+            None => Payload::parse(
+                serde_json::json!({"test": true, "sentFrom": "the Dispatch portal", "at": time::format(&now)})
+                    .to_string(),
+            )
+            .expect("a small payload"),
+        };
         let req = ScheduleRequest {
             target_id: target.clone(),
             delivery_time: now,
-            payload: Payload::parse(payload).expect("a small payload"),
+            payload,
             idempotency_key: None,
             ordering_key: None,
         };

@@ -122,6 +122,25 @@ impl Service {
         people_change(self.store.remove_user(account.as_str(), user_id).await?)
     }
 
+    /// The zone a person's times are shown in: an IANA name, or empty for
+    /// the browser's.
+    pub async fn set_time_zone(&self, user_id: &str, zone: &str) -> ServiceResult<()> {
+        let zone = zone.trim();
+        let zone = if zone.is_empty() {
+            None
+        } else {
+            let tz: chrono_tz::Tz = zone.parse().map_err(|_| {
+                ServiceError::field(
+                    "zone",
+                    "must be an IANA time zone, such as Europe/Berlin or UTC",
+                )
+            })?;
+            Some(tz.name())
+        };
+        self.store.set_time_zone(user_id, zone).await?;
+        Ok(())
+    }
+
     /// A person's new password, given the current one; their other
     /// sessions end (the one `keep` names stays).
     pub async fn change_password(

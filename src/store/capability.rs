@@ -111,6 +111,9 @@ pub trait PeopleStore: Send + Sync + 'static {
         keep: &[u8],
     ) -> StoreResult<bool>;
 
+    /// The zone the person's times are shown in (None: the browser's).
+    async fn set_time_zone(&self, user_id: &str, zone: Option<&str>) -> StoreResult<()>;
+
     async fn create_invitation(&self, invitation: &portal::InvitationRecord) -> StoreResult<()>;
 
     /// The account's invitations that have not expired, oldest first.

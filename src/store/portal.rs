@@ -104,6 +104,9 @@ pub struct SessionRecord {
     /// The person's role as it is now (read with the session, not stored
     /// in it: a changed role applies at the next request).
     pub role: Role,
+    /// The zone the person chose for times (None: the browser's), read
+    /// with the session as the role is.
+    pub time_zone: Option<String>,
     pub created_at: DateTime<Utc>,
     pub expires_at: DateTime<Utc>,
 }

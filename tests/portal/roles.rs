@@ -24,6 +24,7 @@ enum Action {
     EditTarget,
     DisableTarget,
     EnableTarget,
+    DeleteTarget,
     CreateSchedule,
     EditSchedule,
     PauseSchedule,
@@ -42,7 +43,7 @@ enum Action {
 
 use Action::*;
 
-const ACTIONS: [Action; 26] = [
+const ACTIONS: [Action; 27] = [
     CancelMessage,
     RescheduleMessage,
     BulkCancel,
@@ -55,6 +56,7 @@ const ACTIONS: [Action; 26] = [
     EditTarget,
     DisableTarget,
     EnableTarget,
+    DeleteTarget,
     CreateSchedule,
     EditSchedule,
     PauseSchedule,
@@ -79,9 +81,9 @@ impl Action {
             | PauseSchedule | DeleteSchedule | NewScheduleForm | RedriveForm | ReplayForm => {
                 Role::Operator
             }
-            CreateTarget | EditTarget | DisableTarget | EnableTarget | InvitePerson
-            | ChangeRole | RemovePerson | RevokeInvitation | NewTargetForm | EditTargetForm
-            | PeoplePage => Role::Admin,
+            CreateTarget | EditTarget | DisableTarget | EnableTarget | DeleteTarget
+            | InvitePerson | ChangeRole | RemovePerson | RevokeInvitation | NewTargetForm
+            | EditTargetForm | PeoplePage => Role::Admin,
         }
     }
 }
@@ -289,6 +291,10 @@ impl Ctx {
                 assert_eq!(r.status(), 200);
                 post(format!("/portal/targets/{t}/enable"), vec![])
             }
+            DeleteTarget => post(
+                format!("/portal/targets/{}/delete", self.target().await),
+                vec![],
+            ),
             CreateSchedule => post(
                 "/portal/schedules".into(),
                 self.schedule_form(&format!("s{}", self.next())),

@@ -128,3 +128,72 @@ async fn an_invited_person_joins_with_the_link_shown_once_and_changes_their_pass
     b.close().await;
     app.shutdown().await;
 }
+
+/// The small text the script puts beside the `<time>` of `at`.
+async fn beside(b: &Browser, at: DateTime<Utc>) -> String {
+    let v = b
+        .js_with(
+            "const want = Date.parse(arguments[0]); \
+             const t = [...document.querySelectorAll('time[datetime]')] \
+               .find(t => Date.parse(t.getAttribute('datetime')) === want); \
+             return t && t.nextElementSibling ? t.nextElementSibling.textContent : null;",
+            vec![json!(at.to_rfc3339())],
+        )
+        .await;
+    s(&v).to_string()
+}
+
+#[tokio::test]
+async fn times_show_in_the_zone_a_person_chose_and_how_far_ahead_they_are() {
+    let app = TestApp::spawn().await;
+    user(&app, "acme", "ops@example.com").await;
+    let api = app.api("acme").await;
+    let t = target(&api, "Orders", "http://127.0.0.1:9/never").await;
+    let due = Utc::now() + TimeDelta::minutes(120);
+    let due = due - TimeDelta::nanoseconds(due.timestamp_subsec_nanos() as i64);
+    let id = s(&api.schedule(&t, &due.to_rfc3339(), "{}").await["messageId"]).to_string();
+
+    let b = Browser::start(&app.base).await;
+    b.sign_in("ops@example.com", PASSWORD).await;
+    b.goto(&format!("/portal/messages/{id}")).await;
+    let shown = beside(&b, due).await;
+    assert!(
+        shown.contains("GMT+1") && shown.ends_with("in 2 hours"),
+        "the browser's zone (Berlin) by default: {shown}"
+    );
+
+    b.click_and_wait("#account-link").await;
+    b.fill("#zone", "Mars/Olympus").await;
+    b.click_and_wait("#time-zone button[type=submit]").await;
+    assert_eq!(b.status().await, 400);
+    assert!(b.exists("#zone-error").await);
+    b.fill("#zone", "Asia/Tokyo").await;
+    b.click_and_wait("#time-zone button[type=submit]").await;
+    assert_eq!(
+        b.text("p.notice").await,
+        "Times are shown in the zone you chose."
+    );
+    assert_eq!(b.value("#zone").await, "Asia/Tokyo");
+
+    b.goto(&format!("/portal/messages/{id}")).await;
+    let shown = beside(&b, due).await;
+    assert!(
+        shown.contains("GMT+9") && shown.ends_with("in 2 hours"),
+        "the chosen zone: {shown}"
+    );
+    assert_eq!(
+        b.value("#reschedule-at-tz").await,
+        "Asia/Tokyo",
+        "the picker starts in the chosen zone"
+    );
+    b.screenshot("message-in-chosen-zone").await;
+
+    // UTC: shown already, so only how far ahead.
+    b.goto("/portal/account").await;
+    b.fill("#zone", "UTC").await;
+    b.click_and_wait("#time-zone button[type=submit]").await;
+    b.goto(&format!("/portal/messages/{id}")).await;
+    assert_eq!(beside(&b, due).await, " · in 2 hours");
+    b.close().await;
+    app.shutdown().await;
+}

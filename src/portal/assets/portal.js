@@ -3,10 +3,12 @@
   "use strict";
   var zone = "UTC";
   try { zone = Intl.DateTimeFormat().resolvedOptions().timeZone || "UTC"; } catch (e) { /* keep UTC */ }
+  // Times are shown in the zone the person chose, else in the browser's.
+  var shownZone = document.body.getAttribute("data-zone") || zone;
 
-  // Time zone fields start at the browser's zone (a filter that already has one keeps it, UTC too).
+  // Time zone fields start at the zone times are shown in (a filter that already has one keeps it, UTC too).
   document.querySelectorAll("[data-tz]").forEach(function (input) {
-    if (!(input.hasAttribute("data-keep") && input.value)) input.value = zone;
+    if (!(input.hasAttribute("data-keep") && input.value)) input.value = shownZone;
   });
 
   // A local date-time of an instant in a zone, as a datetime-local input takes it.
@@ -107,15 +109,28 @@
     form.addEventListener("change", function () { clearTimeout(timer); timer = setTimeout(refresh, 250); });
   });
 
-  // Times marked data-local also show in the reader's own zone.
+  // "in 58 minutes", "2 minutes ago".
+  function relative(d) {
+    var s = (d.getTime() - Date.now()) / 1000, a = Math.abs(s);
+    var unit = a < 45 ? "second" : a < 2700 ? "minute" : a < 129600 ? "hour" : "day";
+    var n = Math.round(s / { second: 1, minute: 60, hour: 3600, day: 86400 }[unit]);
+    try { return new Intl.RelativeTimeFormat("en", { numeric: "auto" }).format(n, unit); } catch (e) { return ""; }
+  }
+
+  // Every time also shows in the person's zone (unless that is UTC, shown
+  // already) and relative to now.
   function localTimes() {
-    if (zone === "UTC" || zone === "Etc/UTC") return; // UTC is shown already
+    var utc = shownZone === "UTC" || shownZone === "Etc/UTC";
     document.querySelectorAll("time[data-local]:not([data-shown])").forEach(function (t) {
       var d = new Date(t.getAttribute("datetime"));
       if (isNaN(d)) return;
       var s = document.createElement("small");
       s.className = "local";
-      s.textContent = " · " + d.toLocaleString(undefined, { timeZone: zone, timeZoneName: "short" });
+      var local = "";
+      if (!utc) {
+        try { local = d.toLocaleString(undefined, { timeZone: shownZone, timeZoneName: "short" }) + " · "; } catch (e) { local = ""; }
+      }
+      s.textContent = " · " + local + relative(d);
       t.setAttribute("data-shown", "");
       t.after(s);
     });

@@ -41,6 +41,7 @@ type SessionRow = (
     DateTime<Utc>,
     DateTime<Utc>,
     String,
+    Option<String>,
 );
 pub(super) type UserRow = (String, String, String, String, DateTime<Utc>, String);
 
@@ -223,7 +224,7 @@ impl IdentityStore for PgStore {
         now: DateTime<Utc>,
     ) -> StoreResult<Option<SessionRecord>> {
         let row: Option<SessionRow> = sqlx::query_as(
-            "SELECT s.token_hash, s.user_id, s.account, s.email, s.csrf, s.created_at, s.expires_at, u.role \
+            "SELECT s.token_hash, s.user_id, s.account, s.email, s.csrf, s.created_at, s.expires_at, u.role, u.time_zone \
              FROM portal_sessions s JOIN portal_users u ON u.id = s.user_id \
              WHERE s.token_hash = $1 AND s.expires_at > $2",
         )
@@ -246,7 +247,7 @@ impl IdentityStore for PgStore {
 }
 
 fn session_from_row(r: SessionRow) -> StoreResult<SessionRecord> {
-    let (token_hash, user_id, account, email, csrf, created_at, expires_at, role) = r;
+    let (token_hash, user_id, account, email, csrf, created_at, expires_at, role, time_zone) = r;
     Ok(SessionRecord {
         token_hash,
         user_id,
@@ -256,6 +257,7 @@ fn session_from_row(r: SessionRow) -> StoreResult<SessionRecord> {
         created_at,
         expires_at,
         role: role_from_str(&role)?,
+        time_zone,
     })
 }
 

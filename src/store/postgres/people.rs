@@ -150,6 +150,16 @@ impl PeopleStore for PgStore {
         Ok(n == 1)
     }
 
+    async fn set_time_zone(&self, user_id: &str, zone: Option<&str>) -> StoreResult<()> {
+        sqlx::query("UPDATE portal_users SET time_zone = $2 WHERE id = $1")
+            .bind(user_id)
+            .bind(zone)
+            .execute(&self.pool)
+            .await
+            .map_err(map_err)?;
+        Ok(())
+    }
+
     async fn create_invitation(&self, i: &InvitationRecord) -> StoreResult<()> {
         sqlx::query(&format!(
             "INSERT INTO portal_invitations ({INVITATION_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"

@@ -26,7 +26,17 @@ fn summary(
     })
 }
 
-type SessionRow = (Vec<u8>, String, String, String, String, i64, i64, String);
+type SessionRow = (
+    Vec<u8>,
+    String,
+    String,
+    String,
+    String,
+    i64,
+    i64,
+    String,
+    Option<String>,
+);
 pub(super) type UserRow = (String, String, String, String, i64, String);
 
 #[async_trait]
@@ -219,7 +229,7 @@ impl IdentityStore for SqliteStore {
         now: DateTime<Utc>,
     ) -> StoreResult<Option<SessionRecord>> {
         let row: Option<SessionRow> = sqlx::query_as(
-            "SELECT s.token_hash, s.user_id, s.account, s.email, s.csrf, s.created_at, s.expires_at, u.role \
+            "SELECT s.token_hash, s.user_id, s.account, s.email, s.csrf, s.created_at, s.expires_at, u.role, u.time_zone \
              FROM portal_sessions s JOIN portal_users u ON u.id = s.user_id \
              WHERE s.token_hash = ? AND s.expires_at > ?",
         )
@@ -229,7 +239,17 @@ impl IdentityStore for SqliteStore {
         .await
         .map_err(map_err)?;
         row.map(
-            |(token_hash, user_id, account, email, csrf, created_at, expires_at, role)| {
+            |(
+                token_hash,
+                user_id,
+                account,
+                email,
+                csrf,
+                created_at,
+                expires_at,
+                role,
+                time_zone,
+            )| {
                 Ok(SessionRecord {
                     token_hash,
                     user_id,
@@ -239,6 +259,7 @@ impl IdentityStore for SqliteStore {
                     created_at: from_ms(created_at),
                     expires_at: from_ms(expires_at),
                     role: role_from_str(&role)?,
+                    time_zone,
                 })
             },
         )

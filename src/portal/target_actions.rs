@@ -1,0 +1,122 @@
+//! The actions on one target: enable and disable, close an open breaker,
+//! send a test message (with a payload the person types), delete.
+
+use axum::{
+    extract::{Path, State},
+    response::Redirect,
+};
+use serde::Deserialize;
+
+use super::{session::Session, PortalError, PortalForm, PortalResult};
+use crate::{
+    domain::ids::TargetId,
+    service::{Conflict, ServiceError},
+    state::AppState,
+    store::portal::Role,
+};
+
+use super::session::CsrfForm;
+
+#[derive(Debug, Deserialize)]
+pub struct TestForm {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    payload: String,
+}
+
+/// Closes an open breaker by hand: its waiting messages go at once.
+pub async fn reset_breaker(
+    State(state): State<AppState>,
+    session: Session,
+    Path(id): Path<String>,
+    PortalForm(f): PortalForm<CsrfForm>,
+) -> PortalResult<Redirect> {
+    session.authorize(&f.csrf, Role::Operator)?;
+    let id: TargetId = id.parse().map_err(|_| PortalError::NotFound)?;
+    state.service.reset_health(&session.account, &id).await?;
+    Ok(Redirect::to(&format!(
+        "/portal/targets/{id}?notice=breaker-closed"
+    )))
+}
+
+async fn set_enabled(
+    state: AppState,
+    session: Session,
+    id: String,
+    csrf: &str,
+    enabled: bool,
+) -> PortalResult<Redirect> {
+    session.authorize(csrf, Role::Admin)?;
+    let id: TargetId = id.parse().map_err(|_| PortalError::NotFound)?;
+    state
+        .service
+        .set_target_enabled(&session.account, &id, enabled)
+        .await?;
+    let notice = if enabled { "enabled" } else { "disabled" };
+    Ok(Redirect::to(&format!(
+        "/portal/targets/{id}?notice={notice}"
+    )))
+}
+
+pub async fn enable(
+    State(state): State<AppState>,
+    session: Session,
+    Path(id): Path<String>,
+    PortalForm(f): PortalForm<CsrfForm>,
+) -> PortalResult<Redirect> {
+    set_enabled(state, session, id, &f.csrf, true).await
+}
+
+pub async fn disable(
+    State(state): State<AppState>,
+    session: Session,
+    Path(id): Path<String>,
+    PortalForm(f): PortalForm<CsrfForm>,
+) -> PortalResult<Redirect> {
+    set_enabled(state, session, id, &f.csrf, false).await
+}
+
+/// Schedules a message due now (the typed payload, or a small one that
+/// names no person: the receiver is another party) and shows it, so its
+/// outcome can be watched.
+pub async fn send_test(
+    State(state): State<AppState>,
+    session: Session,
+    Path(id): Path<String>,
+    PortalForm(f): PortalForm<TestForm>,
+) -> PortalResult<Redirect> {
+    session.authorize(&f.csrf, Role::Operator)?;
+    let id: TargetId = id.parse().map_err(|_| PortalError::NotFound)?;
+    let payload = Some(f.payload).filter(|p| !p.trim().is_empty());
+    let m = state
+        .service
+        .send_test(&session.account, &id, payload)
+        .await?;
+    Ok(Redirect::to(&format!(
+        "/portal/messages/{}?notice=test&watch=1",
+        m.id
+    )))
+}
+
+/// Deletes the target; while it still has messages to deliver, says what
+/// to do first (the contract's 409).
+pub async fn delete(
+    State(state): State<AppState>,
+    session: Session,
+    Path(id): Path<String>,
+    PortalForm(f): PortalForm<CsrfForm>,
+) -> PortalResult<Redirect> {
+    session.authorize(&f.csrf, Role::Admin)?;
+    let id: TargetId = id.parse().map_err(|_| PortalError::NotFound)?;
+    match state.service.delete_target(&session.account, &id).await {
+        Ok(()) => Ok(Redirect::to("/portal/targets?notice=target-deleted")),
+        Err(ServiceError::Conflict(Conflict::TargetInUse)) => Err(PortalError::Conflict(
+            "The target still has Scheduled messages or dead letters. Cancel them first \
+             (the target page's \"Cancel messages in a range\" does it at once), and pause or \
+             delete its schedules, whose next runs are made a few seconds ahead; then delete it."
+                .into(),
+        )),
+        Err(e) => Err(e.into()),
+    }
+}
