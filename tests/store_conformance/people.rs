@@ -9,6 +9,7 @@ use crate::support::*;
 checks!(
     the_people_of_an_account_are_listed_oldest_first_with_their_roles,
     a_new_role_is_read_at_once_by_the_list_the_user_and_their_sessions,
+    a_chosen_time_zone_is_read_with_each_session_of_that_person,
     the_only_admin_cannot_be_demoted_but_one_of_two_admins_can,
     removing_a_person_ends_their_sessions_but_never_removes_the_last_admin,
     a_new_password_ends_every_other_session_of_that_person_only,
@@ -108,6 +109,7 @@ fn session_value(user: &UserRecord, now: DateTime<Utc>) -> SessionRecord {
         email: user.email.clone(),
         csrf: Uuid::new_v4().simple().to_string(),
         role: user.role,
+        time_zone: None,
         created_at: now,
         expires_at: now + hours(12),
     }
@@ -986,4 +988,32 @@ async fn an_expired_invitation_or_a_taken_email_is_not_accepted(store: Arc<dyn S
     assert_user_eq(&user(&*store, "admin@acme.test").await, &admin);
     assert_users_eq(&store.list_users(ACME).await.unwrap(), &[&admin]);
     assert_users_eq(&store.list_users(GLOBEX).await.unwrap(), &[&g_taken]);
+}
+
+async fn a_chosen_time_zone_is_read_with_each_session_of_that_person(store: Arc<dyn Store>) {
+    let now = time::now();
+    let me = add_user(&*store, ACME, "me@acme.test", Role::Viewer, now).await;
+    let other = add_user(&*store, ACME, "other@acme.test", Role::Viewer, now).await;
+    let mine = add_session(&*store, &me, now).await;
+    let theirs = add_session(&*store, &other, now).await;
+    let zone = |s: SessionRecord| {
+        let store = store.clone();
+        async move {
+            store
+                .find_session(&s.token_hash, now)
+                .await
+                .unwrap()
+                .expect("a live session")
+                .time_zone
+        }
+    };
+    assert_eq!(zone(mine.clone()).await, None, "the browser's by default");
+    store
+        .set_time_zone(&me.id, Some("Asia/Tokyo"))
+        .await
+        .unwrap();
+    assert_eq!(zone(mine.clone()).await.as_deref(), Some("Asia/Tokyo"));
+    assert_eq!(zone(theirs).await, None, "another person's is theirs");
+    store.set_time_zone(&me.id, None).await.unwrap();
+    assert_eq!(zone(mine).await, None, "back to the browser's");
 }

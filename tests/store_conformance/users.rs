@@ -67,6 +67,7 @@ fn session_value(
         created_at,
         expires_at,
         role: user.role,
+        time_zone: None,
     }
 }
 
