@@ -8,6 +8,8 @@ mod common;
 mod charts;
 #[path = "portal/keys_and_ranges.rs"]
 mod keys_and_ranges;
+#[path = "portal/lists.rs"]
+mod lists;
 #[path = "portal/roles.rs"]
 mod roles;
 #[path = "portal/schedules.rs"]

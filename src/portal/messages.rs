@@ -139,11 +139,12 @@ pub async fn list(
                 .map_err(|_| PortalError::BadRequest("the page link is not valid".into()))?,
         ),
     };
-    let (mut messages, targets) = tokio::try_join!(
+    let (mut messages, targets, total) = tokio::try_join!(
         state
             .store
             .list_messages(&session.account, &filter, before.as_ref(), PAGE + 1),
         all_targets(&state, &session.account),
+        state.store.count_messages(&session.account, &filter),
     )?;
     let next = if messages.len() > PAGE as usize {
         messages.truncate(PAGE as usize);
@@ -195,7 +196,9 @@ pub async fn list(
             }
             div.actions { button type="submit" { "Show" } a href="/portal/messages" { "Clear" } }
         }
+        (super::quick::ranges(&q, state.service.now(), session.time_zone.as_deref()))
         @if let Some(problem) = &problem { p.error role="alert" { (problem) } }
+        (super::quick::total(total))
         @if filter.state == Some(MsgState::DeadLetter) && !messages.is_empty() && session.may(Role::Operator) {
             p { a.button.secondary #redrive-filtered href={ "/portal/messages/redrive?" (filters) } { "Reschedule every dead letter that matches…" } }
         }

@@ -14,6 +14,7 @@ mod layout;
 mod messages;
 mod overview;
 mod people;
+mod quick;
 mod ranges;
 mod schedule_form;
 mod schedules;
