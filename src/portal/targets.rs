@@ -259,7 +259,9 @@ pub async fn show(
     let body = html! {
         div.heading {
             h1 { (t.name) }
-            a.button.secondary href={ "/portal/targets/" (t.id) "/edit" } { "Edit" }
+            @if session.may(Role::Admin) {
+                a.button.secondary href={ "/portal/targets/" (t.id) "/edit" } { "Edit" }
+            }
         }
         dl.facts {
             dt { "Target id" } dd { code #target-id { (t.id) } }
@@ -276,8 +278,8 @@ pub async fn show(
             pre { (serde_json::to_string_pretty(&public).unwrap_or_default()) }
         }
         section.actions-row aria-label="Actions" {
-            (toggle_form(&session, &t))
-            @if t.config.limits().breaker.is_some() && t.health.state != BreakerState::Closed {
+            @if session.may(Role::Admin) { (toggle_form(&session, &t)) }
+            @if t.config.limits().breaker.is_some() && t.health.state != BreakerState::Closed && session.may(Role::Operator) {
                 form.inline method="post" action={ "/portal/targets/" (t.id) "/reset-breaker" } {
                     (layout::csrf_field(&session))
                     button type="submit" #reset-breaker { "Close the breaker now" }
@@ -321,7 +323,7 @@ pub async fn show(
                 li { a href={ "/portal/messages?target=" (t.id) } { "All messages of this target" } }
             }
         }
-        (super::ranges::section(&t))
+        @if session.may(Role::Operator) { (super::ranges::section(&t)) }
     };
     Ok(Html(
         layout::page(&session, &t.name, Section::Targets, notice.as_deref(), body).into_string(),

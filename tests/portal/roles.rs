@@ -528,8 +528,30 @@ async fn each_role_may_do_what_it_allows_and_nothing_else() {
         ] {
             assert_eq!(b.get(path).await.status, StatusCode::OK, "{path} as {role}");
         }
+        // The pages offer what the role allows, and no more.
         let t = b.get(&format!("/portal/targets/{}", ctx.ok)).await;
         assert_eq!(t.status, StatusCode::OK);
+        let operates = *role >= Role::Operator;
+        let admins = *role == Role::Admin;
+        for (marker, shown) in [
+            ("id=\"send-test\"", operates),
+            ("/cancel-range\"", operates),
+            ("id=\"delete-target\"", admins),
+            ("/edit\"", admins),
+            ("/disable\"", admins),
+        ] {
+            assert_eq!(t.body.contains(marker), shown, "{marker} as {role}");
+        }
+        let m = b
+            .get(&format!("/portal/messages/{}", ctx.message().await))
+            .await;
+        assert_eq!(
+            m.body.contains("id=\"cancel\""),
+            operates,
+            "cancel as {role}"
+        );
+        let nav = b.get("/portal/overview").await;
+        assert_eq!(nav.body.contains("href=\"/portal/people\""), admins);
     }
     ctx.app.shutdown().await;
 }
