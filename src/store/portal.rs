@@ -35,6 +35,11 @@ impl Role {
     pub fn parse(s: &str) -> Option<Self> {
         Role::ALL.into_iter().find(|r| r.as_str() == s)
     }
+
+    /// A role read back from a row.
+    pub fn from_stored(s: &str) -> crate::store::StoreResult<Self> {
+        Self::parse(s).ok_or_else(|| crate::store::StoreError::Corrupt(format!("unknown role {s}")))
+    }
 }
 
 impl std::fmt::Display for Role {

@@ -165,22 +165,9 @@ impl IdentityStore for PgStore {
             .execute(&mut *tx)
             .await
             .map_err(map_err)?;
-        let n = sqlx::query(
-            "INSERT INTO portal_users (id, account, email, password_hash, created_at, role) \
-             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (email) DO NOTHING",
-        )
-        .bind(&u.id)
-        .bind(&u.account)
-        .bind(&u.email)
-        .bind(&u.password_hash)
-        .bind(u.created_at)
-        .bind(u.role.as_str())
-        .execute(&mut *tx)
-        .await
-        .map_err(map_err)?
-        .rows_affected();
+        let created = insert_user(&mut tx, u).await?;
         tx.commit().await.map_err(map_err)?;
-        Ok(n == 1)
+        Ok(created)
     }
 
     async fn find_user(&self, email: &str) -> StoreResult<Option<UserRecord>> {
@@ -256,13 +243,9 @@ fn session_from_row(r: SessionRow) -> StoreResult<SessionRecord> {
         csrf,
         created_at,
         expires_at,
-        role: role_from_str(&role)?,
+        role: Role::from_stored(&role)?,
         time_zone,
     })
-}
-
-pub(super) fn role_from_str(s: &str) -> StoreResult<Role> {
-    Role::parse(s).ok_or_else(|| StoreError::Corrupt(format!("unknown role {s}")))
 }
 
 pub(super) fn user_from_row(
@@ -273,7 +256,29 @@ pub(super) fn user_from_row(
         account,
         email,
         password_hash,
-        role: role_from_str(&role)?,
+        role: Role::from_stored(&role)?,
         created_at,
     })
+}
+
+/// Inserts a person; false when the email is taken.
+pub(super) async fn insert_user(
+    tx: &mut sqlx::Transaction<'static, sqlx::Postgres>,
+    u: &UserRecord,
+) -> StoreResult<bool> {
+    let n = sqlx::query(
+        "INSERT INTO portal_users (id, account, email, password_hash, created_at, role) \
+         VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (email) DO NOTHING",
+    )
+    .bind(&u.id)
+    .bind(&u.account)
+    .bind(&u.email)
+    .bind(&u.password_hash)
+    .bind(u.created_at)
+    .bind(u.role.as_str())
+    .execute(&mut **tx)
+    .await
+    .map_err(map_err)?
+    .rows_affected();
+    Ok(n == 1)
 }

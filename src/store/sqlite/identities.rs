@@ -170,22 +170,9 @@ impl IdentityStore for SqliteStore {
             .execute(&mut *tx)
             .await
             .map_err(map_err)?;
-        let n = sqlx::query(
-            "INSERT INTO portal_users (id, account, email, password_hash, created_at, role) \
-             VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (email) DO NOTHING",
-        )
-        .bind(&u.id)
-        .bind(&u.account)
-        .bind(&u.email)
-        .bind(&u.password_hash)
-        .bind(ms(u.created_at))
-        .bind(u.role.as_str())
-        .execute(&mut *tx)
-        .await
-        .map_err(map_err)?
-        .rows_affected();
+        let created = insert_user(&mut tx, u).await?;
         tx.commit().await.map_err(map_err)?;
-        Ok(n == 1)
+        Ok(created)
     }
 
     async fn find_user(&self, email: &str) -> StoreResult<Option<UserRecord>> {
@@ -258,7 +245,7 @@ impl IdentityStore for SqliteStore {
                     csrf,
                     created_at: from_ms(created_at),
                     expires_at: from_ms(expires_at),
-                    role: role_from_str(&role)?,
+                    role: Role::from_stored(&role)?,
                     time_zone,
                 })
             },
@@ -276,10 +263,6 @@ impl IdentityStore for SqliteStore {
     }
 }
 
-pub(super) fn role_from_str(s: &str) -> StoreResult<Role> {
-    Role::parse(s).ok_or_else(|| StoreError::Corrupt(format!("unknown role {s}")))
-}
-
 pub(super) fn user_from_row(
     (id, account, email, password_hash, created_at, role): UserRow,
 ) -> StoreResult<UserRecord> {
@@ -288,7 +271,29 @@ pub(super) fn user_from_row(
         account,
         email,
         password_hash,
-        role: role_from_str(&role)?,
+        role: Role::from_stored(&role)?,
         created_at: from_ms(created_at),
     })
+}
+
+/// Inserts a person; false when the email is taken.
+pub(super) async fn insert_user(
+    tx: &mut sqlx::Transaction<'static, sqlx::Sqlite>,
+    u: &UserRecord,
+) -> StoreResult<bool> {
+    let n = sqlx::query(
+        "INSERT INTO portal_users (id, account, email, password_hash, created_at, role) \
+         VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (email) DO NOTHING",
+    )
+    .bind(&u.id)
+    .bind(&u.account)
+    .bind(&u.email)
+    .bind(&u.password_hash)
+    .bind(ms(u.created_at))
+    .bind(u.role.as_str())
+    .execute(&mut **tx)
+    .await
+    .map_err(map_err)?
+    .rows_affected();
+    Ok(n == 1)
 }

@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use super::{
-    identities::{role_from_str, user_from_row, UserRow},
+    identities::{insert_user, user_from_row, UserRow},
     map_err,
     rows::{from_ms, ms},
     SqliteStore,
@@ -25,7 +25,7 @@ fn invitation(r: InvitationRow) -> StoreResult<InvitationRecord> {
         token_hash,
         account,
         email,
-        role: role_from_str(&role)?,
+        role: Role::from_stored(&role)?,
         invited_by,
         created_at: from_ms(created_at),
         expires_at: from_ms(expires_at),
@@ -44,7 +44,7 @@ async fn lock_and_find(tx: &mut Tx, account: &str, user_id: &str) -> StoreResult
             .fetch_optional(&mut **tx)
             .await
             .map_err(map_err)?;
-    role.map(|(r,)| role_from_str(&r)).transpose()
+    role.map(|(r,)| Role::from_stored(&r)).transpose()
 }
 
 async fn admins(tx: &mut Tx, account: &str) -> StoreResult<i64> {
@@ -238,21 +238,7 @@ impl PeopleStore for SqliteStore {
             role: inv.role,
             created_at: now,
         };
-        let n = sqlx::query(
-            "INSERT INTO portal_users (id, account, email, password_hash, created_at, role) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (email) DO NOTHING",
-        )
-        .bind(&user.id)
-        .bind(&user.account)
-        .bind(&user.email)
-        .bind(&user.password_hash)
-        .bind(ms(user.created_at))
-        .bind(user.role.as_str())
-        .execute(&mut *tx)
-        .await
-        .map_err(map_err)?
-        .rows_affected();
-        if n == 0 {
+        if !insert_user(&mut tx, &user).await? {
             return Ok(Acceptance::EmailTaken);
         }
         sqlx::query("DELETE FROM portal_invitations WHERE id = ?1")
