@@ -1017,8 +1017,9 @@ async fn cancel_and_reschedule_from_the_message_page_show_in_its_history() {
     assert_eq!(m["deliveryTime"], "2030-01-15T09:00:00Z");
     let page = b.get(&format!("/portal/messages/{a}")).await;
     assert!(
-        page.body
-            .contains("Rescheduled (was Scheduled) for <time datetime=\"2030-01-15T09:00:00Z\">"),
+        page.body.contains(
+            "Rescheduled (was Scheduled) for <time datetime=\"2030-01-15T09:00:00Z\" data-local>"
+        ),
         "{}",
         page.body
     );
