@@ -13,7 +13,7 @@ use serde::Deserialize;
 
 use super::{
     layout::{self, Section},
-    session::{start_session, Session},
+    session::{check_pre_session_csrf, pre_session_csrf, start_session, Session},
     PortalError, PortalForm, PortalResult,
 };
 use crate::{
@@ -49,6 +49,8 @@ pub struct ZoneForm {
 
 #[derive(Debug, Deserialize)]
 pub struct JoinForm {
+    #[serde(default)]
+    csrf: String,
     #[serde(default)]
     password: String,
     #[serde(default)]
@@ -172,10 +174,17 @@ pub async fn set_zone(
 /// The invitation's sign-up page.
 pub async fn join_page(
     State(state): State<AppState>,
+    headers: HeaderMap,
+    jar: CookieJar,
     Path(token): Path<String>,
-) -> PortalResult<Html<String>> {
+) -> PortalResult<Response> {
     let inv = invitation(&state, &token).await?;
-    Ok(Html(join_form(&token, &inv, None).into_string()))
+    let (jar, csrf) = pre_session_csrf(&state, &headers, jar);
+    Ok((
+        jar,
+        Html(join_form(&token, &csrf, &inv, None).into_string()),
+    )
+        .into_response())
 }
 
 async fn invitation(state: &AppState, token: &str) -> PortalResult<InvitationRecord> {
@@ -185,7 +194,7 @@ async fn invitation(state: &AppState, token: &str) -> PortalResult<InvitationRec
     })
 }
 
-fn join_form(token: &str, inv: &InvitationRecord, error: Option<&str>) -> maud::Markup {
+fn join_form(token: &str, csrf: &str, inv: &InvitationRecord, error: Option<&str>) -> maud::Markup {
     layout::bare(
         "Join",
         html! {
@@ -194,6 +203,7 @@ fn join_form(token: &str, inv: &InvitationRecord, error: Option<&str>) -> maud::
                 p { (inv.invited_by) " invited " strong #join-email { (inv.email) } " as " strong #join-role { (inv.role) } ". Choose a password to sign in with." }
                 @if let Some(e) = error { p.error role="alert" #join-error { (e) } }
                 form #join method="post" action={ "/portal/invite/" (token) } {
+                    input type="hidden" name="csrf" value=(csrf);
                     div.field { label for="join-password" { "Password" } input #join-password name="password" type="password" required minlength=(MIN_PASSWORD) autocomplete="new-password"; }
                     div.field { label for="join-confirm" { "Password, again" } input #join-confirm name="confirm" type="password" required minlength=(MIN_PASSWORD) autocomplete="new-password"; }
                     button type="submit" { "Join" }
@@ -212,11 +222,12 @@ pub async fn join(
     Path(token): Path<String>,
     PortalForm(f): PortalForm<JoinForm>,
 ) -> PortalResult<Response> {
+    check_pre_session_csrf(&jar, &f.csrf)?;
     let inv = invitation(&state, &token).await?;
     let again = |msg: &str| {
         (
             StatusCode::BAD_REQUEST,
-            Html(join_form(&token, &inv, Some(msg)).into_string()),
+            Html(join_form(&token, &f.csrf, &inv, Some(msg)).into_string()),
         )
             .into_response()
     };

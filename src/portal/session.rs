@@ -204,19 +204,44 @@ fn safe_next(next: Option<&str>) -> String {
     }
 }
 
+/// A form sent before there is a session (sign-in, joining by invitation)
+/// carries a token tied to a cookie of its own: another site cannot send
+/// it (and so cannot sign a browser in to an account of its choosing).
+pub(super) fn pre_session_csrf(
+    state: &AppState,
+    headers: &HeaderMap,
+    jar: CookieJar,
+) -> (CookieJar, String) {
+    let token = random_token();
+    let jar = jar.add(cookie(
+        LOGIN_COOKIE,
+        token.clone(),
+        secure(state, headers),
+        TimeDelta::hours(1),
+    ));
+    (jar, token)
+}
+
+/// Refuses a pre-session form whose token is not its cookie's.
+pub(super) fn check_pre_session_csrf(jar: &CookieJar, sent: &str) -> PortalResult<()> {
+    let expected = jar
+        .get(LOGIN_COOKIE)
+        .map(|c| c.value().to_string())
+        .unwrap_or_default();
+    if same(sent, &expected) {
+        Ok(())
+    } else {
+        Err(PortalError::Csrf)
+    }
+}
+
 pub async fn login_page(
     State(state): State<AppState>,
     headers: HeaderMap,
     jar: CookieJar,
     Query(q): Query<LoginQuery>,
 ) -> Response {
-    let token = random_token();
-    let jar = jar.add(cookie(
-        LOGIN_COOKIE,
-        token.clone(),
-        secure(&state, &headers),
-        TimeDelta::hours(1),
-    ));
+    let (jar, token) = pre_session_csrf(&state, &headers, jar);
     let next = safe_next(q.next.as_deref());
     let notice = q.signed_out.is_some().then_some("You are signed out.");
     let page = login_form(&token, &next, "", None, notice);
@@ -275,13 +300,7 @@ pub async fn login(
     jar: CookieJar,
     PortalForm(form): PortalForm<LoginForm>,
 ) -> PortalResult<Response> {
-    let expected = jar
-        .get(LOGIN_COOKIE)
-        .map(|c| c.value().to_string())
-        .unwrap_or_default();
-    if !same(&form.csrf, &expected) {
-        return Err(PortalError::Csrf);
-    }
+    check_pre_session_csrf(&jar, &form.csrf)?;
     let email = form.email.trim().to_lowercase();
     let next = safe_next(Some(&form.next));
     let runtime = &state.sign_ins;

@@ -555,3 +555,115 @@ async fn each_role_may_do_what_it_allows_and_nothing_else() {
     }
     ctx.app.shutdown().await;
 }
+
+#[tokio::test]
+async fn people_actions_reach_only_the_admins_account_and_joining_needs_its_own_form() {
+    let app = TestApp::spawn().await;
+    let mut admin = signed_in_as(&app, "admin@acme.test", Role::Admin).await;
+    let store = app.store();
+    let mut theirs = dispatch::portal::new_user("globex", "them@globex.test", PASSWORD);
+    theirs.role = Role::Viewer;
+    assert!(store.create_user(&theirs).await.unwrap());
+    let now = Utc::now();
+    let invitation = |account: &str, email: &str, token: &str| InvitationRecord {
+        id: uuid::Uuid::now_v7().to_string(),
+        token_hash: dispatch::service::people::invitation_hash(token),
+        account: account.into(),
+        email: email.into(),
+        role: Role::Operator,
+        invited_by: "admin@example.com".into(),
+        created_at: now,
+        expires_at: now + TimeDelta::days(7),
+    };
+    let their_invite = invitation("globex", "new@globex.test", "their-token");
+    store.create_invitation(&their_invite).await.unwrap();
+
+    // Another account's person and invitation: 404, and nothing changes.
+    let csrf = admin.csrf().await;
+    for (path, form) in [
+        (
+            format!("/portal/people/{}/role", theirs.id),
+            vec![("role", "admin")],
+        ),
+        (format!("/portal/people/{}/remove", theirs.id), vec![]),
+        (
+            format!("/portal/people/invitations/{}/revoke", their_invite.id),
+            vec![],
+        ),
+    ] {
+        let mut f = vec![("csrf", csrf.as_str())];
+        f.extend(form);
+        assert_eq!(
+            admin.post(&path, &f).await.status,
+            StatusCode::NOT_FOUND,
+            "{path}"
+        );
+    }
+    let them = store.find_user("them@globex.test").await.unwrap().unwrap();
+    assert_eq!(them.role, Role::Viewer);
+    assert_eq!(
+        store
+            .list_invitations("globex", Utc::now())
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    // An email with a sign-in in any account cannot be invited.
+    let p = admin
+        .post(
+            "/portal/people/invite",
+            &[
+                ("csrf", &csrf),
+                ("email", "THEM@globex.test"),
+                ("role", "admin"),
+            ],
+        )
+        .await;
+    assert_eq!(p.status, StatusCode::CONFLICT);
+    assert!(store
+        .list_invitations("acme", Utc::now())
+        .await
+        .unwrap()
+        .is_empty());
+
+    // Joining: a made-up token is 404; a post without the join page's own
+    // token (another site's form) is refused and the invitation stays.
+    store
+        .create_invitation(&invitation("acme", "new@acme.test", "our-token"))
+        .await
+        .unwrap();
+    let mut stranger = Browser::new(&app);
+    assert_eq!(
+        stranger.get("/portal/invite/made-up").await.status,
+        StatusCode::NOT_FOUND
+    );
+    let forged = stranger
+        .post(
+            "/portal/invite/our-token",
+            &[
+                ("csrf", "guess"),
+                ("password", PASSWORD),
+                ("confirm", PASSWORD),
+            ],
+        )
+        .await;
+    assert_eq!(forged.status, StatusCode::FORBIDDEN);
+    assert!(store.find_user("new@acme.test").await.unwrap().is_none());
+    let page = stranger.get("/portal/invite/our-token").await;
+    assert_eq!(page.status, StatusCode::OK);
+    let joined = stranger
+        .post(
+            "/portal/invite/our-token",
+            &[
+                ("csrf", &page.csrf()),
+                ("password", PASSWORD),
+                ("confirm", PASSWORD),
+            ],
+        )
+        .await;
+    assert_eq!(joined.status, StatusCode::SEE_OTHER, "{}", joined.body);
+    let new = store.find_user("new@acme.test").await.unwrap().unwrap();
+    assert_eq!((new.account.as_str(), new.role), ("acme", Role::Operator));
+    app.shutdown().await;
+}
