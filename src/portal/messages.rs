@@ -144,7 +144,9 @@ pub async fn list(
             .store
             .list_messages(&session.account, &filter, before.as_ref(), PAGE + 1),
         all_targets(&state, &session.account),
-        state.store.count_messages(&session.account, &filter),
+        state
+            .store
+            .count_messages_upto(&session.account, &filter, super::quick::COUNTED + 1),
     )?;
     let next = if messages.len() > PAGE as usize {
         messages.truncate(PAGE as usize);

@@ -54,14 +54,24 @@ pub fn ranges(q: &ListQuery, now: DateTime<Utc>, zone: Option<&str>) -> Markup {
     }
 }
 
-/// "1,234 messages match" (the filters' total, of which a page shows 50).
+/// How far the list's total is counted: beyond it the list says "more than".
+pub const COUNTED: u64 = 10_000;
+
+/// "1,234 messages match" (the filters' total, of which a page shows 50);
+/// "More than 10,000" past what is counted.
 pub fn total(n: u64) -> Markup {
     let words = if n == 1 {
         "message matches"
     } else {
         "messages match"
     };
-    html! { p #total data-total=(n) { (group(n)) " " (words) } }
+    html! {
+        @if n > COUNTED {
+            p #total data-total=(n) { "More than " (group(COUNTED)) " " (words) }
+        } @else {
+            p #total data-total=(n) { (group(n)) " " (words) }
+        }
+    }
 }
 
 /// 1234567 as `1,234,567`.
@@ -80,6 +90,17 @@ fn group(n: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_total_past_what_is_counted_says_more_than() {
+        assert!(total(10_000)
+            .into_string()
+            .contains(">10,000 messages match<"));
+        assert!(total(10_001)
+            .into_string()
+            .contains(">More than 10,000 messages match<"));
+        assert!(total(1).into_string().contains(">1 message matches<"));
+    }
 
     #[test]
     fn thousands_are_grouped() {

@@ -426,6 +426,15 @@ pub trait PortalReads: Send + Sync + 'static {
 
     async fn count_messages(&self, account: &str, filter: &MessageFilter) -> StoreResult<u64>;
 
+    /// As `count_messages`, but counting no further than `cap`: the work is
+    /// bounded however many match.
+    async fn count_messages_upto(
+        &self,
+        account: &str,
+        filter: &MessageFilter,
+        cap: u64,
+    ) -> StoreResult<u64>;
+
     /// The head of a (target, orderingKey): the one Scheduled message of the
     /// key that may be attempted (or is in flight), which the key's other
     /// Scheduled messages wait for. None when the key has none Scheduled.

@@ -367,6 +367,13 @@ async fn count_messages_counts_what_each_filter_field_selects(store: Arc<dyn Sto
     for (name, f, expected) in &cases {
         let n = store.count_messages(ACME, f).await.unwrap();
         assert_eq!(n, expected.len() as u64, "count with {name}");
+        for cap in [0, 1, n, n + 1] {
+            assert_eq!(
+                store.count_messages_upto(ACME, f, cap).await.unwrap(),
+                n.min(cap),
+                "{name}: counted up to {cap}"
+            );
+        }
         // The count is what listing with the same filter gives.
         let listed = store.list_messages(ACME, f, None, 100).await.unwrap();
         assert_eq!(

@@ -93,6 +93,26 @@ impl PortalReads for PgStore {
         Ok(n as u64)
     }
 
+    async fn count_messages_upto(
+        &self,
+        account: &str,
+        f: &MessageFilter,
+        cap: u64,
+    ) -> StoreResult<u64> {
+        let mut q =
+            super::filter::filtered("SELECT count(*) FROM (SELECT 1 FROM messages", account, f);
+        q.push(" LIMIT ")
+            .push_bind(i64::try_from(cap).unwrap_or(i64::MAX))
+            .push(") capped");
+        let (n,): (i64,) = q
+            .build_query_as()
+            .persistent(false)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(map_err)?;
+        Ok(n as u64)
+    }
+
     /// From the partial index of heads (`messages_key_head`).
     async fn key_head(
         &self,
