@@ -23,11 +23,6 @@ use crate::{
 };
 
 #[derive(Debug, Deserialize)]
-pub struct NoticeQuery {
-    notice: Option<String>,
-}
-
-#[derive(Debug, Deserialize)]
 pub struct PasswordForm {
     #[serde(default)]
     csrf: String,
@@ -57,7 +52,7 @@ pub struct JoinForm {
     confirm: String,
 }
 
-pub async fn page(session: Session, Query(q): Query<NoticeQuery>) -> Html<String> {
+pub async fn page(session: Session, Query(q): Query<layout::NoticeQuery>) -> Html<String> {
     let notice = layout::notice(q.notice.as_deref(), None);
     Html(password_page(&session, notice.as_deref(), None, None).into_string())
 }

@@ -156,6 +156,12 @@ pub fn encode(s: &str) -> String {
 
 /// A notice named in the query string after an action, so that no text a
 /// link carries is ever shown as if the portal said it.
+/// A page's `?notice=` (what the action that led to it did).
+#[derive(Debug, Default, serde::Deserialize)]
+pub struct NoticeQuery {
+    pub notice: Option<String>,
+}
+
 pub fn notice(code: Option<&str>, n: Option<u64>) -> Option<String> {
     let n = n.unwrap_or(0);
     let plural = |one: &str, many: &str| {

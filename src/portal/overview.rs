@@ -13,15 +13,10 @@ use super::{
 };
 use crate::{domain::message::State as MsgState, state::AppState};
 
-#[derive(Debug, serde::Deserialize)]
-pub struct NoticeQuery {
-    notice: Option<String>,
-}
-
 pub async fn page(
     State(state): State<AppState>,
     session: Session,
-    axum::extract::Query(q): axum::extract::Query<NoticeQuery>,
+    axum::extract::Query(q): axum::extract::Query<layout::NoticeQuery>,
 ) -> PortalResult<Html<String>> {
     let now = state.service.now();
     let since = now - TimeDelta::hours(24);

@@ -13,7 +13,7 @@ use serde::Deserialize;
 
 use super::{
     layout::{self, Section},
-    session::{secure, Session},
+    session::{secure, CsrfForm, Session},
     PortalError, PortalForm, PortalResult,
 };
 use crate::{
@@ -26,11 +26,6 @@ use crate::{
 /// shows it, once.
 const LINK_ONCE: &str = "dispatch_invite_once";
 const INVITED: &str = "/portal/people/invited";
-
-#[derive(Debug, Deserialize)]
-pub struct NoticeQuery {
-    notice: Option<String>,
-}
 
 #[derive(Debug, Deserialize)]
 pub struct InviteForm {
@@ -48,12 +43,6 @@ pub struct RoleForm {
     csrf: String,
     #[serde(default)]
     role: String,
-}
-
-#[derive(Debug, Deserialize)]
-pub struct CsrfForm {
-    #[serde(default)]
-    csrf: String,
 }
 
 fn role_from_form(s: &str) -> PortalResult<Role> {
@@ -78,7 +67,7 @@ fn refused(e: ServiceError) -> PortalError {
 pub async fn list(
     State(state): State<AppState>,
     session: Session,
-    Query(q): Query<NoticeQuery>,
+    Query(q): Query<layout::NoticeQuery>,
 ) -> PortalResult<Html<String>> {
     session.require(Role::Admin)?;
     let now = state.service.now();

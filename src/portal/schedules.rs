@@ -11,7 +11,6 @@ use axum::{
 };
 use chrono::{DateTime, Utc};
 use maud::{html, Markup};
-use serde::Deserialize;
 
 use super::{
     layout::{self, Section},
@@ -40,11 +39,6 @@ fn form_page(session: &Session, title: &str, body: Markup, status: StatusCode) -
         .into_response()
 }
 
-#[derive(Debug, Default, Deserialize)]
-pub struct NoticeQuery {
-    notice: Option<String>,
-}
-
 fn notice(code: Option<&str>) -> Option<&'static str> {
     Some(match code? {
         "created" => "The schedule was created.",
@@ -59,7 +53,7 @@ fn notice(code: Option<&str>) -> Option<&'static str> {
 pub async fn list(
     State(state): State<AppState>,
     session: Session,
-    Query(q): Query<NoticeQuery>,
+    Query(q): Query<layout::NoticeQuery>,
 ) -> PortalResult<Html<String>> {
     let now = state.service.now();
     let mut all = Vec::new();
@@ -244,7 +238,7 @@ pub async fn show(
     State(state): State<AppState>,
     session: Session,
     Path(id): Path<String>,
-    Query(q): Query<NoticeQuery>,
+    Query(q): Query<layout::NoticeQuery>,
 ) -> PortalResult<Html<String>> {
     let s = load(&state, &session, &id).await?;
     let targets = all_targets(&state, &session.account).await?;
