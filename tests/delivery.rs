@@ -4,6 +4,8 @@
 //! connection time.
 
 mod common;
+#[path = "delivery/secret_rotation.rs"]
+mod secret_rotation;
 
 use std::{
     sync::{Arc, Mutex},

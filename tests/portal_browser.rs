@@ -10,6 +10,8 @@ mod common;
 
 #[path = "portal_browser/people.rs"]
 mod people;
+#[path = "portal_browser/secrets.rs"]
+mod secrets;
 
 use std::time::Duration;
 

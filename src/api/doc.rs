@@ -239,6 +239,11 @@ impl Modify for Links {
                 ("PatchTarget", "/targets/{targetId}", "patch"),
                 ("EnableTarget", "/targets/{targetId}/enable", "post"),
                 ("DisableTarget", "/targets/{targetId}/disable", "post"),
+                (
+                    "RotateTargetSecret",
+                    "/targets/{targetId}/rotate-secret",
+                    "post",
+                ),
                 ("DeleteTarget", "/targets/{targetId}", "delete"),
             ],
         );

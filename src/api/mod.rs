@@ -32,6 +32,7 @@ pub fn routes() -> Router<AppState> {
         )
         .route("/targets/{id}/enable", post(targets::enable))
         .route("/targets/{id}/disable", post(targets::disable))
+        .route("/targets/{id}/rotate-secret", post(targets::rotate_secret))
         .route("/messages", get(messages::list).post(messages::create))
         .route("/messages/batch", post(batch::create))
         .route("/messages/redrive", post(bulk::redrive))

@@ -86,7 +86,7 @@ impl Modify for BearerAuth {
     paths(
         super::oauth::token,
         super::targets::create, super::targets::list, super::targets::get, super::targets::patch,
-        super::targets::enable, super::targets::disable, super::targets::delete,
+        super::targets::enable, super::targets::disable, super::targets::rotate_secret, super::targets::delete,
         super::messages::create, super::batch::create, super::messages::list, super::messages::get, super::messages::attempts,
         super::messages::cancel, super::messages::reschedule,
         super::bulk::redrive, super::bulk::cancel, super::bulk::replay,

@@ -1,4 +1,5 @@
-//! `/targets`: create, list, get, merge-patch, enable, disable, delete.
+//! `/targets`: create, list, get, merge-patch, enable, disable, rotate the
+//! signing secret, delete.
 
 use axum::{
     extract::{Path, State},
@@ -8,6 +9,7 @@ use axum::{
 };
 
 use super::{
+    body::Body,
     error::{ApiError, ApiResult, Problem},
     extract::{encode_cursor, JsonBody, QueryParams},
 };
@@ -15,12 +17,12 @@ use crate::{
     auth::{Principal, Scope},
     domain::{
         ids::TargetId,
-        target::{Target, TargetSpec},
+        target::{FieldError, Target, TargetSpec},
     },
     service::targets::TargetChange,
     state::AppState,
     store::TargetCursor,
-    wire::{target::TargetPatchIn, List, TargetIn, TargetOut},
+    wire::{target::TargetPatchIn, Field, List, RotateSecretIn, TargetIn, TargetOut},
 };
 
 fn parse_id(id: &str) -> ApiResult<TargetId> {
@@ -204,6 +206,45 @@ pub async fn disable(
     Path(id): Path<String>,
 ) -> ApiResult<Response> {
     set_enabled(state, principal, id, false).await
+}
+
+/// Rotate a webhook's signing secret: the new one is shown in full, once;
+/// the replaced one signs beside it until `overlapSeconds` have passed.
+#[utoipa::path(
+    post, path = "/targets/{targetId}/rotate-secret", tag = "targets", params(("targetId" = String, Path)),
+    request_body = RotateSecretIn,
+    responses((status = 200, description = "The target, its new signingSecret shown once", body = TargetOut),
+              (status = 400, description = "Not a webhook, or overlapSeconds out of range", body = Problem, content_type = "application/problem+json"),
+              (status = 404, body = Problem, content_type = "application/problem+json")),
+    security(("bearer" = ["targets:write"]))
+)]
+pub async fn rotate_secret(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+    Body(body): Body<RotateSecretIn>,
+) -> ApiResult<Response> {
+    principal.require(Scope::TargetsWrite)?;
+    let id = parse_id(&id)?;
+    let seconds = match body.overlap_seconds {
+        Field::Missing => 86_400.0,
+        Field::Valid(s) if s.fract() == 0.0 && (0.0..=604_800.0).contains(&s) => s,
+        _ => {
+            return Err(ApiError::Validation(vec![FieldError::new(
+                "overlapSeconds",
+                "must be an integer from 0 to 604800",
+            )]))
+        }
+    };
+    let saved = state
+        .service
+        .rotate_signing_secret(
+            &principal.account,
+            &id,
+            chrono::TimeDelta::seconds(seconds as i64),
+        )
+        .await?;
+    Ok(respond(StatusCode::OK, &saved.target, true))
 }
 
 /// Delete a target; refused while it has Scheduled or DeadLetter messages.

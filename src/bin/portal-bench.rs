@@ -82,6 +82,7 @@ async fn fill(store: &dyn Store, n: usize) -> anyhow::Result<(Vec<TargetId>, Mes
                 timeout_ms: None,
                 signing_secret: dispatch::domain::target::generate_signing_secret(),
                 auth: None,
+                previous_signing_secret: None,
                 limits: Default::default(),
             }),
             created_at: now,

@@ -20,6 +20,12 @@ pub fn sign(key: &[u8], id: &str, timestamp: i64, body: &[u8]) -> String {
     format!("v1,{}", B64.encode(mac.finalize().into_bytes()))
 }
 
+/// One `v1,` signature per key, space-separated (Standard Webhooks).
+pub fn sign_all(keys: &[Vec<u8>], id: &str, timestamp: i64, body: &[u8]) -> String {
+    let signatures: Vec<String> = keys.iter().map(|k| sign(k, id, timestamp, body)).collect();
+    signatures.join(" ")
+}
+
 /// Whether any `v1,` signature in a `webhook-signature` header (several may
 /// be sent, space-separated, while a secret is rotated) signs this message;
 /// compared in constant time.
@@ -67,5 +73,17 @@ mod tests {
         assert!(!verify(&key, "msg_1", 1614265330, b"{}", &sig));
         assert!(!verify(b"another key", "msg_1", 1614265330, body, &sig));
         assert!(!verify(&key, "msg_1", 1614265330, body, "v2,whatever"));
+    }
+
+    #[test]
+    fn a_header_with_two_signatures_verifies_under_either_key() {
+        let (old, new) = (b"the replaced key!".to_vec(), b"the current key!!".to_vec());
+        let body = br#"{"a":1}"#;
+        let header = sign_all(&[new.clone(), old.clone()], "msg_1", 1614265330, body);
+        assert_eq!(header.split(' ').count(), 2);
+        assert!(header.starts_with(&sign(&new, "msg_1", 1614265330, body)));
+        assert!(verify(&old, "msg_1", 1614265330, body, &header));
+        assert!(verify(&new, "msg_1", 1614265330, body, &header));
+        assert!(!verify(b"a third key", "msg_1", 1614265330, body, &header));
     }
 }

@@ -106,14 +106,20 @@ impl WebhookClient {
         if let Some(refused) = self.refuse_literal(&url) {
             return refused;
         }
-        let Some(key) = crate::domain::target::signing_key(&config.signing_secret) else {
+        // The current secret, and the replaced one while a rotation's
+        // overlap lasts: the receiver may check either.
+        let keys: Option<Vec<Vec<u8>>> = config
+            .signing_secrets(chrono::Utc::now())
+            .map(crate::domain::target::signing_key)
+            .collect();
+        let Some(keys) = keys else {
             return Delivered::failure(
                 AttemptOutcome::NonRetryableFailure,
                 "the signing secret is invalid",
             );
         };
         let Some(auth) = &config.auth else {
-            return self.send(&url, config, &key, letter, timeout, None).await;
+            return self.send(&url, config, &keys, letter, timeout, None).await;
         };
         if let Some(refused) = reqwest::Url::parse(&auth.token_url)
             .ok()
@@ -126,14 +132,14 @@ impl WebhookClient {
             Err(f) => return Delivered::failure(f.outcome, f.error),
         };
         let first = self
-            .send(&url, config, &key, letter, timeout, Some(&token))
+            .send(&url, config, &keys, letter, timeout, Some(&token))
             .await;
         if first.status_code != Some(401) {
             return first;
         }
         match self.tokens.token(auth, Some(&token), timeout).await {
             Ok(fresh) => {
-                self.send(&url, config, &key, letter, timeout, Some(&fresh))
+                self.send(&url, config, &keys, letter, timeout, Some(&fresh))
                     .await
             }
             Err(f) => Delivered::failure(f.outcome, f.error),
@@ -154,7 +160,7 @@ impl WebhookClient {
         &self,
         url: &reqwest::Url,
         config: &WebhookConfig,
-        key: &[u8],
+        keys: &[Vec<u8>],
         letter: &Letter<'_>,
         timeout: Duration,
         bearer: Option<&str>,
@@ -171,7 +177,7 @@ impl WebhookClient {
             .header("webhook-timestamp", timestamp.to_string())
             .header(
                 "webhook-signature",
-                signing::sign(key, &msg_id, timestamp, body),
+                signing::sign_all(keys, &msg_id, timestamp, body),
             );
         if let Some(key) = letter.ordering_key {
             // Any UTF-8 without control characters is a valid header value.

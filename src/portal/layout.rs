@@ -111,6 +111,16 @@ pub fn time(t: &DateTime<Utc>) -> Markup {
     html! { time datetime=(machine) data-local { (t.format("%Y-%m-%d %H:%M:%S%.3f UTC")) } }
 }
 
+/// A button that copies the text of the element with id `target`, and
+/// says so; shown only where script runs (without it the text is there to
+/// select by hand).
+pub fn copy_button(target: &str, label: &str) -> Markup {
+    html! {
+        button.copy.secondary type="button" data-copy=(target) aria-label=(label) hidden { "Copy" }
+        span.copy-status role="status" {}
+    }
+}
+
 pub fn opt_time(t: Option<&DateTime<Utc>>) -> Markup {
     match t {
         Some(t) => time(t),
@@ -176,6 +186,7 @@ pub fn notice(code: Option<&str>, n: Option<u64>) -> Option<String> {
         "rescheduled" => "The message was rescheduled.".into(),
         "created" => "The target was created.".into(),
         "saved" => "The target was saved.".into(),
+        "rotated" => "The signing secret was replaced.".into(),
         "secret-shown" => "The signing secret was shown once and is not shown again.".into(),
         "enabled" => "The target is enabled: its messages are delivered again.".into(),
         "breaker-closed" => "The circuit breaker is closed: waiting messages go now.".into(),

@@ -333,7 +333,8 @@ pub async fn show(
         && due <= state.service.now() + super::actions::WATCH_AHEAD;
     let body = html! {
         div.heading {
-            h1 { "Message " code.id { (m.id) } }
+            h1 { "Message " code.id #message-id { (m.id) } }
+            (layout::copy_button("message-id", "Copy the message id"))
             (layout::state_badge(m.state))
         }
         @if watching { p.watch data-watch role="status" { "Waiting for the delivery… this page refreshes by itself. " a href={ "/portal/messages/" (m.id) } { "Refresh" } } }

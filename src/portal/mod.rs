@@ -71,6 +71,10 @@ pub fn router(state: AppState) -> Router<AppState> {
         .route("/portal/targets/{id}/test", post(target_actions::send_test))
         .route("/portal/targets/{id}/delete", post(target_actions::delete))
         .route(
+            "/portal/targets/{id}/rotate-secret",
+            post(target_actions::rotate_secret),
+        )
+        .route(
             "/portal/targets/{id}/reset-breaker",
             post(target_actions::reset_breaker),
         )

@@ -208,7 +208,7 @@ pub async fn invited(session: Session, jar: CookieJar) -> PortalResult<Response>
             h2 #link-heading { "Sign-up link" }
             p { "Send this link to " (email) ". With it they choose a password and join the account. "
                 strong { "It is shown this once" } " and works for 7 days." }
-            p.invite-link { code #invite-link { (link) } }
+            p.invite-link.copyable { code #invite-link { (link) } (layout::copy_button("invite-link", "Copy the link")) }
         }
         p { a.button href="/portal/people" { "Back to people" } }
     };

@@ -1,10 +1,13 @@
 //! The actions on one target: enable and disable, close an open breaker,
-//! send a test message (with a payload the person types), delete.
+//! send a test message (with a payload the person types), rotate the
+//! signing secret, delete.
 
 use axum::{
     extract::{Path, State},
-    response::Redirect,
+    http::HeaderMap,
+    response::{Redirect, Response},
 };
+use axum_extra::extract::cookie::CookieJar;
 use serde::Deserialize;
 
 use super::{session::Session, PortalError, PortalForm, PortalResult};
@@ -97,6 +100,58 @@ pub async fn send_test(
         "/portal/messages/{}?notice=test&watch=1",
         m.id
     )))
+}
+
+#[derive(Debug, Deserialize)]
+pub struct RotateForm {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    overlap: String,
+}
+
+/// How long a replaced secret may keep signing, as the form offers it.
+pub(super) const OVERLAPS: [(i64, &str); 4] = [
+    (0, "Not at all: replace it now"),
+    (3_600, "1 hour"),
+    (86_400, "24 hours"),
+    (604_800, "7 days"),
+];
+
+/// A fresh signing secret, shown once; the replaced one keeps signing
+/// beside it for the overlap chosen, so the receiver can switch.
+pub async fn rotate_secret(
+    State(state): State<AppState>,
+    session: Session,
+    headers: HeaderMap,
+    jar: CookieJar,
+    Path(id): Path<String>,
+    PortalForm(f): PortalForm<RotateForm>,
+) -> PortalResult<Response> {
+    session.authorize(&f.csrf, Role::Admin)?;
+    let id: TargetId = id.parse().map_err(|_| PortalError::NotFound)?;
+    let seconds = f
+        .overlap
+        .parse::<i64>()
+        .ok()
+        .filter(|s| OVERLAPS.iter().any(|(o, _)| o == s))
+        .ok_or_else(|| {
+            PortalError::BadRequest(
+                "Choose how long the replaced secret keeps signing: none, 1 hour, 24 hours or 7 days."
+                    .into(),
+            )
+        })?;
+    let saved = state
+        .service
+        .rotate_signing_secret(&session.account, &id, chrono::TimeDelta::seconds(seconds))
+        .await?;
+    Ok(super::target_secret::show_once(
+        &state,
+        &headers,
+        jar,
+        &saved.target,
+        "rotated",
+    ))
 }
 
 /// Deletes the target; while it still has messages to deliver, says what

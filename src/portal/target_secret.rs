@@ -7,11 +7,13 @@ use axum::{
     response::{Html, IntoResponse, Redirect, Response},
 };
 use axum_extra::extract::cookie::{Cookie, CookieJar, SameSite};
+use chrono::Utc;
 use maud::{html, Markup};
 
 use super::{
     layout::{self, Section},
     session::Session,
+    target_actions::OVERLAPS,
     targets::{load, NoticeQuery},
     PortalResult,
 };
@@ -19,7 +21,7 @@ use crate::store::portal::Role;
 use crate::{
     domain::{
         ids::TargetId,
-        target::{Target, TargetConfig},
+        target::{Target, TargetConfig, WebhookConfig},
     },
     state::AppState,
 };
@@ -88,8 +90,47 @@ pub async fn secret(
         .into_response())
 }
 
+/// On a webhook's page, for admins: the overlap under way, and the form
+/// that rotates the secret.
+pub(super) fn rotate_section(session: &Session, t: &Target, w: &WebhookConfig) -> Markup {
+    html! {
+        section.rotate-secret aria-labelledby="rotate-heading" {
+            h2 #rotate-heading { "Signing secret" }
+            @if let Some(until) = w.overlap_until(Utc::now()) {
+                p #secret-overlap {
+                    "Deliveries carry two signatures, by the current secret and by the one it replaced, until "
+                    (layout::time(&until)) "."
+                }
+            } @else {
+                p #secret-overlap { "Deliveries carry one signature, by the current secret." }
+            }
+            form method="post" action={ "/portal/targets/" (t.id) "/rotate-secret" }
+                data-confirm={ "Replace the signing secret of " (t.name) "? The new one is shown once." } {
+                (layout::csrf_field(session))
+                div.field {
+                    label for="rotate-overlap" { "The replaced secret keeps signing for" }
+                    select #rotate-overlap name="overlap" aria-describedby="rotate-hint" {
+                        @for (seconds, label) in OVERLAPS {
+                            option value=(seconds) selected[seconds == 86_400] { (label) }
+                        }
+                    }
+                    p.hint #rotate-hint {
+                        "Meanwhile every delivery carries both signatures (a Standard Webhooks receiver accepts either), "
+                        "so the receiver can move to the new secret without refusing a delivery."
+                    }
+                }
+                button type="submit" #rotate-secret { "Rotate signing secret" }
+            }
+        }
+    }
+}
+
 /// The one time a generated signing secret is shown.
 fn secret_page(session: &Session, t: &Target, secret: &str, notice: Option<String>) -> Markup {
+    let overlap = match &t.config {
+        TargetConfig::Webhook(w) => w.overlap_until(Utc::now()),
+        _ => None,
+    };
     layout::page(
         session,
         "Signing secret",
@@ -101,7 +142,16 @@ fn secret_page(session: &Session, t: &Target, secret: &str, notice: Option<Strin
                 h2 #secret-heading { "Signing secret" }
                 p { "Your receiver verifies the " code { "webhook-signature" } " header with this secret. "
                     strong { "It is shown this once" } ": copy it now." }
-                p { code #signing-secret { (secret) } }
+                p.copyable {
+                    code #signing-secret { (secret) }
+                    (layout::copy_button("signing-secret", "Copy the secret"))
+                }
+                @if let Some(until) = overlap {
+                    p #overlap-until {
+                        "The secret it replaced keeps signing beside it until " (layout::time(&until))
+                        ": move your receiver to this one before then."
+                    }
+                }
             }
             p { a.button href={ "/portal/targets/" (t.id) } { "Go to the target" } }
         },

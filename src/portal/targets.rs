@@ -264,7 +264,7 @@ pub async fn show(
             }
         }
         dl.facts {
-            dt { "Target id" } dd { code #target-id { (t.id) } }
+            dt { "Target id" } dd.copyable { code #target-id { (t.id) } (layout::copy_button("target-id", "Copy the target id")) }
             dt { "Type" } dd { (kind_label(&t.config)) }
             dt { "Status" } dd #target-status { @if t.enabled { "Enabled" } @else { span.off { "Disabled" } } }
             dt { "Destination" } dd.wrap { code { (destination(&t.config)) } }
@@ -299,6 +299,9 @@ pub async fn show(
                     button type="submit" #send-test { "Send test message" }
                 }
             }
+        }
+        @if let (TargetConfig::Webhook(w), true) = (&t.config, session.may(Role::Admin)) {
+            (super::target_secret::rotate_section(&session, &t, w))
         }
         @if session.may(Role::Admin) {
             section.danger-zone aria-labelledby="delete-heading" {

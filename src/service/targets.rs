@@ -1,6 +1,7 @@
 //! Targets: create, change, enable, disable, delete. Every door applies the
 //! same outbound policy and the same rule for secrets on change.
 
+use chrono::TimeDelta;
 use serde_json::Value;
 
 use super::{Conflict, Service, ServiceError, ServiceResult};
@@ -8,7 +9,7 @@ use crate::{
     delivery::policy::OutboundPolicy,
     domain::{
         ids::{AccountId, TargetId},
-        target::{self, Target, TargetConfig, TargetSpec},
+        target::{self, PreviousSecret, Target, TargetConfig, TargetSpec},
     },
     store::{self, DeleteTarget, TargetCursor},
 };
@@ -89,7 +90,15 @@ impl Service {
             target::keep_secrets(current.config.kind(), new, old, &sent)
                 .map_err(ServiceError::Invalid)?;
         }
-        let spec = crate::wire::target::parse(&merged).map_err(ServiceError::Invalid)?;
+        let mut spec = crate::wire::target::parse(&merged).map_err(ServiceError::Invalid)?;
+        if let (TargetConfig::Webhook(new), TargetConfig::Webhook(old)) =
+            (&mut spec.config, &current.config)
+        {
+            // A rotation's overlap lasts while the secret it led to stays.
+            if new.signing_secret == old.signing_secret {
+                new.previous_signing_secret = old.previous_signing_secret.clone();
+            }
+        }
         self.check_outbound(&spec.config).await?;
         let now = self.now();
         let changed = Target {
@@ -118,6 +127,58 @@ impl Service {
         Ok(Saved {
             target: updated,
             generated_secret: spec.generated_secret,
+        })
+    }
+
+    /// Replaces a webhook's signing secret with a fresh one (shown once).
+    /// The replaced secret signs beside it for `overlap` (not at all when
+    /// zero), so a receiver can switch without refusing a delivery.
+    pub async fn rotate_signing_secret(
+        &self,
+        account: &AccountId,
+        id: &TargetId,
+        overlap: TimeDelta,
+    ) -> ServiceResult<Saved> {
+        if overlap < TimeDelta::zero() || overlap > target::MAX_SECRET_OVERLAP {
+            return Err(ServiceError::field(
+                "overlapSeconds",
+                "must be from 0 to 604800 (seven days)",
+            ));
+        }
+        let current = self
+            .store
+            .get_target(account, id)
+            .await?
+            .ok_or(ServiceError::NotFound)?;
+        let TargetConfig::Webhook(webhook) = &current.config else {
+            return Err(ServiceError::field(
+                "type",
+                "only a webhook target has a signing secret",
+            ));
+        };
+        let now = self.now();
+        let mut webhook = webhook.clone();
+        let replaced = std::mem::replace(
+            &mut webhook.signing_secret,
+            target::generate_signing_secret(),
+        );
+        webhook.previous_signing_secret = (overlap > TimeDelta::zero()).then(|| PreviousSecret {
+            secret: replaced,
+            until: now + overlap,
+        });
+        let changed = Target {
+            config: TargetConfig::Webhook(webhook),
+            updated_at: now,
+            ..current
+        };
+        let target = self
+            .store
+            .update_target(&changed)
+            .await?
+            .ok_or(ServiceError::NotFound)?;
+        Ok(Saved {
+            target,
+            generated_secret: true,
         })
     }
 

@@ -181,6 +181,17 @@ pub struct RescheduleIn {
     pub delivery_time: Field<String>,
 }
 
+/// A webhook's new signing secret: how long the replaced one keeps signing.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RotateSecretIn {
+    /// Seconds, 0 to 604800 (seven days), default 86400: until then every
+    /// delivery carries two `v1,` signatures, by the new secret and by the
+    /// replaced one; 0 replaces it at once.
+    #[schema(value_type = Option<u32>, minimum = 0, maximum = 604800, example = 86400)]
+    pub overlap_seconds: Field<f64>,
+}
+
 /// A member of a request body that never fails to deserialize: it is
 /// missing, of the wrong type, or a value. A body is then read whole, and
 /// every member's problem is named at once (`errors[]`), not only the first.

@@ -25,6 +25,7 @@ enum Action {
     DisableTarget,
     EnableTarget,
     DeleteTarget,
+    RotateSecret,
     CreateSchedule,
     EditSchedule,
     PauseSchedule,
@@ -43,7 +44,7 @@ enum Action {
 
 use Action::*;
 
-const ACTIONS: [Action; 27] = [
+const ACTIONS: [Action; 28] = [
     CancelMessage,
     RescheduleMessage,
     BulkCancel,
@@ -57,6 +58,7 @@ const ACTIONS: [Action; 27] = [
     DisableTarget,
     EnableTarget,
     DeleteTarget,
+    RotateSecret,
     CreateSchedule,
     EditSchedule,
     PauseSchedule,
@@ -82,8 +84,8 @@ impl Action {
                 Role::Operator
             }
             CreateTarget | EditTarget | DisableTarget | EnableTarget | DeleteTarget
-            | InvitePerson | ChangeRole | RemovePerson | RevokeInvitation | NewTargetForm
-            | EditTargetForm | PeoplePage => Role::Admin,
+            | RotateSecret | InvitePerson | ChangeRole | RemovePerson | RevokeInvitation
+            | NewTargetForm | EditTargetForm | PeoplePage => Role::Admin,
         }
     }
 }
@@ -294,6 +296,10 @@ impl Ctx {
             DeleteTarget => post(
                 format!("/portal/targets/{}/delete", self.target().await),
                 vec![],
+            ),
+            RotateSecret => post(
+                format!("/portal/targets/{}/rotate-secret", self.target().await),
+                vec![("overlap", "3600".into())],
             ),
             CreateSchedule => post(
                 "/portal/schedules".into(),

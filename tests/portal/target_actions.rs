@@ -110,3 +110,134 @@ async fn a_target_with_messages_to_deliver_is_not_deleted_and_the_page_says_what
     assert_eq!(api.get(&format!("/targets/{t}")).await.status(), 404);
     app.shutdown().await;
 }
+
+/// The secret a page shows in `<code id="signing-secret">`.
+fn shown_secret(body: &str) -> String {
+    let at = body
+        .find("id=\"signing-secret\">")
+        .expect("the secret is shown");
+    let rest = &body[at + "id=\"signing-secret\">".len()..];
+    rest[..rest.find('<').unwrap()].to_string()
+}
+
+#[tokio::test]
+async fn rotating_the_secret_shows_the_new_one_once_and_both_sign_during_the_overlap() {
+    let app = TestApp::spawn().await;
+    let api = app.api("acme").await;
+    let rx = Receiver::start().await;
+    rx.always(Reply::status(200));
+    let target = api.webhook(&rx.url("/hook")).await;
+    let t = s(&target["targetId"]).to_string();
+    let old = s(&target["config"]["signingSecret"]).to_string();
+    let mut b = signed_in(&app, "acme", "admin@example.com").await;
+    let csrf = b.csrf().await;
+    let page = b.get(&format!("/portal/targets/{t}")).await;
+    assert!(page.body.contains("id=\"rotate-secret\""));
+    assert!(page.body.contains("Deliveries carry one signature"));
+
+    // A made-up overlap is refused and changes nothing.
+    let before = api
+        .get(&format!("/targets/{t}"))
+        .await
+        .text()
+        .await
+        .unwrap();
+    for bad in ["5", "", "-3600", "604801"] {
+        let p = b
+            .post(
+                &format!("/portal/targets/{t}/rotate-secret"),
+                &[("csrf", &csrf), ("overlap", bad)],
+            )
+            .await;
+        assert_eq!(p.status, StatusCode::BAD_REQUEST, "{bad}: {}", p.body);
+        assert!(p.body.contains("keeps signing"), "{}", p.body);
+    }
+    let after = api
+        .get(&format!("/targets/{t}"))
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(after, before);
+
+    let p = b
+        .post(
+            &format!("/portal/targets/{t}/rotate-secret"),
+            &[("csrf", &csrf), ("overlap", "86400")],
+        )
+        .await;
+    assert_eq!(p.status, StatusCode::SEE_OTHER, "{}", p.body);
+    let location = p.location().to_string();
+    assert_eq!(
+        location,
+        format!("/portal/targets/{t}/secret?notice=rotated")
+    );
+    let shown = b.get(&location).await;
+    assert_eq!(shown.status, 200, "{}", shown.body);
+    let new = shown_secret(&shown.body);
+    assert!(new.starts_with("whsec_") && new != old, "{new}");
+    assert!(shown.body.contains("The signing secret was replaced."));
+    assert!(
+        shown.body.contains("id=\"overlap-until\""),
+        "{}",
+        shown.body
+    );
+    assert!(shown.body.contains("data-copy=\"signing-secret\""));
+    assert!(!shown.body.contains(&old), "the old secret is not shown");
+    // Once.
+    let again = b.get(&location).await;
+    assert_eq!(again.status, StatusCode::SEE_OTHER);
+    assert!(!again.body.contains(&new));
+    let page = b.get(&format!("/portal/targets/{t}")).await;
+    assert!(page.body.contains("Deliveries carry two signatures"));
+    assert!(!page.body.contains(&new) && !page.body.contains(&old));
+
+    // A delivery now carries both signatures.
+    let id = s(&api.schedule(&t, &common::in_ms(0), "{}").await["messageId"]).to_string();
+    api.wait_for_state(&id, "Delivered", WAIT).await;
+    let header = rx.received()[0]
+        .header("webhook-signature")
+        .expect("signed");
+    assert_eq!(header.split(' ').count(), 2, "{header}");
+    for secret in [&new, &old] {
+        let key = base64::Engine::decode(
+            &base64::engine::general_purpose::STANDARD,
+            secret.trim_start_matches("whsec_"),
+        )
+        .unwrap();
+        let r = &rx.received()[0];
+        let ts: i64 = r.header("webhook-timestamp").unwrap().parse().unwrap();
+        assert!(
+            dispatch::delivery::signing::verify(&key, &id, ts, &r.body, &header),
+            "signed by {secret}"
+        );
+    }
+
+    // An SQS target has no signing secret to rotate.
+    let q = api
+        .post(
+            "/targets",
+            json!({"name": "q", "type": "sqs", "config": {
+                "queueUrl": "https://sqs.eu-north-1.amazonaws.com/123456789012/q",
+                "region": "eu-north-1",
+                "credentials": {"accessKeyId": "AKIDEXAMPLE", "secretAccessKey": "s"}}}),
+        )
+        .await
+        .json::<Value>()
+        .await
+        .unwrap();
+    let q = s(&q["targetId"]).to_string();
+    assert!(!b
+        .get(&format!("/portal/targets/{q}"))
+        .await
+        .body
+        .contains("rotate-secret"));
+    let p = b
+        .post(
+            &format!("/portal/targets/{q}/rotate-secret"),
+            &[("csrf", &csrf), ("overlap", "0")],
+        )
+        .await;
+    assert_eq!(p.status, StatusCode::BAD_REQUEST, "{}", p.body);
+    app.shutdown().await;
+}

@@ -4,7 +4,7 @@
 
 pub(crate) use dispatch::{
     auth::sealing::{Sealer, SealingKey},
-    domain::target::{AwsCredentials, OAuthClientCredentials},
+    domain::target::{AwsCredentials, OAuthClientCredentials, PreviousSecret},
     store::{reseal_all, ResealPage, StoreError},
 };
 use sqlx::{Connection, PgConnection, SqliteConnection};
@@ -173,12 +173,14 @@ pub(crate) fn sealer(current: u8, previous: &[u8]) -> Option<Sealer> {
     ))
 }
 
-pub(crate) const SECRETS: [&str; 5] = [
+pub(crate) const SECRETS: [&str; 6] = [
     "hdr-secret-1111",
     "hdr-secret-2222",
     "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
     "oauth-client-secret-3333",
     "aws-secret-access-key-4444",
+    // The secret a rotation replaced, signing until its overlap ends.
+    "whsec_cHJldmlvdXMtc2VjcmV0LWtleQ==",
 ];
 
 /// A webhook target holding every kind of webhook secret.
@@ -198,6 +200,10 @@ pub(crate) fn webhook_with_secrets(account: &str, name: &str) -> Target {
             client_id: "client-id".into(),
             client_secret: SECRETS[3].into(),
             scopes: vec!["a".into()],
+        }),
+        previous_signing_secret: Some(PreviousSecret {
+            secret: SECRETS[5].into(),
+            until: time::now() + chrono::TimeDelta::hours(1),
         }),
         limits: Default::default(),
     });

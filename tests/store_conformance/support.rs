@@ -66,6 +66,7 @@ pub(crate) fn webhook(url: &str) -> TargetConfig {
         timeout_ms: Some(5_000),
         signing_secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".into(),
         auth: None,
+        previous_signing_secret: None,
         limits: Default::default(),
     })
 }

@@ -53,9 +53,46 @@ pub struct WebhookConfig {
     pub signing_secret: String,
     #[serde(default)]
     pub auth: Option<OAuthClientCredentials>,
+    /// The secret a rotation replaced, still signing beside the new one
+    /// until its time is up; never shown in a response.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_signing_secret: Option<PreviousSecret>,
     /// `flowControl` and `circuitBreaker` (API.md §9).
     #[serde(flatten)]
     pub limits: Limits,
+}
+
+/// A replaced signing secret and the end of its overlap.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PreviousSecret {
+    pub secret: String,
+    pub until: DateTime<Utc>,
+}
+
+/// The longest overlap a rotation may give the replaced secret.
+pub const MAX_SECRET_OVERLAP: chrono::TimeDelta = chrono::TimeDelta::days(7);
+
+impl WebhookConfig {
+    /// The secrets an attempt at `now` is signed with: the current one, and
+    /// the replaced one while its overlap lasts (Standard Webhooks receivers
+    /// accept any one of several `v1,` signatures).
+    pub fn signing_secrets(&self, now: DateTime<Utc>) -> impl Iterator<Item = &str> {
+        let previous = self
+            .previous_signing_secret
+            .as_ref()
+            .filter(|p| p.until > now)
+            .map(|p| p.secret.as_str());
+        std::iter::once(self.signing_secret.as_str()).chain(previous)
+    }
+
+    /// The replaced secret's end, while it still signs.
+    pub fn overlap_until(&self, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        self.previous_signing_secret
+            .as_ref()
+            .map(|p| p.until)
+            .filter(|until| *until > now)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -172,6 +209,9 @@ impl TargetConfig {
     /// The configuration as a response shows it: every secret is `***`.
     pub fn to_public_json(&self) -> Value {
         let mut v = self.to_stored_json();
+        if let Some(o) = v.as_object_mut() {
+            o.remove(PREVIOUS_SECRET);
+        }
         for path in secret_paths(self.kind()) {
             mask_path(&mut v, path);
         }
@@ -183,6 +223,9 @@ impl TargetConfig {
         v
     }
 }
+
+/// Where a stored webhook config keeps the secret a rotation replaced.
+pub(crate) const PREVIOUS_SECRET: &str = "previousSigningSecret";
 
 /// The value at `path` in a JSON document.
 pub(crate) fn pointer<'a>(v: &'a Value, path: &[&str]) -> Option<&'a Value> {
@@ -224,4 +267,32 @@ pub fn signing_key(secret: &str) -> Option<Vec<u8>> {
 /// The stored document a merge patch applies to: the full target with secrets.
 pub fn patchable_document(t: &Target) -> Value {
     json!({"name": t.name, "type": t.config.kind(), "enabled": t.enabled, "config": t.config.to_stored_json()})
+}
+
+#[cfg(test)]
+mod rotation_tests {
+    use super::*;
+
+    #[test]
+    fn a_replaced_secret_signs_only_until_its_overlap_ends() {
+        let until: DateTime<Utc> = "2026-12-05T00:00:00Z".parse().unwrap();
+        let config = TargetConfig::from_stored_json(
+            "webhook",
+            json!({"url": "https://example.com/hook", "signingSecret": "whsec_new",
+                   "previousSigningSecret": {"secret": "whsec_old", "until": until}}),
+        )
+        .unwrap();
+        let TargetConfig::Webhook(w) = &config else {
+            unreachable!()
+        };
+        let second = chrono::TimeDelta::seconds(1);
+        let during: Vec<_> = w.signing_secrets(until - second).collect();
+        assert_eq!(during, ["whsec_new", "whsec_old"]);
+        assert_eq!(w.overlap_until(until - second), Some(until));
+        let after: Vec<_> = w.signing_secrets(until).collect();
+        assert_eq!(after, ["whsec_new"]);
+        assert_eq!(w.overlap_until(until), None);
+        // A response never shows it, not even masked.
+        assert!(config.to_public_json().get(PREVIOUS_SECRET).is_none());
+    }
 }

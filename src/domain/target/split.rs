@@ -3,7 +3,7 @@
 
 use serde_json::{Map, Value};
 
-use super::{pointer, secret_paths, TargetConfig};
+use super::{pointer, secret_paths, TargetConfig, PREVIOUS_SECRET};
 
 impl TargetConfig {
     /// The stored configuration with every secret masked (as a response
@@ -19,6 +19,9 @@ impl TargetConfig {
         }
         if let Some(headers @ Value::Object(_)) = stored.get("headers") {
             secrets["headers"] = headers.clone();
+        }
+        if let Some(previous) = stored.get(PREVIOUS_SECRET) {
+            secrets[PREVIOUS_SECRET] = previous.clone();
         }
         (self.to_public_json(), secrets)
     }
@@ -92,6 +95,12 @@ mod tests {
                 json!({"url": "https://example.com/hook", "signingSecret": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}),
             ),
             config(
+                "webhook",
+                json!({"url": "https://example.com/hook", "signingSecret": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+                       "previousSigningSecret": {"secret": "whsec_cHJldmlvdXMtc2VjcmV0LWtleQ==",
+                                                 "until": "2026-12-05T00:00:00Z"}}),
+            ),
+            config(
                 "sqs",
                 json!({"queueUrl": "https://sqs.eu-north-1.amazonaws.com/123456789012/q", "region": "eu-north-1",
                        "credentials": {"accessKeyId": "AKIDEXAMPLE", "secretAccessKey": "aws-secret"}}),
@@ -108,6 +117,7 @@ mod tests {
                 "header-secret",
                 "other-secret",
                 "whsec_",
+                "previous",
                 "client-secret",
                 "aws-secret",
             ] {

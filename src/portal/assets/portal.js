@@ -137,6 +137,34 @@
   }
   localTimes();
 
+  // Copy buttons: the clipboard where the browser allows it, otherwise the
+  // text is selected for the person to copy.
+  document.querySelectorAll("button[data-copy]").forEach(function (button) {
+    var source = document.getElementById(button.getAttribute("data-copy"));
+    if (!source) return;
+    var status = button.nextElementSibling;
+    function say(words) { if (status && status.matches(".copy-status")) status.textContent = words; }
+    function select() {
+      var range = document.createRange();
+      range.selectNodeContents(source);
+      var selection = window.getSelection();
+      selection.removeAllRanges();
+      selection.addRange(range);
+      var copied = false;
+      try { copied = document.execCommand("copy"); } catch (e) { copied = false; }
+      say(copied ? "Copied" : "Selected: press Ctrl+C to copy");
+    }
+    button.hidden = false;
+    button.addEventListener("click", function () {
+      var text = source.textContent.trim();
+      if (navigator.clipboard && window.isSecureContext) {
+        navigator.clipboard.writeText(text).then(function () { say("Copied"); }, select);
+      } else {
+        select();
+      }
+    });
+  });
+
   // A message being watched (a test message, a reschedule due soon) reloads
   // every second until it is settled, but never under a person's hands:
   // once a field is touched the page stays as it is.

@@ -131,6 +131,7 @@ impl WebhookConfigIn {
             timeout_ms,
             signing_secret: signing_secret?,
             auth: auth?,
+            previous_signing_secret: None,
             limits: limits?,
         })
     }
