@@ -120,6 +120,8 @@ mod redrive;
 mod retention;
 #[path = "store_conformance/schedules.rs"]
 mod schedules;
+#[path = "store_conformance/search.rs"]
+mod search;
 #[path = "store_conformance/secrets.rs"]
 mod secrets;
 #[path = "store_conformance/targets.rs"]

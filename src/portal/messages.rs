@@ -48,6 +48,8 @@ pub struct ListQuery {
     pub to: String,
     pub tz: String,
     pub q: String,
+    /// Text the payload holds, searched among a bounded number of messages.
+    pub text: String,
     pub cursor: String,
     pub notice: Option<String>,
     pub n: Option<u64>,
@@ -103,6 +105,7 @@ impl ListQuery {
             ("from", &self.from),
             ("to", &self.to),
             ("tz", &self.tz),
+            ("text", &self.text),
         ] {
             if !v.trim().is_empty() {
                 parts.push(format!("{k}={}", layout::encode(v.trim())));
@@ -139,20 +142,54 @@ pub async fn list(
                 .map_err(|_| PortalError::BadRequest("the page link is not valid".into()))?,
         ),
     };
-    let (mut messages, targets, total) = tokio::try_join!(
-        state
-            .store
-            .list_messages(&session.account, &filter, before.as_ref(), PAGE + 1),
-        all_targets(&state, &session.account),
-        state
-            .store
-            .count_messages_upto(&session.account, &filter, super::quick::COUNTED + 1),
-    )?;
+    let text = q.text.trim();
+    if text.chars().count() > super::quick::SEARCH_CHARS {
+        problem = Some(format!(
+            "Search for at most {} characters of payload.",
+            super::quick::SEARCH_CHARS
+        ));
+    }
+    let searching = !text.is_empty() && problem.is_none();
+    let page = async {
+        if searching {
+            let found = state
+                .store
+                .search_payloads(
+                    &session.account,
+                    &filter,
+                    before.as_ref(),
+                    text,
+                    super::quick::SEARCHED,
+                    PAGE + 1,
+                )
+                .await?;
+            Ok::<_, crate::store::StoreError>((found.messages, found.scanned_to))
+        } else {
+            let listed = state
+                .store
+                .list_messages(&session.account, &filter, before.as_ref(), PAGE + 1)
+                .await?;
+            Ok((listed, None))
+        }
+    };
+    let total = async {
+        match searching {
+            true => Ok(None),
+            false => state
+                .store
+                .count_messages_upto(&session.account, &filter, super::quick::COUNTED + 1)
+                .await
+                .map(Some),
+        }
+    };
+    let ((mut messages, scanned_to), targets, total) =
+        tokio::try_join!(page, all_targets(&state, &session.account), total)?;
     let next = if messages.len() > PAGE as usize {
         messages.truncate(PAGE as usize);
         messages.last().map(|m| m.id)
     } else {
-        None
+        // A search that stopped short goes on below what it scanned.
+        scanned_to
     };
     let names: HashMap<&TargetId, &str> =
         targets.iter().map(|t| (&t.id, t.name.as_str())).collect();
@@ -196,11 +233,20 @@ pub async fn list(
                 label for="f-q" { "Message id" }
                 input #f-q name="q" type="search" placeholder="DI-M-…" value=(q.q) spellcheck="false";
             }
+            div.field {
+                label for="f-text" { "Payload contains" }
+                input #f-text name="text" type="search" value=(q.text) spellcheck="false" aria-describedby="f-text-hint"
+                    maxlength=(super::quick::SEARCH_CHARS);
+                p.hint #f-text-hint { (super::quick::searched_words()) }
+            }
             div.actions { button type="submit" { "Show" } a href="/portal/messages" { "Clear" } }
         }
         (super::quick::ranges(&q, state.service.now(), session.time_zone.as_deref()))
         @if let Some(problem) = &problem { p.error role="alert" { (problem) } }
-        (super::quick::total(total))
+        @match total {
+            Some(total) => (super::quick::total(total)),
+            None => (super::quick::search_scope(text, messages.len(), scanned_to.is_some(), !q.cursor.trim().is_empty())),
+        }
         @if filter.state == Some(MsgState::DeadLetter) && !messages.is_empty() && session.may(Role::Operator) {
             p { a.button.secondary #redrive-filtered href={ "/portal/messages/redrive?" (filters) } { "Reschedule every dead letter that matches…" } }
         }
@@ -246,7 +292,9 @@ pub async fn list(
                     " "
                 }
                 @if let Some(next) = next {
-                    a #next-page href={ "/portal/messages?" (filters) @if !filters.is_empty() { "&" } "cursor=" (next) } { "Older messages →" }
+                    a #next-page href={ "/portal/messages?" (filters) @if !filters.is_empty() { "&" } "cursor=" (next) } {
+                        @if searching { "Search older messages →" } @else { "Older messages →" }
+                    }
                 }
             }
         }

@@ -59,6 +59,39 @@ pub const COUNTED: u64 = 10_000;
 
 /// "1,234 messages match" (the filters' total, of which a page shows 50);
 /// "More than 10,000" past what is counted.
+/// The most messages one payload search looks at: each page of results
+/// scans at most this many, newest first, below the page before it.
+pub const SEARCHED: u32 = 10_000;
+
+/// The longest text a payload search takes.
+pub const SEARCH_CHARS: usize = 200;
+
+/// What the search field's hint says of the bound.
+pub fn searched_words() -> String {
+    format!(
+        "Exact text, case and all. Each page searches at most {} messages, newest first.",
+        group(u64::from(SEARCHED))
+    )
+}
+
+/// What a payload search looked at: the bounded scan, said plainly, and
+/// where to go on.
+pub fn search_scope(text: &str, found: usize, stopped_short: bool, later_page: bool) -> Markup {
+    let among = match (stopped_short, later_page) {
+        (true, false) => format!("among the newest {} messages", group(u64::from(SEARCHED))),
+        (true, true) => format!("among the next {} messages", group(u64::from(SEARCHED))),
+        (false, false) => "among every message".into(),
+        (false, true) => "among every older message".into(),
+    };
+    html! {
+        p #search-scope role="status" {
+            @if found == 0 { "No payload holds " } @else { "Payloads holding " }
+            q { (text) } ", " (among) " the filters select."
+            @if stopped_short { " Older ones are searched with the link below." }
+        }
+    }
+}
+
 pub fn total(n: u64) -> Markup {
     let words = if n == 1 {
         "message matches"

@@ -435,6 +435,20 @@ pub trait PortalReads: Send + Sync + 'static {
         cap: u64,
     ) -> StoreResult<u64>;
 
+    /// Messages whose payload holds `text` (exactly, case and all), newest
+    /// first, found among at most `scan` messages the filter selects below
+    /// `before`: the work is bounded however large the account is.
+    /// `scanned_to` is the last message scanned when older ones remain.
+    async fn search_payloads(
+        &self,
+        account: &str,
+        filter: &MessageFilter,
+        before: Option<&MessageId>,
+        text: &str,
+        scan: u32,
+        limit: u32,
+    ) -> StoreResult<portal::Searched>;
+
     /// The head of a (target, orderingKey): the one Scheduled message of the
     /// key that may be attempted (or is in flight), which the key's other
     /// Scheduled messages wait for. None when the key has none Scheduled.

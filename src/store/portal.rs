@@ -6,7 +6,10 @@ use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, Utc};
 
-use crate::domain::{ids::TargetId, message::State};
+use crate::domain::{
+    ids::{MessageId, TargetId},
+    message::State,
+};
 
 /// What a person may do in the portal; each role may do what the one
 /// before it may.
@@ -225,6 +228,15 @@ impl TargetActivity {
         let all = self.delivered + self.failed;
         (all > 0).then(|| self.delivered as f64 / all as f64)
     }
+}
+
+/// A bounded payload search: the matches, and where the scan stopped when
+/// it stopped short of the account's oldest message (a next search goes on
+/// below it).
+#[derive(Debug, Clone, Default)]
+pub struct Searched {
+    pub messages: Vec<crate::domain::message::Message>,
+    pub scanned_to: Option<MessageId>,
 }
 
 /// What happened in the account per hour (only hours with something in

@@ -51,3 +51,94 @@ async fn the_list_counts_what_matches_and_quick_ranges_fill_the_due_time() {
     assert!(last_hour.body.contains("0 messages match"));
     app.shutdown().await;
 }
+
+/// The ids of the messages a list page shows, in its order.
+fn listed(page: &Page) -> Vec<String> {
+    page.body
+        .match_indices("data-message=\"")
+        .map(|(at, m)| {
+            let rest = &page.body[at + m.len()..];
+            rest[..rest.find('"').unwrap()].to_string()
+        })
+        .collect()
+}
+
+fn next_href(page: &Page) -> Option<String> {
+    let at = page.body.find("id=\"next-page\" href=\"")? + "id=\"next-page\" href=\"".len();
+    let rest = &page.body[at..];
+    Some(rest[..rest.find('"').unwrap()].replace("&amp;", "&"))
+}
+
+#[tokio::test]
+async fn a_payload_search_is_exact_keeps_the_filters_and_scans_a_bounded_number_per_page() {
+    let app = TestApp::spawn().await;
+    let api = app.api("acme").await;
+    let t = s(&api.webhook("http://127.0.0.1:9/never").await["targetId"]).to_string();
+    let other = s(&api.webhook("http://127.0.0.1:9/other").await["targetId"]).to_string();
+    let far = "2031-01-01T00:00:00Z";
+    let old_hit =
+        s(&api.schedule(&t, far, r#"{"order": "A-17", "v": 1}"#).await["messageId"]).to_string();
+    // More than one scan (10,000) of messages above it.
+    api.schedule_many(&t, far, 10_050).await;
+    let new_hit =
+        s(&api.schedule(&t, far, r#"{"order": "A-17", "v": 2}"#).await["messageId"]).to_string();
+    api.schedule(&t, far, r#"{"order": "a-17"}"#).await;
+    let elsewhere =
+        s(&api.schedule(&other, far, r#"{"order": "A-17"}"#).await["messageId"]).to_string();
+    // Another account's payload is never found.
+    let theirs = app.api("globex").await;
+    let tt = s(&theirs.webhook("http://127.0.0.1:9/x").await["targetId"]).to_string();
+    theirs.schedule(&tt, far, r#"{"order": "A-17"}"#).await;
+
+    let mut b = signed_in(&app, "acme", "ops@example.com").await;
+    // Without a search the total stops counting at 10,000.
+    let page = b.get(&format!("/portal/messages?target={t}")).await;
+    assert!(
+        page.body.contains("More than 10,000 messages match"),
+        "{}",
+        page.body
+    );
+
+    let page = b
+        .get(&format!("/portal/messages?target={t}&text=A-17"))
+        .await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert_eq!(
+        listed(&page),
+        [new_hit.clone()],
+        "exact, case and all; only {t}"
+    );
+    let scope = page
+        .body
+        .contains("among the newest 10,000 messages the filters select.");
+    assert!(scope, "{}", page.body);
+    assert!(page.body.contains("Search older messages"));
+    let next = next_href(&page).expect("a link to search older messages");
+    assert!(
+        next.contains("text=A-17") && next.contains(&format!("target={t}")),
+        "{next}"
+    );
+    let older = b.get(&next).await;
+    assert_eq!(listed(&older), [old_hit], "{}", older.body);
+    assert!(older
+        .body
+        .contains("among every older message the filters select."));
+    assert!(next_href(&older).is_none());
+
+    // Without the target filter: the other target's too, newest first.
+    let page = b.get("/portal/messages?text=A-17").await;
+    assert_eq!(listed(&page), [elsewhere, new_hit]);
+    let none = b.get("/portal/messages?text=orca").await;
+    assert!(none.body.contains("No payload holds"), "{}", none.body);
+    assert!(none.body.contains("No messages match."));
+    // Too long a text is refused in words, not searched.
+    let long = "x".repeat(201);
+    let page = b.get(&format!("/portal/messages?text={long}")).await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert!(
+        page.body.contains("Search for at most 200 characters"),
+        "{}",
+        page.body
+    );
+    app.shutdown().await;
+}

@@ -103,6 +103,57 @@ impl PortalReads for SqliteStore {
         Ok(n as u64)
     }
 
+    /// Two statements on the account's index of ids: where the scan of
+    /// `scan` messages ends, then the matches above that end.
+    async fn search_payloads(
+        &self,
+        account: &str,
+        f: &MessageFilter,
+        before: Option<&MessageId>,
+        text: &str,
+        scan: u32,
+        limit: u32,
+    ) -> StoreResult<Searched> {
+        let mut edge = super::filter::filtered("SELECT id FROM messages", account, f);
+        if let Some(m) = before {
+            edge.push(" AND id < ").push_bind(id_text(m));
+        }
+        // The last message the scan may look at, and whether one lies below it.
+        edge.push(" ORDER BY id DESC LIMIT 2 OFFSET ")
+            .push_bind(i64::from(scan.max(1) - 1));
+        let mut edge: Vec<(String,)> = edge
+            .build_query_as()
+            .fetch_all(&self.reader)
+            .await
+            .map_err(map_err)?;
+        let scanned_to = (edge.len() == 2).then(|| edge.swap_remove(0));
+        let head = format!("SELECT {MESSAGE_COLUMNS} FROM messages");
+        let mut q = super::filter::filtered(&head, account, f);
+        if let Some(m) = before {
+            q.push(" AND id < ").push_bind(id_text(m));
+        }
+        if let Some((edge,)) = &scanned_to {
+            q.push(" AND id >= ").push_bind(edge.clone());
+        }
+        q.push(" AND instr(payload, ")
+            .push_bind(text)
+            .push(") > 0 ORDER BY id DESC LIMIT ")
+            .push_bind(i64::from(limit));
+        let rows: Vec<MessageRow> = q
+            .build_query_as()
+            .fetch_all(&self.reader)
+            .await
+            .map_err(map_err)?;
+        let scanned_to = scanned_to.map(|(id,)| parse_id(&id)).transpose()?;
+        Ok(Searched {
+            messages: rows
+                .into_iter()
+                .map(crate::domain::message::Message::try_from)
+                .collect::<StoreResult<_>>()?,
+            scanned_to,
+        })
+    }
+
     /// From the partial index of heads (`messages_key_head`).
     async fn key_head(
         &self,
