@@ -80,7 +80,7 @@ pub async fn list(
     let body = html! {
         div.heading {
             h1 { "Schedules" }
-            a.button href="/portal/schedules/new" { "New schedule" }
+            @if session.may(Role::Operator) { a.button href="/portal/schedules/new" { "New schedule" } }
         }
         @if all.is_empty() {
             p { "No schedules yet. A schedule sends a message to a target on a cron expression or every fixed period." }
@@ -90,7 +90,7 @@ pub async fn list(
                     thead { tr {
                         th scope="col" { "Name" } th scope="col" { "Target" } th scope="col" { "Runs" }
                         th scope="col" { "Next run" } th scope="col" { "Status" }
-                        th scope="col" { span.visually-hidden { "Actions" } }
+                        @if session.may(Role::Operator) { th scope="col" { span.visually-hidden { "Actions" } } }
                     } }
                     tbody {
                         @for s in &all {
@@ -101,7 +101,7 @@ pub async fn list(
                                 td { (rule_text(s)) }
                                 td { @match s.next_run(now) { Some(t) => (in_zone(&t, s.zone)), None => span.none { "—" } } }
                                 td { @if s.paused { span.off { "Paused" } } @else { "Active" } }
-                                td { (toggle(&session, s)) }
+                                @if session.may(Role::Operator) { td { (toggle(&session, s)) } }
                             }
                         }
                     }
@@ -213,7 +213,7 @@ fn show_page(
     let body = html! {
         div.heading {
             h1 { (title) }
-            (toggle(session, s))
+            @if session.may(Role::Operator) { (toggle(session, s)) }
         }
         dl.facts {
             dt { "Id" } dd { code { (s.id) } }
@@ -223,12 +223,21 @@ fn show_page(
             dt { "Last run" } dd { @match s.last_run_at { Some(t) => (in_zone(&t, s.zone)), None => span.none { "—" } } }
             dt { "Messages" } dd { a href={ "/portal/messages?schedule=" (s.id) } { "The messages of its runs" } }
         }
-        h2 { "Edit" }
-        (form(session, &format!("/portal/schedules/{}", s.id), f, targets, errors, now))
-        form.inline method="post" action={ "/portal/schedules/" (s.id) "/delete" }
-            data-confirm="Delete this schedule? The messages of its past runs stay." {
-            (layout::csrf_field(session))
-            button.danger type="submit" { "Delete schedule" }
+        // Viewers read; operators change (the server checks each action).
+        @if session.may(Role::Operator) {
+            h2 { "Edit" }
+            (form(session, &format!("/portal/schedules/{}", s.id), f, targets, errors, now))
+            form.inline method="post" action={ "/portal/schedules/" (s.id) "/delete" }
+                data-confirm="Delete this schedule? The messages of its past runs stay." {
+                (layout::csrf_field(session))
+                button.danger type="submit" { "Delete schedule" }
+            }
+        } @else {
+            dl.facts {
+                dt { "Target" } dd { a href={ "/portal/targets/" (s.target_id) } {
+                    (targets.iter().find(|t| t.id == s.target_id).map_or(s.target_id.to_string(), |t| t.name.clone())) } }
+                dt { "Payload" } dd { pre.payload { (s.payload.as_str()) } }
+            }
         }
     };
     layout::page(session, &title, Section::Schedules, notice_text, body)

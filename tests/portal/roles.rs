@@ -558,6 +558,24 @@ async fn each_role_may_do_what_it_allows_and_nothing_else() {
         );
         let nav = b.get("/portal/overview").await;
         assert_eq!(nav.body.contains("href=\"/portal/people\""), admins);
+        assert_eq!(
+            t.body.contains("id=\"rotate-secret\""),
+            admins,
+            "rotate as {role}"
+        );
+        let schedule = ctx.schedule().await;
+        let list = b.get("/portal/schedules").await;
+        let page = b.get(&format!("/portal/schedules/{schedule}")).await;
+        assert_eq!(page.status, StatusCode::OK);
+        for (body, marker) in [
+            (&list.body, "href=\"/portal/schedules/new\""),
+            (&list.body, "/pause\""),
+            (&page.body, "/pause\""),
+            (&page.body, "/delete\""),
+            (&page.body, "id=\"f-targetId\""),
+        ] {
+            assert_eq!(body.contains(marker), operates, "{marker} as {role}");
+        }
     }
     ctx.app.shutdown().await;
 }
@@ -671,5 +689,40 @@ async fn people_actions_reach_only_the_admins_account_and_joining_needs_its_own_
     assert_eq!(joined.status, StatusCode::SEE_OTHER, "{}", joined.body);
     let new = store.find_user("new@acme.test").await.unwrap().unwrap();
     assert_eq!((new.account.as_str(), new.role), ("acme", Role::Operator));
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_role_the_portal_does_not_know_is_refused_and_changes_nothing() {
+    let app = TestApp::spawn().await;
+    let mut admin = signed_in_as(&app, "admin@acme.test", Role::Admin).await;
+    let store = app.store();
+    let mut person = dispatch::portal::new_user("acme", "ops@acme.test", PASSWORD);
+    person.role = Role::Operator;
+    assert!(store.create_user(&person).await.unwrap());
+    let csrf = admin.csrf().await;
+    for role in ["owner", "", "Admin ", "superuser"] {
+        let p = admin
+            .post(
+                &format!("/portal/people/{}/role", person.id),
+                &[("csrf", &csrf), ("role", role)],
+            )
+            .await;
+        assert_eq!(p.status, StatusCode::BAD_REQUEST, "{role:?}: {}", p.body);
+        let p = admin
+            .post(
+                "/portal/people/invite",
+                &[("csrf", &csrf), ("email", "new@acme.test"), ("role", role)],
+            )
+            .await;
+        assert_eq!(p.status, StatusCode::BAD_REQUEST, "{role:?}: {}", p.body);
+    }
+    let ops = store.find_user("ops@acme.test").await.unwrap().unwrap();
+    assert_eq!(ops.role, Role::Operator);
+    assert!(store
+        .list_invitations("acme", Utc::now())
+        .await
+        .unwrap()
+        .is_empty());
     app.shutdown().await;
 }

@@ -12,6 +12,7 @@ checks!(
     a_chosen_time_zone_is_read_with_each_session_of_that_person,
     the_only_admin_cannot_be_demoted_but_one_of_two_admins_can,
     removing_a_person_ends_their_sessions_but_never_removes_the_last_admin,
+    two_admins_stepping_down_or_removing_each_other_at_once_leave_one_admin,
     a_new_password_ends_every_other_session_of_that_person_only,
     live_invitations_are_listed_found_and_revoked_within_their_account,
     accepting_an_invitation_creates_the_invited_person_and_uses_it_up,
@@ -461,6 +462,63 @@ async fn the_only_admin_cannot_be_demoted_but_one_of_two_admins_can(store: Arc<d
         ])
     );
     assert_user_eq(&user(&*store, &g_admin.email).await, &g_admin);
+}
+
+/// The last-admin rule under a race: two admins demote (or remove) each
+/// other at the same time; exactly one change is made, and the account
+/// keeps one admin. Each round is an account of its own.
+async fn two_admins_stepping_down_or_removing_each_other_at_once_leave_one_admin(
+    store: Arc<dyn Store>,
+) {
+    let now = time::now();
+    for round in 0..8 {
+        let account = format!("race-{round}");
+        let a = add_user(
+            &*store,
+            &account,
+            &format!("a{round}@race.test"),
+            Role::Admin,
+            now,
+        )
+        .await;
+        let b = add_user(
+            &*store,
+            &account,
+            &format!("b{round}@race.test"),
+            Role::Admin,
+            now,
+        )
+        .await;
+        let (x, y) = if round % 2 == 0 {
+            tokio::join!(
+                store.set_user_role(&account, &a.id, Role::Viewer),
+                store.set_user_role(&account, &b.id, Role::Operator),
+            )
+        } else {
+            tokio::join!(
+                store.remove_user(&account, &a.id),
+                store.remove_user(&account, &b.id),
+            )
+        };
+        let mut outcomes = [x.unwrap(), y.unwrap()];
+        outcomes.sort_by_key(|o| *o == PeopleChange::Done);
+        assert_eq!(
+            outcomes,
+            [PeopleChange::LastAdmin, PeopleChange::Done],
+            "round {round}"
+        );
+        let admins = roles(&*store, &account)
+            .await
+            .into_iter()
+            .filter(|(_, r)| *r == Role::Admin)
+            .count();
+        assert_eq!(
+            admins,
+            1,
+            "round {round}: {:?}",
+            roles(&*store, &account).await
+        );
+    }
 }
 
 async fn removing_a_person_ends_their_sessions_but_never_removes_the_last_admin(
