@@ -210,7 +210,8 @@ pub struct Hour {
     pub dead_lettered: u64,
     /// How late the messages delivered in the hour at their first attempt
     /// arrived (delivered minus due), median and 99th percentile, in
-    /// milliseconds; None when there were none.
+    /// milliseconds (exact below a second, then to three significant
+    /// digits: see `lateness_bucket`); None when there were none.
     pub late_p50_ms: Option<i64>,
     pub late_p99_ms: Option<i64>,
 }
@@ -292,12 +293,127 @@ impl Activity {
     }
 }
 
-/// The `q`-quantile of sorted values (nearest rank), as PostgreSQL's
-/// `percentile_disc` gives it.
-pub fn percentile_disc(sorted: &[i64], q: f64) -> Option<i64> {
-    if sorted.is_empty() {
-        return None;
+/// How a store buckets lateness (ms, an integer expression `l` of SQL, at
+/// least 0) for the overview's percentiles: exact below a second, then to
+/// three significant digits (12,345 ms counts as 12,300): at most 1 % low,
+/// and an hour's deliveries become a few thousand counts at most, counted
+/// by the database, instead of every delivery ranked.
+pub fn lateness_bucket_sql(l: &str) -> String {
+    format!(
+        "CASE WHEN {l} < 1000 THEN {l} WHEN {l} < 10000 THEN {l} / 10 * 10 \
+         WHEN {l} < 100000 THEN {l} / 100 * 100 WHEN {l} < 1000000 THEN {l} / 1000 * 1000 \
+         WHEN {l} < 10000000 THEN {l} / 10000 * 10000 ELSE {l} / 100000 * 100000 END"
+    )
+}
+
+/// The lateness bucket of `late` ms, as `lateness_bucket_sql` computes it.
+pub fn lateness_bucket(late: i64) -> i64 {
+    let l = late.max(0);
+    let step = match l {
+        0..1_000 => 1,
+        1_000..10_000 => 10,
+        10_000..100_000 => 100,
+        100_000..1_000_000 => 1_000,
+        1_000_000..10_000_000 => 10_000,
+        _ => 100_000,
+    };
+    l / step * step
+}
+
+/// Per hour, from counts of (hour, lateness bucket or None for deliveries
+/// after a retry): the messages delivered, and the p50 and p99 (nearest
+/// rank) of the first-attempt ones' buckets.
+pub fn delivered_hours(counts: Vec<(DateTime<Utc>, Option<i64>, u64)>) -> Vec<DeliveredHour> {
+    let mut hours: BTreeMap<DateTime<Utc>, (u64, Vec<(i64, u64)>)> = BTreeMap::new();
+    for (hour, bucket, n) in counts {
+        let (all, buckets) = hours.entry(hour).or_default();
+        *all += n;
+        if let Some(b) = bucket {
+            buckets.push((b, n));
+        }
     }
-    let rank = (q * sorted.len() as f64).ceil() as usize;
-    Some(sorted[rank.clamp(1, sorted.len()) - 1])
+    hours
+        .into_iter()
+        .map(|(hour, (all, mut buckets))| {
+            buckets.sort_unstable();
+            let ranked: u64 = buckets.iter().map(|(_, n)| n).sum();
+            let at = |q: f64| {
+                let rank = ((q * ranked as f64).ceil() as u64).clamp(1, ranked.max(1));
+                let mut seen = 0;
+                buckets.iter().find_map(|(b, n)| {
+                    seen += n;
+                    (seen >= rank).then_some(*b)
+                })
+            };
+            (hour, all, at(0.5), at(0.99))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lateness_is_exact_below_a_second_and_three_digits_after() {
+        for (late, bucket) in [
+            (-5, 0),
+            (0, 0),
+            (999, 999),
+            (1_000, 1_000),
+            (1_009, 1_000),
+            (12_345, 12_300),
+            (1_234_567, 1_230_000),
+            (86_400_000, 86_400_000),
+        ] {
+            assert_eq!(lateness_bucket(late), bucket, "{late}");
+        }
+    }
+
+    /// The nearest-rank percentile of the bucketed values, ranked one by one.
+    fn ranked(values: &[i64], q: f64) -> Option<i64> {
+        let mut sorted: Vec<i64> = values.iter().map(|v| lateness_bucket(*v)).collect();
+        sorted.sort_unstable();
+        let rank = (q * sorted.len() as f64).ceil() as usize;
+        (!sorted.is_empty()).then(|| sorted[rank.clamp(1, sorted.len()) - 1])
+    }
+
+    #[test]
+    fn percentiles_from_bucket_counts_equal_ranking_every_delivery() {
+        let hour: DateTime<Utc> = "2026-12-04T10:00:00Z".parse().unwrap();
+        let mut seed = 7u64;
+        for n in [1usize, 2, 3, 99, 100, 101, 1_000] {
+            let values: Vec<i64> = (0..n)
+                .map(|_| {
+                    seed = seed
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    ((seed >> 33) % 50_000) as i64
+                })
+                .collect();
+            let mut counts: BTreeMap<i64, u64> = BTreeMap::new();
+            for v in &values {
+                *counts.entry(lateness_bucket(*v)).or_default() += 1;
+            }
+            // Two deliveries after a retry: counted, not ranked.
+            let mut rows: Vec<_> = counts
+                .into_iter()
+                .map(|(b, c)| (hour, Some(b), c))
+                .collect();
+            rows.push((hour, None, 2));
+            let got = delivered_hours(rows);
+            assert_eq!(
+                got,
+                [(
+                    hour,
+                    n as u64 + 2,
+                    ranked(&values, 0.5),
+                    ranked(&values, 0.99)
+                )],
+                "{n} deliveries"
+            );
+        }
+        let only_retried = delivered_hours(vec![(hour, None, 3)]);
+        assert_eq!(only_retried, [(hour, 3, None, None)]);
+    }
 }

@@ -1,6 +1,7 @@
 //! The overview's charts (`PortalReads::activity`): per hour, the messages
 //! delivered (and how late those delivered at their first attempt
-//! arrived), the attempts that failed and the messages dead-lettered; per
+//! arrived: to the millisecond below a second, then to three significant
+//! digits), the attempts that failed and the messages dead-lettered; per
 //! target, deliveries and failures. Only the account's, only since the
 //! window's start.
 
@@ -48,6 +49,13 @@ async fn activity_is_counted_per_hour_and_per_target_and_lateness_is_ranked(stor
             .await
             .unwrap(),
     );
+    // Hour h1: two of t2's first-attempt deliveries, later than a second:
+    // their lateness counts to three significant digits.
+    for late in [123_456, 12_345] {
+        let due = h1 + minutes(7);
+        let m = schedule(&*store, &t2, due).await;
+        deliver(&*store, &m, due + ms(late)).await;
+    }
     // Another account's, in the window.
     let their = schedule(&*store, &theirs, h0 + minutes(1)).await;
     dead_letter(&*store, &their, h0 + minutes(2)).await;
@@ -66,11 +74,11 @@ async fn activity_is_counted_per_hour_and_per_target_and_lateness_is_ranked(stor
             },
             Hour {
                 start: h1,
-                delivered: 0,
+                delivered: 2,
                 failed: 1,
                 dead_lettered: 1,
-                late_p50_ms: None,
-                late_p99_ms: None,
+                late_p50_ms: Some(12_300),
+                late_p99_ms: Some(123_000),
             },
         ],
         "only hours with something in them, oldest first"
@@ -87,11 +95,11 @@ async fn activity_is_counted_per_hour_and_per_target_and_lateness_is_ranked(stor
     assert_eq!(
         a.by_target[&t2.id],
         TargetActivity {
-            delivered: 0,
+            delivered: 2,
             failed: 1
         }
     );
-    assert_eq!(a.by_target[&t2.id].success_rate(), Some(0.0));
+    assert_eq!(a.by_target[&t2.id].success_rate(), Some(2.0 / 3.0));
 
     // A window from h1 holds h1 only; the other account sees its own.
     let later = store.activity(ACME, h1).await.unwrap();

@@ -1,6 +1,6 @@
 //! The overview's charts from PostgreSQL: an account's deliveries (with
 //! their lateness), failed attempts and dead letters per hour, and per
-//! target; each query walks one window index.
+//! target; each query walks one window once.
 
 use chrono::{DateTime, Utc};
 
@@ -10,25 +10,42 @@ use crate::{
     store::{portal::*, StoreResult},
 };
 
+/// The hour (UTC) a delivery falls in.
+const HOUR_OF_DELIVERED: &str =
+    "date_trunc('hour', delivered_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'";
+
 impl PgStore {
     pub(super) async fn read_activity(
         &self,
         account: &str,
         since: DateTime<Utc>,
     ) -> StoreResult<Activity> {
-        let late = "(extract(epoch FROM delivered_at - delivery_time) * 1000)::bigint";
+        // One scan of the window's deliveries, counted by the database per
+        // (hour, lateness bucket) and per target: no row is ranked or sent.
+        let late = "greatest((date_part('epoch', delivered_at - delivery_time) * 1000)::bigint, 0)";
         let delivered_sql = format!(
-            "SELECT to_timestamp(floor(extract(epoch FROM delivered_at) / 3600) * 3600), count(*), \
-               percentile_disc(0.5) WITHIN GROUP (ORDER BY {late}) FILTER (WHERE attempt_count = 1), \
-               percentile_disc(0.99) WITHIN GROUP (ORDER BY {late}) FILTER (WHERE attempt_count = 1) \
-             FROM messages WHERE state = 'Delivered' AND delivered_at >= $2 AND account = $1 GROUP BY 1"
+            "SELECT GROUPING(target_id) = 0, hour, bucket, target_id, count(*) FROM ( \
+               SELECT target_id, {hour} AS hour, \
+                 CASE WHEN attempt_count = 1 THEN {bucket} END AS bucket \
+               FROM messages WHERE state = 'Delivered' AND delivered_at >= $2 AND account = $1) d \
+             GROUP BY GROUPING SETS ((hour, bucket), (target_id))",
+            hour = HOUR_OF_DELIVERED,
+            bucket = lateness_bucket_sql(late),
         );
-        let delivered =
-            sqlx::query_as::<_, (DateTime<Utc>, i64, Option<i64>, Option<i64>)>(&delivered_sql)
-                .bind(account)
-                .bind(since)
-                .persistent(false)
-                .fetch_all(&self.pool);
+        let delivered = sqlx::query_as::<
+            _,
+            (
+                bool,
+                Option<DateTime<Utc>>,
+                Option<i64>,
+                Option<String>,
+                i64,
+            ),
+        >(&delivered_sql)
+        .bind(account)
+        .bind(since)
+        .persistent(false)
+        .fetch_all(&self.pool);
         let per_hour = |sql: &'static str| {
             sqlx::query_as::<_, (DateTime<Utc>, i64)>(sql)
                 .bind(account)
@@ -37,11 +54,11 @@ impl PgStore {
                 .fetch_all(&self.pool)
         };
         let failed = per_hour(
-            "SELECT to_timestamp(floor(extract(epoch FROM finished_at) / 3600) * 3600), count(*) \
+            "SELECT date_trunc('hour', finished_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC', count(*) \
              FROM attempts WHERE account = $1 AND outcome <> 'Success' AND finished_at >= $2 GROUP BY 1",
         );
         let dead = per_hour(
-            "SELECT to_timestamp(floor(extract(epoch FROM at) / 3600) * 3600), count(*) \
+            "SELECT date_trunc('hour', at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC', count(*) \
              FROM message_events WHERE kind = 'DeadLettered' AND account = $1 AND at >= $2 GROUP BY 1",
         );
         let per_target = |sql: &'static str| {
@@ -51,17 +68,20 @@ impl PgStore {
                 .persistent(false)
                 .fetch_all(&self.pool)
         };
-        let target_delivered = per_target(
-            "SELECT target_id, count(*) FROM messages \
-             WHERE state = 'Delivered' AND delivered_at >= $2 AND account = $1 GROUP BY 1",
-        );
         let target_failed = per_target(
             "SELECT m.target_id, count(*) FROM attempts a JOIN messages m ON m.id = a.message_id \
              WHERE a.account = $1 AND a.outcome <> 'Success' AND a.finished_at >= $2 GROUP BY 1",
         );
-        let (delivered, failed, dead, target_delivered, target_failed) =
-            tokio::try_join!(delivered, failed, dead, target_delivered, target_failed)
-                .map_err(map_err)?;
+        let (delivered, failed, dead, target_failed) =
+            tokio::try_join!(delivered, failed, dead, target_failed).map_err(map_err)?;
+        let (mut hours, mut target_delivered) = (Vec::new(), Vec::new());
+        for (per_target, hour, bucket, target, n) in delivered {
+            match (per_target, hour, target) {
+                (true, _, Some(t)) => target_delivered.push((t, n)),
+                (false, Some(h), _) => hours.push((h, bucket, n as u64)),
+                _ => {}
+            }
+        }
 
         let wide = |rows: Vec<(DateTime<Utc>, i64)>| {
             rows.into_iter().map(|(h, n)| (h, n as u64)).collect()
@@ -72,10 +92,7 @@ impl PgStore {
                 .collect()
         };
         Ok(Activity::assemble(
-            delivered
-                .into_iter()
-                .map(|(h, n, p50, p99)| (h, n as u64, p50, p99))
-                .collect(),
+            delivered_hours(hours),
             wide(failed),
             wide(dead),
             by(target_delivered),

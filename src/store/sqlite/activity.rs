@@ -1,9 +1,7 @@
 //! The overview's charts from SQLite: an account's deliveries (with their
 //! lateness), failed attempts and dead letters per hour, and per target.
-//! SQLite has no percentile aggregate: the lateness of the window's
-//! first-attempt deliveries is read and ranked here.
-
-use std::collections::BTreeMap;
+//! SQLite has no percentile aggregate: it counts the window's first-attempt
+//! deliveries per lateness bucket, and the percentiles are ranked here.
 
 use chrono::{DateTime, Utc};
 
@@ -25,14 +23,19 @@ impl SqliteStore {
         account: &str,
         since: DateTime<Utc>,
     ) -> StoreResult<Activity> {
-        let delivered = sqlx::query_as::<_, (i64, i64, i64)>(
-            "SELECT delivered_at / 3600000, delivered_at - delivery_time, attempt_count \
+        // Counted by SQLite per (hour, lateness bucket): no row is ranked
+        // or sent here.
+        let delivered_sql = format!(
+            "SELECT delivered_at / 3600000 AS hour, \
+               CASE WHEN attempt_count = 1 THEN {} END AS bucket, count(*) \
              FROM messages INDEXED BY messages_delivered \
-             WHERE state = 'Delivered' AND delivered_at >= ?2 AND account = ?1",
-        )
-        .bind(account)
-        .bind(ms(since))
-        .fetch_all(&self.reader);
+             WHERE state = 'Delivered' AND delivered_at >= ?2 AND account = ?1 GROUP BY 1, 2",
+            lateness_bucket_sql("max(delivered_at - delivery_time, 0)"),
+        );
+        let delivered = sqlx::query_as::<_, (i64, Option<i64>, i64)>(&delivered_sql)
+            .bind(account)
+            .bind(ms(since))
+            .fetch_all(&self.reader);
         let per_hour = |sql: &'static str| {
             sqlx::query_as::<_, (i64, i64)>(sql)
                 .bind(account)
@@ -65,27 +68,12 @@ impl SqliteStore {
             tokio::try_join!(delivered, failed, dead, target_delivered, target_failed)
                 .map_err(map_err)?;
 
-        // Per hour: how many, and the lateness of the first-attempt ones.
-        let mut by_hour: BTreeMap<i64, (u64, Vec<i64>)> = BTreeMap::new();
-        for (h, late, attempts) in delivered {
-            let (n, lates) = by_hour.entry(h).or_default();
-            *n += 1;
-            if attempts == 1 {
-                lates.push(late);
-            }
-        }
-        let delivered = by_hour
-            .into_iter()
-            .map(|(h, (n, mut lates))| {
-                lates.sort_unstable();
-                (
-                    from_ms(h * HOUR_MS),
-                    n,
-                    percentile_disc(&lates, 0.5),
-                    percentile_disc(&lates, 0.99),
-                )
-            })
-            .collect();
+        let delivered = delivered_hours(
+            delivered
+                .into_iter()
+                .map(|(h, bucket, n)| (from_ms(h * HOUR_MS), bucket, n as u64))
+                .collect(),
+        );
         let hours = |rows: Vec<(i64, i64)>| {
             rows.into_iter()
                 .map(|(h, n)| (from_ms(h * HOUR_MS), n as u64))
