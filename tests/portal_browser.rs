@@ -8,6 +8,8 @@
 
 mod common;
 
+#[path = "portal_browser/lists_and_targets.rs"]
+mod lists_and_targets;
 #[path = "portal_browser/people.rs"]
 mod people;
 #[path = "portal_browser/secrets.rs"]
