@@ -324,7 +324,9 @@ pub fn lateness_bucket(late: i64) -> i64 {
 /// after a retry): the messages delivered, and the p50 and p99 (nearest
 /// rank) of the first-attempt ones' buckets.
 pub fn delivered_hours(counts: Vec<(DateTime<Utc>, Option<i64>, u64)>) -> Vec<DeliveredHour> {
-    let mut hours: BTreeMap<DateTime<Utc>, (u64, Vec<(i64, u64)>)> = BTreeMap::new();
+    // Per hour: every delivery, and (bucket, count) of the first-attempt ones.
+    type Counted = (u64, Vec<(i64, u64)>);
+    let mut hours: BTreeMap<DateTime<Utc>, Counted> = BTreeMap::new();
     for (hour, bucket, n) in counts {
         let (all, buckets) = hours.entry(hour).or_default();
         *all += n;

@@ -105,7 +105,7 @@ async fn a_payload_search_is_exact_keeps_the_filters_and_scans_a_bounded_number_
     assert_eq!(page.status, StatusCode::OK);
     assert_eq!(
         listed(&page),
-        [new_hit.clone()],
+        [new_hit.as_str()],
         "exact, case and all; only {t}"
     );
     let scope = page

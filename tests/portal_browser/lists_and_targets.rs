@@ -30,12 +30,12 @@ async fn the_list_counts_narrows_by_quick_range_and_finds_text_in_payloads() {
     // "Next hour" keeps the other filters and selects the one due soon.
     b.click_and_wait("a[data-range='Next hour']").await;
     assert_eq!(b.text("#total").await, "1 message matches");
-    assert_eq!(texts(&b, "tr[data-message] th a").await, [soon.clone()]);
+    assert_eq!(texts(&b, "tr[data-message] th a").await, [soon.as_str()]);
 
     b.goto("/portal/messages").await;
     b.fill("#f-text", "A-17").await;
     b.click_and_wait("form.filters button[type=submit]").await;
-    assert_eq!(texts(&b, "tr[data-message] th a").await, [soon.clone()]);
+    assert_eq!(texts(&b, "tr[data-message] th a").await, [soon.as_str()]);
     let scope = b.text("#search-scope").await;
     assert_eq!(
         scope,
