@@ -351,6 +351,11 @@ async fn run(args: &Args, db_url: &str) -> anyhow::Result<()> {
             path: "/portal/messages?from=2000-01-01T00%3A00&to=2100-01-01T00%3A00&tz=UTC".into(),
         },
         Page {
+            // Text no payload holds: the search scans its whole bound.
+            name: "payload search",
+            path: "/portal/messages?text=no-such-text".into(),
+        },
+        Page {
             name: "message",
             path: format!("/portal/messages/{dead}"),
         },
