@@ -218,15 +218,15 @@ impl DeliveryStore for PgStore {
                  last_error = COALESCE(i.last_error, m.last_error), \
                  updated_at = $18 \
                FROM input i WHERE m.id = i.id AND m.lease_token = i.token AND m.state = 'Scheduled' \
-               RETURNING m.id, i.token, m.account, m.state, m.dead_lettered_at, m.last_error), \
+               RETURNING m.id, i.token, m.account, m.target_id, m.state, m.dead_lettered_at, m.last_error), \
              dead AS ( \
                INSERT INTO message_events (message_id, at, kind, from_state, account, detail) \
                SELECT id, dead_lettered_at, 'DeadLettered', 'Scheduled', account, last_error \
                FROM upd WHERE state = 'DeadLetter') \
              INSERT INTO attempts (message_id, attempt, started_at, finished_at, duration_ms, outcome, \
-               status_code, error, response_body, account, retry_after_ms) \
+               status_code, error, response_body, account, retry_after_ms, target_id) \
              SELECT a.message_id, a.attempt, a.started_at, a.finished_at, a.duration_ms, a.outcome, \
-               a.status_code, a.error, a.response_body, u.account, a.retry_after_ms \
+               a.status_code, a.error, a.response_body, u.account, a.retry_after_ms, u.target_id \
              FROM unnest($9::uuid[], $10::int[], $11::timestamptz[], $12::timestamptz[], \
                $13::bigint[], $14::text[], $15::int[], $16::text[], $17::text[], $19::uuid[], \
                $20::bigint[]) \

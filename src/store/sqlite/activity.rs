@@ -61,8 +61,8 @@ impl SqliteStore {
              WHERE state = 'Delivered' AND delivered_at >= ?2 AND account = ?1 GROUP BY 1",
         );
         let target_failed = per_target(
-            "SELECT m.target_id, count(*) FROM attempts a JOIN messages m ON m.id = a.message_id \
-             WHERE a.account = ?1 AND a.outcome <> 'Success' AND a.finished_at >= ?2 GROUP BY 1",
+            "SELECT target_id, count(*) FROM attempts \
+             WHERE account = ?1 AND outcome <> 'Success' AND finished_at >= ?2 GROUP BY 1",
         );
         let (delivered, failed, dead, target_delivered, target_failed) =
             tokio::try_join!(delivered, failed, dead, target_delivered, target_failed)

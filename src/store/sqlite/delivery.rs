@@ -72,13 +72,13 @@ impl DeliveryStore for SqliteStore {
             let (state, at) = state_after(&r.next);
             let at = at.map(ms);
             let last_error = last_error(r);
-            let updated: Option<(String,)> = sqlx::query_as(
+            let updated: Option<(String, String)> = sqlx::query_as(
                 "UPDATE messages SET state = ?3, next_attempt_at = ?4, claim_at = ?4, lease_token = NULL, \
                    attempt_count = max(attempt_count, ?5), ladder_attempts = ?6, \
                    delivered_at = CASE WHEN ?3 = 'Delivered' THEN ?7 ELSE delivered_at END, \
                    dead_lettered_at = CASE WHEN ?3 = 'DeadLetter' THEN ?7 ELSE dead_lettered_at END, \
                    last_error = COALESCE(?8, last_error), updated_at = ?9 \
-                 WHERE id = ?1 AND lease_token = ?2 AND state = 'Scheduled' RETURNING account",
+                 WHERE id = ?1 AND lease_token = ?2 AND state = 'Scheduled' RETURNING account, target_id",
             )
             .bind(id_text(&r.id))
             .bind(r.lease_token.to_string())
@@ -92,7 +92,7 @@ impl DeliveryStore for SqliteStore {
             .fetch_optional(&mut *tx)
             .await
             .map_err(map_err)?;
-            let Some((account,)) = updated else {
+            let Some((account, target_id)) = updated else {
                 continue; // the lease was lost: drop the stale result whole
             };
             if state == "DeadLetter" {
@@ -109,8 +109,8 @@ impl DeliveryStore for SqliteStore {
             for a in &r.attempts {
                 written += sqlx::query(
                     "INSERT INTO attempts (message_id, attempt, started_at, finished_at, duration_ms, outcome, \
-                       status_code, error, response_body, account, retry_after_ms) \
-                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
+                       status_code, error, response_body, account, retry_after_ms, target_id) \
+                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
                      ON CONFLICT (message_id, attempt) DO NOTHING",
                 )
                 .bind(id_text(&r.id))
@@ -124,6 +124,7 @@ impl DeliveryStore for SqliteStore {
                 .bind(a.response_body.as_deref().map(storable_text))
                 .bind(&account)
                 .bind(a.retry_after_ms.map(|ms| ms as i64))
+                .bind(&target_id)
                 .execute(&mut *tx)
                 .await
                 .map_err(map_err)?
