@@ -18,14 +18,21 @@ fn signed_by(req: &common::receiver::Received, secrets: &[&str]) -> Vec<bool> {
         .collect()
 }
 
-#[tokio::test]
-async fn a_rotated_secret_signs_beside_the_new_one_until_the_overlap_ends() {
-    let _machine = share_the_machine().await;
+/// A webhook target of `acme` and its receiver: the app, the receiver, the
+/// API, the target as created (its generated secret shown) and its id.
+async fn webhook_target() -> (TestApp, Receiver, Api, Value, String) {
     let app = TestApp::spawn().await;
     let rx = Receiver::start().await;
     let api = app.api("acme").await;
     let target = api.webhook_with(&rx.url("/hook"), json!({})).await;
     let tid = s(&target["targetId"]).to_string();
+    (app, rx, api, target, tid)
+}
+
+#[tokio::test]
+async fn a_rotated_secret_signs_beside_the_new_one_until_the_overlap_ends() {
+    let _machine = share_the_machine().await;
+    let (app, rx, api, target, tid) = webhook_target().await;
     let first = s(&target["config"]["signingSecret"]).to_string();
 
     let r = api
@@ -90,11 +97,7 @@ async fn a_rotated_secret_signs_beside_the_new_one_until_the_overlap_ends() {
 #[tokio::test]
 async fn a_secret_set_by_patch_ends_the_overlap_and_the_default_overlap_is_a_day() {
     let _machine = share_the_machine().await;
-    let app = TestApp::spawn().await;
-    let rx = Receiver::start().await;
-    let api = app.api("acme").await;
-    let target = api.webhook_with(&rx.url("/hook"), json!({})).await;
-    let tid = s(&target["targetId"]).to_string();
+    let (app, rx, api, target, tid) = webhook_target().await;
     let before = Utc::now();
     let r = api
         .post(&format!("/targets/{tid}/rotate-secret"), json!({}))
@@ -143,11 +146,7 @@ async fn a_secret_set_by_patch_ends_the_overlap_and_the_default_overlap_is_a_day
 #[tokio::test]
 async fn a_bad_rotation_changes_nothing() {
     let _machine = share_the_machine().await;
-    let app = TestApp::spawn().await;
-    let rx = Receiver::start().await;
-    let api = app.api("acme").await;
-    let target = api.webhook_with(&rx.url("/hook"), json!({})).await;
-    let tid = s(&target["targetId"]).to_string();
+    let (app, rx, api, target, tid) = webhook_target().await;
     let secret = s(&target["config"]["signingSecret"]).to_string();
     let path = format!("/targets/{tid}/rotate-secret");
     for bad in [
