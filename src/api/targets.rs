@@ -214,8 +214,9 @@ pub async fn disable(
     post, path = "/targets/{targetId}/rotate-secret", tag = "targets", params(("targetId" = String, Path)),
     request_body = RotateSecretIn,
     responses((status = 200, description = "The target, its new signingSecret shown once", body = TargetOut),
-              (status = 400, description = "Not a webhook, or overlapSeconds out of range", body = Problem, content_type = "application/problem+json"),
-              (status = 404, body = Problem, content_type = "application/problem+json")),
+              (status = 400, description = "overlapSeconds out of range", body = Problem, content_type = "application/problem+json"),
+              (status = 404, body = Problem, content_type = "application/problem+json"),
+              (status = 409, description = "Not a webhook: an SQS or SNS target has no signing secret", body = Problem, content_type = "application/problem+json")),
     security(("bearer" = ["targets:write"]))
 )]
 pub async fn rotate_secret(

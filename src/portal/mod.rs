@@ -11,6 +11,7 @@ mod actions;
 mod charts;
 mod error_page;
 mod layout;
+mod message_list;
 mod messages;
 mod overview;
 mod people;

@@ -133,6 +133,9 @@ pub enum Conflict {
          (and pause or delete its schedules, whose next runs are made a few seconds ahead)"
     )]
     TargetInUse,
+    /// Only a webhook signs its deliveries.
+    #[error("only a webhook target has a signing secret; this one is an SQS or SNS target")]
+    NoSigningSecret,
     #[error("a portal user with this email exists already")]
     EmailTaken,
     /// The change would leave the account without an admin.

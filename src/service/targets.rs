@@ -151,10 +151,7 @@ impl Service {
             .await?
             .ok_or(ServiceError::NotFound)?;
         let TargetConfig::Webhook(webhook) = &current.config else {
-            return Err(ServiceError::field(
-                "type",
-                "only a webhook target has a signing secret",
-            ));
+            return Err(ServiceError::Conflict(Conflict::NoSigningSecret));
         };
         let now = self.now();
         let mut webhook = webhook.clone();

@@ -175,7 +175,14 @@ async fn a_bad_rotation_changes_nothing() {
             json!({}),
         )
         .await;
-    assert_invalid(r, "type").await;
+    let problem = common::problem::assert_problem(r, 409).await;
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap()
+            .contains("only a webhook target has a signing secret"),
+        "{problem}"
+    );
     // Another account's target is not found, and keeps its secret.
     let other = app.api("globex").await;
     let r = other.post(&path, json!({})).await;

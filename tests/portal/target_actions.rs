@@ -238,6 +238,9 @@ async fn rotating_the_secret_shows_the_new_one_once_and_both_sign_during_the_ove
             &[("csrf", &csrf), ("overlap", "0")],
         )
         .await;
-    assert_eq!(p.status, StatusCode::BAD_REQUEST, "{}", p.body);
+    assert_eq!(p.status, StatusCode::CONFLICT, "{}", p.body);
+    assert!(p
+        .body
+        .contains("only a webhook target has a signing secret"));
     app.shutdown().await;
 }

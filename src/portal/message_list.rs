@@ -1,0 +1,308 @@
+//! The messages list: filters, quick ranges, the total (counted to a
+//! bound), the bounded payload search, paging and the bulk selection.
+
+use std::collections::HashMap;
+
+use axum::{
+    extract::{Query, State},
+    response::{Html, IntoResponse, Redirect, Response},
+};
+use chrono::{DateTime, Utc};
+use maud::html;
+use serde::Deserialize;
+
+use super::{
+    layout::{self, Section},
+    messages::{shown_error, truncate},
+    session::Session,
+    targets::all_targets,
+    when, PortalError, PortalResult,
+};
+use crate::{
+    domain::{
+        ids::{MessageId, ScheduleId, TargetId},
+        message::State as MsgState,
+    },
+    state::AppState,
+    store::{portal::Role, MessageFilter},
+};
+
+const PAGE: u32 = 50;
+
+/// The list's query: filters, search, paging, and a notice after an action.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(default)]
+pub struct ListQuery {
+    pub state: String,
+    pub target: String,
+    /// An orderingKey.
+    pub key: String,
+    /// A schedule id: the messages of its runs.
+    pub schedule: String,
+    pub from: String,
+    pub to: String,
+    pub tz: String,
+    pub q: String,
+    /// Text the payload holds, searched among a bounded number of messages.
+    pub text: String,
+    pub cursor: String,
+    pub notice: Option<String>,
+    pub n: Option<u64>,
+}
+
+impl ListQuery {
+    /// The filter the query names; a field that does not parse is an error to show.
+    pub fn filter(&self) -> Result<MessageFilter, String> {
+        let state = match self.state.trim() {
+            "" => None,
+            s => Some(MsgState::parse(s).ok_or_else(|| format!("`{s}` is not a state"))?),
+        };
+        let target_id = match self.target.trim() {
+            "" => None,
+            t => Some(
+                t.parse::<TargetId>()
+                    .map_err(|_| format!("`{t}` is not a target id"))?,
+            ),
+        };
+        let bound = |s: &str| -> Result<Option<DateTime<Utc>>, String> {
+            if s.trim().is_empty() {
+                Ok(None)
+            } else {
+                when::resolve(s, &self.tz, Utc::now()).map(Some)
+            }
+        };
+        Ok(MessageFilter {
+            target_id,
+            state,
+            delivery_from: bound(&self.from)?,
+            delivery_to: bound(&self.to)?,
+            ordering_key: Some(self.key.trim())
+                .filter(|k| !k.is_empty())
+                .map(str::to_string),
+            schedule_id: match self.schedule.trim() {
+                "" => None,
+                s => Some(
+                    s.parse::<ScheduleId>()
+                        .map_err(|_| format!("`{s}` is not a schedule id"))?,
+                ),
+            },
+        })
+    }
+
+    /// The query string of the filters (for links that keep them).
+    pub fn filter_query(&self) -> String {
+        let mut parts = Vec::new();
+        for (k, v) in [
+            ("state", &self.state),
+            ("target", &self.target),
+            ("key", &self.key),
+            ("schedule", &self.schedule),
+            ("from", &self.from),
+            ("to", &self.to),
+            ("tz", &self.tz),
+            ("text", &self.text),
+        ] {
+            if !v.trim().is_empty() {
+                parts.push(format!("{k}={}", layout::encode(v.trim())));
+            }
+        }
+        parts.join("&")
+    }
+}
+
+pub async fn list(
+    State(state): State<AppState>,
+    session: Session,
+    Query(q): Query<ListQuery>,
+) -> PortalResult<Response> {
+    let search = q.q.trim();
+    let mut problem = None;
+    if !search.is_empty() {
+        match search.parse::<MessageId>() {
+            Ok(id) => return Ok(Redirect::to(&format!("/portal/messages/{id}")).into_response()),
+            Err(_) => problem = Some(format!("`{search}` is not a message id (DI-M-…)")),
+        }
+    }
+    let filter = match q.filter() {
+        Ok(f) => f,
+        Err(e) => {
+            problem = Some(e);
+            MessageFilter::default()
+        }
+    };
+    let before = match q.cursor.trim() {
+        "" => None,
+        c => Some(
+            c.parse::<MessageId>()
+                .map_err(|_| PortalError::BadRequest("the page link is not valid".into()))?,
+        ),
+    };
+    let text = q.text.trim();
+    if text.chars().count() > super::quick::SEARCH_CHARS {
+        problem = Some(format!(
+            "Search for at most {} characters of payload.",
+            super::quick::SEARCH_CHARS
+        ));
+    }
+    let searching = !text.is_empty() && problem.is_none();
+    let page = async {
+        if searching {
+            let found = state
+                .store
+                .search_payloads(
+                    &session.account,
+                    &filter,
+                    before.as_ref(),
+                    text,
+                    super::quick::SEARCHED,
+                    PAGE + 1,
+                )
+                .await?;
+            Ok::<_, crate::store::StoreError>((found.messages, found.scanned_to))
+        } else {
+            let listed = state
+                .store
+                .list_messages(&session.account, &filter, before.as_ref(), PAGE + 1)
+                .await?;
+            Ok((listed, None))
+        }
+    };
+    let total = async {
+        match searching {
+            true => Ok(None),
+            false => state
+                .store
+                .count_messages_upto(&session.account, &filter, super::quick::COUNTED + 1)
+                .await
+                .map(Some),
+        }
+    };
+    let ((mut messages, scanned_to), targets, total) =
+        tokio::try_join!(page, all_targets(&state, &session.account), total)?;
+    let next = if messages.len() > PAGE as usize {
+        messages.truncate(PAGE as usize);
+        messages.last().map(|m| m.id)
+    } else {
+        // A search that stopped short goes on below what it scanned.
+        scanned_to
+    };
+    let names: HashMap<&TargetId, &str> =
+        targets.iter().map(|t| (&t.id, t.name.as_str())).collect();
+    let notice = layout::notice(q.notice.as_deref(), q.n);
+    let filters = q.filter_query();
+    let body = html! {
+        h1 { "Messages" }
+        form.filters method="get" action="/portal/messages" role="search" aria-label="Filter messages" {
+            div.field {
+                label for="f-state" { "State" }
+                select #f-state name="state" {
+                    option value="" { "Any" }
+                    @for s in MsgState::ALL { option value=(s.as_str()) selected[q.state == s.as_str()] { (layout::state_label(s)) } }
+                }
+            }
+            div.field {
+                label for="f-target" { "Target" }
+                select #f-target name="target" {
+                    option value="" { "Any" }
+                    @for t in &targets { option value=(t.id) selected[q.target == t.id.as_str()] { (t.name) } }
+                }
+            }
+            div.field {
+                label for="f-key" { "Ordering key" }
+                input #f-key name="key" type="text" value=(q.key) spellcheck="false" autocomplete="off";
+            }
+            div.field {
+                label for="f-from" { "Due from" }
+                input #f-from name="from" type="datetime-local" step="1" value=(q.from);
+            }
+            div.field {
+                label for="f-to" { "Due before" }
+                input #f-to name="to" type="datetime-local" step="1" value=(q.to);
+            }
+            div.field {
+                label for="f-tz" { "Time zone" }
+                input #f-tz name="tz" type="text" value=(if q.tz.is_empty() { "UTC" } else { &q.tz }) data-tz data-keep[!q.tz.is_empty()] list="time-zones-f";
+                datalist #time-zones-f { option value="UTC" {} }
+            }
+            div.field {
+                label for="f-q" { "Message id" }
+                input #f-q name="q" type="search" placeholder="DI-M-…" value=(q.q) spellcheck="false";
+            }
+            div.field {
+                label for="f-text" { "Payload contains" }
+                input #f-text name="text" type="search" value=(q.text) spellcheck="false" aria-describedby="f-text-hint"
+                    maxlength=(super::quick::SEARCH_CHARS);
+                p.hint #f-text-hint { (super::quick::searched_words()) }
+            }
+            div.actions { button type="submit" { "Show" } a href="/portal/messages" { "Clear" } }
+        }
+        (super::quick::ranges(&q, state.service.now(), session.time_zone.as_deref()))
+        @if let Some(problem) = &problem { p.error role="alert" { (problem) } }
+        @match total {
+            Some(total) => (super::quick::total(total)),
+            None => (super::quick::search_scope(text, messages.len(), scanned_to.is_some(), !q.cursor.trim().is_empty())),
+        }
+        @if filter.state == Some(MsgState::DeadLetter) && !messages.is_empty() && session.may(Role::Operator) {
+            p { a.button.secondary #redrive-filtered href={ "/portal/messages/redrive?" (filters) } { "Reschedule every dead letter that matches…" } }
+        }
+        @if messages.is_empty() {
+            p #no-messages { "No messages match." }
+        } @else {
+            form #bulk method="post" action="/portal/messages/bulk" {
+                (layout::csrf_field(&session))
+                div.scroll {
+                    table #messages {
+                        caption.visually-hidden { "Messages, newest first" }
+                        thead { tr {
+                            th scope="col" { input type="checkbox" data-select-all aria-label="Select all on this page"; }
+                            th scope="col" { "Message" } th scope="col" { "Target" } th scope="col" { "State" }
+                            th scope="col" { "Due" } th scope="col" .num { "Attempts" } th scope="col" { "Last error" }
+                        } }
+                        tbody {
+                            @for m in &messages {
+                                tr data-message=(m.id) data-state=(m.state.as_str()) {
+                                    td { input type="checkbox" name="ids" value=(m.id) aria-label={ "Select " (m.id) }; }
+                                    th scope="row" { a href={ "/portal/messages/" (m.id) } { code { (m.id) } } }
+                                    td { (names.get(&m.target_id).copied().unwrap_or(m.target_id.as_str())) }
+                                    td { (layout::state_badge(m.state)) }
+                                    td { (layout::time(&m.delivery_time)) }
+                                    td.num { (m.attempt_count) }
+                                    td.wrap { @if let Some(e) = shown_error(m) { (truncate(e, 80)) } }
+                                }
+                            }
+                        }
+                    }
+                }
+                div.actions {
+                    button.secondary type="submit" name="action" value="cancel" { "Cancel selected…" }
+                    button.secondary type="submit" name="action" value="redrive" { "Reschedule selected dead letters…" }
+                }
+            }
+        }
+        @if next.is_some() || !q.cursor.trim().is_empty() {
+            nav.pager aria-label="Pages" {
+                // A later page leads back to the first, with the same filters.
+                @if !q.cursor.trim().is_empty() {
+                    a #newest-page href={ "/portal/messages" @if !filters.is_empty() { "?" (filters) } } { "← Newest messages" }
+                    " "
+                }
+                @if let Some(next) = next {
+                    a #next-page href={ "/portal/messages?" (filters) @if !filters.is_empty() { "&" } "cursor=" (next) } {
+                        @if searching { "Search older messages →" } @else { "Older messages →" }
+                    }
+                }
+            }
+        }
+    };
+    Ok(Html(
+        layout::page(
+            &session,
+            "Messages",
+            Section::Messages,
+            notice.as_deref(),
+            body,
+        )
+        .into_string(),
+    )
+    .into_response())
+}
