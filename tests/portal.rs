@@ -1263,6 +1263,20 @@ async fn redrive_shows_the_count_then_reschedules_every_matching_dead_letter() {
     let mut b = signed_in(&app, "acme", "ops@example.com").await;
     let csrf = b.csrf().await;
 
+    // The list of dead letters offers to redrive what its filters select,
+    // but not from a payload search (the redrive would take them all).
+    let list = b
+        .get(&format!("/portal/messages?state=DeadLetter&target={t1}"))
+        .await;
+    assert!(list.body.contains("id=\"redrive-filtered\""));
+    let searched = b
+        .get(&format!(
+            "/portal/messages?state=DeadLetter&target={t1}&text=dead"
+        ))
+        .await;
+    assert!(searched.body.contains("data-message="), "{}", searched.body);
+    assert!(!searched.body.contains("id=\"redrive-filtered\""));
+
     let target_page = b.get(&format!("/portal/targets/{t1}")).await;
     assert!(
         target_page.body.contains("3 dead letters")

@@ -242,7 +242,9 @@ pub async fn list(
             Some(total) => (super::quick::total(total)),
             None => (super::quick::search_scope(text, messages.len(), scanned_to.is_some(), !q.cursor.trim().is_empty())),
         }
-        @if filter.state == Some(MsgState::DeadLetter) && !messages.is_empty() && session.may(Role::Operator) {
+        // (Not while searching payloads: the redrive takes every dead letter
+        // the filters select, whatever their payload holds.)
+        @if filter.state == Some(MsgState::DeadLetter) && !messages.is_empty() && !searching && session.may(Role::Operator) {
             p { a.button.secondary #redrive-filtered href={ "/portal/messages/redrive?" (filters) } { "Reschedule every dead letter that matches…" } }
         }
         @if messages.is_empty() {
