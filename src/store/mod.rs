@@ -22,6 +22,7 @@ mod capability;
 mod gates;
 pub(crate) mod ordering;
 pub mod portal;
+mod portal_reads;
 pub mod postgres;
 pub mod prelude;
 mod rules;
