@@ -7,6 +7,7 @@ use axum::{
     response::{IntoResponse, Response},
     Json,
 };
+use chrono::TimeDelta;
 
 use super::{
     body::Body,
@@ -19,7 +20,7 @@ use crate::{
         ids::TargetId,
         target::{FieldError, Target, TargetSpec},
     },
-    service::targets::TargetChange,
+    service::targets::{TargetChange, OVERLAP_RULE},
     state::AppState,
     store::TargetCursor,
     wire::{target::TargetPatchIn, Field, List, RotateSecretIn, TargetIn, TargetOut},
@@ -227,23 +228,23 @@ pub async fn rotate_secret(
 ) -> ApiResult<Response> {
     principal.require(Scope::TargetsWrite)?;
     let id = parse_id(&id)?;
-    let seconds = match body.overlap_seconds {
-        Field::Missing => 86_400.0,
-        Field::Valid(s) if s.fract() == 0.0 && (0.0..=604_800.0).contains(&s) => s,
+    // The body's shape here; the service holds the overlap's range (an
+    // integer too large for a duration is out of it too).
+    let overlap = match body.overlap_seconds {
+        Field::Missing => TimeDelta::days(1),
+        Field::Valid(s) if s.fract() == 0.0 => {
+            TimeDelta::try_seconds(s as i64).unwrap_or(TimeDelta::MAX)
+        }
         _ => {
             return Err(ApiError::Validation(vec![FieldError::new(
                 "overlapSeconds",
-                "must be an integer from 0 to 604800",
+                OVERLAP_RULE,
             )]))
         }
     };
     let saved = state
         .service
-        .rotate_signing_secret(
-            &principal.account,
-            &id,
-            chrono::TimeDelta::seconds(seconds as i64),
-        )
+        .rotate_signing_secret(&principal.account, &id, overlap)
         .await?;
     Ok(respond(StatusCode::OK, &saved.target, true))
 }

@@ -154,6 +154,8 @@ async fn a_bad_rotation_changes_nothing() {
         json!({"overlapSeconds": 604_801}),
         json!({"overlapSeconds": 1.5}),
         json!({"overlapSeconds": "3600"}),
+        json!({"overlapSeconds": 1e20}),
+        json!({"overlapSeconds": -1e20}),
     ] {
         assert_invalid(api.post(&path, bad).await, "overlapSeconds").await;
     }
