@@ -11,6 +11,8 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use chrono::{DateTime, Utc};
 use tokio::sync::Notify;
 
+use crate::sweeper::ahead::Held;
+
 /// The sweeper is working, not sleeping: every wake-up counts.
 const AWAKE: i64 = i64::MAX;
 
@@ -20,6 +22,9 @@ pub struct Wake {
     schedules: Notify,
     /// When the sleeping sweeper will look again, in milliseconds since the epoch.
     sleeps_until_ms: AtomicI64,
+    /// Messages the sweeper claimed ahead of their time and holds: a
+    /// cancel or reschedule on this instance takes them back first.
+    pub(crate) held: Held,
 }
 
 impl Default for Wake {
@@ -28,6 +33,7 @@ impl Default for Wake {
             notify: Notify::new(),
             schedules: Notify::new(),
             sleeps_until_ms: AtomicI64::new(AWAKE),
+            held: Held::default(),
         }
     }
 }

@@ -3,6 +3,8 @@
 //! ladder and its timing, disabled targets, and the private-network guard at
 //! connection time.
 
+#[path = "delivery/claim_ahead.rs"]
+mod claim_ahead;
 mod common;
 #[path = "delivery/secret_rotation.rs"]
 mod secret_rotation;

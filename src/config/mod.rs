@@ -173,6 +173,12 @@ pub struct SweeperConfig {
     #[serde(with = "duration")]
     pub poll_interval: Duration,
     pub enabled: bool,
+    /// Messages that fall due within this long are claimed ahead and held
+    /// in memory until their instant (0: each is claimed when due).
+    #[serde(with = "duration")]
+    pub claim_ahead: Duration,
+    /// At most this many messages are held ahead at once.
+    pub claim_ahead_max: u32,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]

@@ -2,7 +2,7 @@
 
 use super::{Service, ServiceError, ServiceResult};
 use crate::{
-    domain::ids::AccountId,
+    domain::{ids::AccountId, message::State},
     store::{Bulk, BulkAction},
 };
 
@@ -36,6 +36,28 @@ impl Service {
                 ),
             ));
         }
+        // Messages this instance holds ahead of their time go back to the
+        // store first, and no more are claimed ahead while the cancel runs:
+        // a cancel wins over an attempt not yet started.
+        let cancels_scheduled = matches!(bulk.action, BulkAction::Cancel { .. })
+            && bulk.action.states().contains(&State::Scheduled);
+        let _no_claims_ahead = if cancels_scheduled {
+            let gate = self.wake.held.gate.write().await;
+            let back: Vec<_> = self
+                .wake
+                .held
+                .take_all()
+                .into_iter()
+                .map(|c| (c.id, c.lease_token))
+                .collect();
+            if !back.is_empty() {
+                self.store.release(&back).await?;
+                self.wake.now();
+            }
+            Some(gate)
+        } else {
+            None
+        };
         let mut changed = 0;
         let mut after = None;
         // Messages that come to match while the call runs are taken too,

@@ -17,7 +17,9 @@ use crate::{
         time,
     },
     metrics as m,
-    store::{BatchItem, Bulk, BulkAction, InsertOutcome, MessageFilter, RangeOn, Transition},
+    store::{
+        BatchItem, Bulk, BulkAction, InsertOutcome, MessageFilter, RangeOn, StoreResult, Transition,
+    },
     wire::MessageOut,
 };
 
@@ -169,7 +171,7 @@ impl Service {
     }
 
     pub async fn cancel(&self, account: &AccountId, id: &MessageId) -> ServiceResult<Message> {
-        let t = self.store.cancel(account, id, self.now()).await?;
+        let t = self.cancel_one(account, id, self.now()).await?;
         let m = transition(t, "cancelled")?;
         if m.ordering_key.is_some() {
             // The next message of its key may be due: it goes now.
@@ -185,8 +187,15 @@ impl Service {
         id: &MessageId,
         at: DateTime<Utc>,
     ) -> ServiceResult<Message> {
-        let t = self.store.reschedule(account, id, at, self.now()).await?;
-        let m = transition(t, "rescheduled")?;
+        // A message this instance claimed ahead of its time is taken back
+        // first: the reschedule wins over an attempt not yet started.
+        let held = self.wake.held.withdraw(id);
+        let t = self
+            .store
+            .reschedule_held(account, id, at, self.now(), held)
+            .await;
+        self.settle_withdrawn(id, held, &t).await;
+        let m = transition(t?, "rescheduled")?;
         if m.ordering_key.is_some() {
             // Another message of its key may now be first, and due.
             self.wake.now();
@@ -201,13 +210,46 @@ impl Service {
         let mut n = 0;
         for id in ids {
             if matches!(
-                self.store.cancel(account, id, now).await?,
+                self.cancel_one(account, id, now).await?,
                 Transition::Done(_)
             ) {
                 n += 1;
             }
         }
         Ok(n)
+    }
+
+    /// Cancels one message; one this instance claimed ahead of its time is
+    /// taken back first, so the cancel wins over an attempt not yet started.
+    async fn cancel_one(
+        &self,
+        account: &AccountId,
+        id: &MessageId,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Transition> {
+        let held = self.wake.held.withdraw(id);
+        let t = self.store.cancel_held(account, id, now, held).await;
+        self.settle_withdrawn(id, held, &t).await;
+        t
+    }
+
+    /// A message taken back from the sweeper that the action did not
+    /// change (another account's id, a failed statement) goes back to the
+    /// store, due as before; should that fail too, its lease ends on its own.
+    async fn settle_withdrawn(
+        &self,
+        id: &MessageId,
+        held: Option<uuid::Uuid>,
+        t: &StoreResult<Transition>,
+    ) {
+        let Some(token) = held else { return };
+        if matches!(t, Ok(Transition::Done(_))) {
+            return;
+        }
+        if let Err(e) = self.store.release(&[(*id, token)]).await {
+            tracing::warn!(error = %e, message_id = %id, "giving back a held message failed; its lease ends on its own");
+        }
+        self.wake.now();
     }
 
     /// Reschedules, at `at`, the dead letters that match (and are among

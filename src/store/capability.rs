@@ -299,6 +299,19 @@ pub trait ActionStore: Send + Sync + 'static {
         account: &str,
         id: &MessageId,
         now: DateTime<Utc>,
+    ) -> StoreResult<Transition> {
+        self.cancel_held(account, id, now, None).await
+    }
+
+    /// As `cancel`, by the holder of the message's lease `held` (the
+    /// sweeper gave up a message it claimed ahead of its time): that lease
+    /// does not make it in flight.
+    async fn cancel_held(
+        &self,
+        account: &str,
+        id: &MessageId,
+        now: DateTime<Utc>,
+        held: Option<uuid::Uuid>,
     ) -> StoreResult<Transition>;
 
     async fn reschedule(
@@ -307,6 +320,18 @@ pub trait ActionStore: Send + Sync + 'static {
         id: &MessageId,
         at: DateTime<Utc>,
         now: DateTime<Utc>,
+    ) -> StoreResult<Transition> {
+        self.reschedule_held(account, id, at, now, None).await
+    }
+
+    /// As `reschedule`, by the holder of the lease `held` (see `cancel_held`).
+    async fn reschedule_held(
+        &self,
+        account: &str,
+        id: &MessageId,
+        at: DateTime<Utc>,
+        now: DateTime<Utc>,
+        held: Option<uuid::Uuid>,
     ) -> StoreResult<Transition>;
 
     /// How many messages a bulk action matches now, counting up to `cap`.
@@ -357,6 +382,22 @@ pub trait DeliveryStore: Send + Sync + 'static {
         limit: u32,
         lease: Duration,
         shares: &ClaimShares,
+    ) -> StoreResult<Vec<Claimed>>;
+
+    /// Claims messages that fall due after `now` and no later than `until`,
+    /// for the sweeper to hold and attempt at their instant: oldest due
+    /// first, round robin over the targets among the oldest `CLAIM_WINDOW`
+    /// claims' worth, none of a target in `full`, gated and ordered-but-held
+    /// messages never. Each is leased from its due time for `lease` (a cancel
+    /// meets the lease, as it would an attempt under way) and carries its
+    /// due time in `due_at`.
+    async fn claim_ahead(
+        &self,
+        now: DateTime<Utc>,
+        until: DateTime<Utc>,
+        limit: u32,
+        lease: Duration,
+        full: &[TargetId],
     ) -> StoreResult<Vec<Claimed>>;
 
     /// The earliest `claim_at` among claimable messages.

@@ -265,6 +265,9 @@ pub struct Claimed {
     pub gated: bool,
     /// Its orderingKey: while it is claimed, no other message of the key is.
     pub ordering_key: Option<String>,
+    /// When it falls due, for a message claimed ahead of its time
+    /// (`claim_ahead`): its lease runs from then, and it is attempted then.
+    pub due_at: Option<DateTime<Utc>>,
 }
 
 /// What a fair claim may take from each target (`claim_due_shared`): none

@@ -46,16 +46,34 @@ impl Dispatch {
     /// A claimed delivery: it starts now, or waits for its target's slot.
     /// A gated target's starts at once (its claim took only free slots).
     pub fn take(self: &Arc<Self>, group: Vec<Claimed>, claimed_at: Instant) {
+        self.take_as(group, claimed_at, false);
+    }
+
+    /// A delivery claimed ahead that falls due now; `leased_from` is when
+    /// its lease began (its due time).
+    pub fn take_ahead(self: &Arc<Self>, group: Vec<Claimed>, leased_from: Instant) {
+        self.take_as(group, leased_from, true);
+    }
+
+    fn take_as(self: &Arc<Self>, group: Vec<Claimed>, claimed_at: Instant, ahead: bool) {
         let force = group[0].gated;
-        if let Some((waiting, share, permit)) =
-            self.targets
-                .start_or_wait(Waiting { group, claimed_at }, force, |n| self.permit(n))
+        let waiting = Waiting {
+            group,
+            claimed_at,
+            ahead,
+        };
+        if let Some((waiting, share, permit)) = self
+            .targets
+            .start_or_wait(waiting, force, |n| self.permit(n))
         {
             self.launch(waiting, share, permit);
         }
     }
 
     fn launch(self: &Arc<Self>, waiting: Waiting, share: Share, permit: OwnedSemaphorePermit) {
+        if waiting.ahead {
+            self.sweeper.wake.held.done(&waiting.group);
+        }
         let this = self.clone();
         self.tasks.spawn(async move {
             let target = share.target().clone();
@@ -117,6 +135,9 @@ impl Dispatch {
         if waiting.is_empty() {
             return;
         }
+        for w in waiting.iter().filter(|w| w.ahead) {
+            self.sweeper.wake.held.done(&w.group);
+        }
         let store = self.sweeper.store.clone();
         let wake = self.sweeper.wake.clone();
         self.tasks.spawn(async move {
@@ -127,7 +148,13 @@ impl Dispatch {
 
     /// Stops: what waits is given back, the attempts in flight end.
     pub async fn stop(&self) {
-        let waiting = self.targets.take_waiting();
+        let mut waiting = self.targets.take_waiting();
+        let held = self.sweeper.wake.held.take_all();
+        waiting.extend(held.into_iter().map(|c| Waiting {
+            group: vec![c],
+            claimed_at: Instant::now(),
+            ahead: true,
+        }));
         release(self.sweeper.store.as_ref(), &waiting).await;
         self.tasks.close();
         self.tasks.wait().await;

@@ -27,6 +27,7 @@ use crate::{
     wake::Wake,
 };
 
+pub(crate) mod ahead;
 mod dispatch;
 mod record;
 mod shares;
@@ -69,6 +70,16 @@ impl Sweeper {
         let targets = dispatch.targets.clone();
         // Claimed messages that may wait for a slot, over all targets.
         let queue_cap = self.config.concurrency;
+        let horizon = chrono::TimeDelta::from_std(self.config.claim_ahead).unwrap_or_default();
+        let ahead_on = horizon > chrono::TimeDelta::zero() && self.config.claim_ahead_max > 0;
+        let held = &self.wake.held;
+        let timer = ahead_on.then(|| {
+            tokio::spawn(fire_held(
+                dispatch.clone(),
+                self.clone(),
+                shutdown.child_token(),
+            ))
+        });
 
         loop {
             if shutdown.is_cancelled() {
@@ -111,9 +122,37 @@ impl Sweeper {
                 for group in self.group(std::mem::take(&mut gated.claimed)) {
                     dispatch.take(group, claimed_at);
                 }
-                Ok::<_, crate::store::StoreError>((count, gated))
+                // What falls due soon is claimed now and held for its instant.
+                // A bulk cancel holds the gate while it runs.
+                let gate = held.gate.try_read().ok();
+                let ahead_limit = if ahead_on && gate.is_some() {
+                    held.room(self.config.claim_ahead_max)
+                        .min(self.config.batch_size)
+                } else {
+                    0
+                };
+                let mut ahead_full = false;
+                if ahead_limit > 0 {
+                    let ahead = self
+                        .store
+                        .claim_ahead(
+                            now,
+                            now + horizon,
+                            ahead_limit,
+                            self.config.lease,
+                            &targets.full(),
+                        )
+                        .await?;
+                    ahead_full = ahead.len() as u32 == ahead_limit;
+                    if !ahead.is_empty() {
+                        metrics::histogram!(m::CLAIM_BATCH).record(ahead.len() as f64);
+                    }
+                    held.hold(ahead);
+                }
+                drop(gate);
+                Ok::<_, crate::store::StoreError>((count, gated, ahead_full))
             };
-            let (count, gated) = match claims.await {
+            let (count, gated, ahead_full) = match claims.await {
                 Ok(c) => c,
                 Err(e) => {
                     warn!(error = %e, "claiming due messages failed; retrying shortly");
@@ -128,16 +167,23 @@ impl Sweeper {
                 metrics::histogram!(m::CLAIM_BATCH).record(count as f64);
                 debug!(count, "claimed");
             }
-            if count as u32 == limit {
-                continue; // more may be due right now
+            if count as u32 == limit || ahead_full {
+                continue; // more may be due right now, or soon
             }
+            // While more may be held, what falls due is claimed a horizon
+            // ahead of its time.
+            let lead = if ahead_on && held.room(self.config.claim_ahead_max) > 0 {
+                horizon
+            } else {
+                chrono::TimeDelta::zero()
+            };
             let backstop =
                 now + chrono::TimeDelta::from_std(self.config.poll_interval).unwrap_or_default();
             // Messages of a full target wait for one of its attempts to end,
             // not for their due time, which has passed.
             let full = targets.full();
             let deadline = match self.store.next_due_except(&full).await {
-                Ok(Some(next)) if next < backstop => next,
+                Ok(Some(next)) if next - lead < backstop => next - lead,
                 Ok(_) => backstop,
                 Err(e) => {
                     warn!(error = %e, "reading the next due time failed");
@@ -167,9 +213,12 @@ impl Sweeper {
                 } else {
                     Duration::ZERO
                 });
+            // What is scheduled to fall due within the lead of the next look
+            // wakes the sweeper.
             self.wake.sleeping_until(
-                self.clock.now() + chrono::TimeDelta::from_std(wait).unwrap_or_default(),
+                self.clock.now() + chrono::TimeDelta::from_std(wait).unwrap_or_default() + lead,
             );
+            let held_out = ahead_on && lead.is_zero();
             let sleep = tokio::time::sleep(wait);
             tokio::pin!(sleep);
             let stop = loop {
@@ -177,6 +226,8 @@ impl Sweeper {
                     _ = &mut sleep => break false,
                     _ = self.wake.notified() => break false,
                     _ = targets.freed.notified(), if !full.is_empty() => break false,
+                    // Room to hold more ahead again.
+                    _ = held.freed.notified(), if held_out => break false,
                     // Waiting messages take the permits that other
                     // targets' attempts free; nothing to claim for that.
                     _ = targets.starved.notified() => dispatch.start_waiting(),
@@ -186,6 +237,9 @@ impl Sweeper {
             if stop {
                 break;
             }
+        }
+        if let Some(timer) = timer {
+            let _ = timer.await;
         }
         dispatch.stop().await;
         drop(dispatch);
@@ -434,6 +488,42 @@ impl Sweeper {
                 .ordering_key
                 .as_ref()
                 .map(|k| (c.target_id.clone(), k.clone())),
+        }
+    }
+}
+
+/// Longest the timer of held messages sleeps while it holds some, so a
+/// clock that is moved on by hand (in tests) is seen.
+const HELD_POLL: Duration = Duration::from_millis(100);
+
+/// Starts each message claimed ahead at its instant (`Held`).
+async fn fire_held(dispatch: Arc<Dispatch>, sweeper: Sweeper, shutdown: CancellationToken) {
+    let held = &sweeper.wake.held;
+    loop {
+        let now = sweeper.clock.now();
+        let due = held.take_due(now);
+        if !due.is_empty() {
+            let at = Instant::now();
+            for group in sweeper.group(due) {
+                // Its lease began at its due time.
+                let since = group[0]
+                    .due_at
+                    .and_then(|d| (now - d).to_std().ok())
+                    .unwrap_or_default();
+                dispatch.take_ahead(group, at.checked_sub(since).unwrap_or(at));
+            }
+        }
+        let wait = match held.next_due() {
+            Some(next) => (next - sweeper.clock.now())
+                .to_std()
+                .unwrap_or_default()
+                .min(HELD_POLL),
+            None => Duration::from_secs(3600),
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = held.earlier.notified() => {}
+            _ = shutdown.cancelled() => return,
         }
     }
 }

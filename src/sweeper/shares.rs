@@ -38,6 +38,10 @@ const PACE_KEPT: Duration = Duration::from_secs(10);
 pub struct Waiting {
     pub group: Vec<Claimed>,
     pub claimed_at: Instant,
+    /// Claimed ahead of its time (`ahead`): it counts against what may be
+    /// held ahead, not against the instance's queue of due claims, so a
+    /// burst held for one target does not stop the claims for others.
+    pub ahead: bool,
 }
 
 #[derive(Default)]
@@ -76,7 +80,7 @@ pub struct InFlight {
 #[derive(Default)]
 struct Counts {
     targets: HashMap<TargetId, Target>,
-    /// Messages waiting, over all targets.
+    /// Messages waiting, over all targets, but those claimed ahead.
     queued: u32,
     /// Whether a delivery found a slot but no instance-wide permit.
     starved: bool,
@@ -224,10 +228,12 @@ impl InFlight {
             }
             counts.starved = true;
         }
+        if !waiting.ahead {
+            counts.queued += n;
+        }
         t.waiting.push_back(waiting);
         t.queued += n;
         self.mark_filled(t);
-        counts.queued += n;
         None
     }
 
@@ -252,7 +258,9 @@ impl InFlight {
         let waiting = t.waiting.pop_front().expect("a front");
         t.in_flight += n;
         t.queued -= n;
-        counts.queued -= n;
+        if !waiting.ahead {
+            counts.queued -= n;
+        }
         Some((
             waiting,
             Share {

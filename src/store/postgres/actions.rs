@@ -29,11 +29,12 @@ async fn state_for_update(
 
 #[async_trait]
 impl ActionStore for PgStore {
-    async fn cancel(
+    async fn cancel_held(
         &self,
         account: &str,
         id: &MessageId,
         now: DateTime<Utc>,
+        held: Option<Uuid>,
     ) -> StoreResult<Transition> {
         let mut tx = self.begin().await?;
         let keys = ordering::keys_of(&mut tx, &[id.0]).await?;
@@ -43,12 +44,13 @@ impl ActionStore for PgStore {
             "UPDATE messages SET state = 'Cancelled', cancelled_at = $3, next_attempt_at = NULL, claim_at = NULL, \
                lease_token = NULL, held = false, updated_at = $3 \
              WHERE id = $1 AND account = $2 AND state IN ('Scheduled', 'DeadLetter') \
-               AND (lease_token IS NULL OR claim_at <= $3) \
+               AND (lease_token IS NULL OR claim_at <= $3 OR lease_token = $4) \
              RETURNING {MESSAGE_COLUMNS}"
         ))
         .bind(id.0)
         .bind(account)
         .bind(now)
+        .bind(held)
         .fetch_optional(&mut *tx)
         .await
         .map_err(map_err)?;
@@ -67,12 +69,13 @@ impl ActionStore for PgStore {
         }
     }
 
-    async fn reschedule(
+    async fn reschedule_held(
         &self,
         account: &str,
         id: &MessageId,
         at: DateTime<Utc>,
         now: DateTime<Utc>,
+        held: Option<Uuid>,
     ) -> StoreResult<Transition> {
         let mut tx = self.begin().await?;
         // The key first (as every writer of a key locks it), then the target.
@@ -97,13 +100,14 @@ impl ActionStore for PgStore {
                gated = (SELECT gated FROM targets t WHERE t.id = m.target_id), \
                held = m.ordering_key IS NOT NULL \
              WHERE id = $1 AND account = $2 AND state IN ('Scheduled', 'DeadLetter') \
-               AND (lease_token IS NULL OR claim_at <= $4) \
+               AND (lease_token IS NULL OR claim_at <= $4 OR lease_token = $5) \
              RETURNING {MESSAGE_COLUMNS}"
         ))
         .bind(id.0)
         .bind(account)
         .bind(at)
         .bind(now)
+        .bind(held)
         .fetch_optional(&mut *tx)
         .await
         .map_err(map_err)?;

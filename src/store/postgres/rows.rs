@@ -167,6 +167,9 @@ pub struct ClaimRow {
     pub scheduled_at: DateTime<Utc>,
     pub gated: bool,
     pub ordering_key: Option<String>,
+    /// Returned by an ahead claim only.
+    #[sqlx(default)]
+    pub due_at: Option<DateTime<Utc>>,
 }
 
 pub fn payload_from_bytes(bytes: Vec<u8>) -> StoreResult<Payload> {

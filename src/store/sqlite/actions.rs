@@ -28,11 +28,12 @@ async fn state_of(
 
 #[async_trait]
 impl ActionStore for SqliteStore {
-    async fn cancel(
+    async fn cancel_held(
         &self,
         account: &str,
         id: &MessageId,
         now: DateTime<Utc>,
+        held: Option<uuid::Uuid>,
     ) -> StoreResult<Transition> {
         let mut tx = self.begin().await?;
         let from = state_of(&mut tx, account, id).await?;
@@ -40,12 +41,13 @@ impl ActionStore for SqliteStore {
             "UPDATE messages SET state = 'Cancelled', cancelled_at = ?3, next_attempt_at = NULL, claim_at = NULL, \
                lease_token = NULL, held = 0, updated_at = ?3 \
              WHERE id = ?1 AND account = ?2 AND state IN ('Scheduled', 'DeadLetter') \
-               AND (lease_token IS NULL OR claim_at <= ?3) \
+               AND (lease_token IS NULL OR claim_at <= ?3 OR lease_token = ?4) \
              RETURNING {MESSAGE_COLUMNS}"
         ))
         .bind(id_text(id))
         .bind(account)
         .bind(ms(now))
+        .bind(held.map(|t| t.to_string()))
         .fetch_optional(&mut *tx)
         .await
         .map_err(map_err)?;
@@ -65,12 +67,13 @@ impl ActionStore for SqliteStore {
         }
     }
 
-    async fn reschedule(
+    async fn reschedule_held(
         &self,
         account: &str,
         id: &MessageId,
         at: DateTime<Utc>,
         now: DateTime<Utc>,
+        held: Option<uuid::Uuid>,
     ) -> StoreResult<Transition> {
         let mut tx = self.begin().await?;
         let from = state_of(&mut tx, account, id).await?;
@@ -81,13 +84,14 @@ impl ActionStore for SqliteStore {
                gated = (SELECT gated FROM targets t WHERE t.id = messages.target_id), \
                held = ordering_key IS NOT NULL \
              WHERE id = ?1 AND account = ?2 AND state IN ('Scheduled', 'DeadLetter') \
-               AND (lease_token IS NULL OR claim_at <= ?4) \
+               AND (lease_token IS NULL OR claim_at <= ?4 OR lease_token = ?5) \
              RETURNING {MESSAGE_COLUMNS}"
         ))
         .bind(id_text(id))
         .bind(account)
         .bind(ms(at))
         .bind(ms(now))
+        .bind(held.map(|t| t.to_string()))
         .fetch_optional(&mut *tx)
         .await
         .map_err(map_err)?;

@@ -38,6 +38,50 @@ impl DeliveryStore for SqliteStore {
         self.claim(now, limit, lease, Some(shares)).await
     }
 
+    async fn claim_ahead(
+        &self,
+        now: DateTime<Utc>,
+        until: DateTime<Utc>,
+        limit: u32,
+        lease: Duration,
+        full: &[TargetId],
+    ) -> StoreResult<Vec<Claimed>> {
+        if limit == 0 || until <= now {
+            return Ok(Vec::new());
+        }
+        let token = Uuid::new_v4();
+        let lease_ms = i64::try_from(lease.as_millis()).unwrap_or(i64::MAX / 4);
+        let full: Vec<&str> = full.iter().map(TargetId::as_str).collect();
+        let mut tx = self.begin().await?;
+        // The lease runs from the due time (see the PostgreSQL store).
+        let rows: Vec<ClaimRow> = sqlx::query_as(
+            "UPDATE messages SET claim_at = claim_at + ?2, lease_token = ?3 WHERE id IN ( \
+               SELECT id FROM ( \
+                 SELECT id, claim_at, row_number() OVER (PARTITION BY target_id ORDER BY claim_at) AS rn \
+                 FROM (SELECT id, target_id, claim_at FROM messages \
+                   WHERE state = 'Scheduled' AND paused = 0 AND gated = 0 AND held = 0 AND lease_token IS NULL \
+                     AND claim_at > ?1 AND claim_at <= ?5 \
+                     AND target_id NOT IN (SELECT value FROM json_each(?6)) \
+                   ORDER BY claim_at LIMIT ?7)) \
+               ORDER BY rn, claim_at LIMIT ?4) \
+             RETURNING id, target_id, payload, delivery_time, attempt_count, \
+               ladder_attempts, updated_at AS scheduled_at, gated, ordering_key, claim_at - ?2 AS due_at",
+        )
+        .bind(ms(now))
+        .bind(lease_ms)
+        .bind(token.to_string())
+        .bind(i64::from(limit))
+        .bind(ms(until))
+        .bind(serde_json::to_string(&full).expect("ids serialize"))
+        .bind(i64::from(limit.saturating_mul(CLAIM_WINDOW)))
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        let claimed = self.open_claimed(&mut tx, rows, token, now).await?;
+        tx.commit().await.map_err(map_err)?;
+        Ok(claimed)
+    }
+
     async fn next_due_except(&self, full: &[TargetId]) -> StoreResult<Option<DateTime<Utc>>> {
         let full: Vec<&str> = full.iter().map(TargetId::as_str).collect();
         let (next,): (Option<i64>,) = sqlx::query_as(
@@ -368,6 +412,7 @@ impl SqliteStore {
                         lease_token: token,
                         gated: r.gated,
                         ordering_key: r.ordering_key,
+                        due_at: r.due_at.map(from_ms),
                     },
                 )),
                 Err(e) => {

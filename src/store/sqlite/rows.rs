@@ -202,4 +202,7 @@ pub struct ClaimRow {
     pub scheduled_at: i64,
     pub gated: bool,
     pub ordering_key: Option<String>,
+    /// Returned by an ahead claim only.
+    #[sqlx(default)]
+    pub due_at: Option<i64>,
 }

@@ -1,0 +1,231 @@
+//! Messages claimed ahead of their due time and held until their instant
+//! (`sweeper.claim_ahead`): a cancel, reschedule or bulk cancel on the
+//! instance that holds them wins; another instance meets the lease (409);
+//! a shutdown gives them back and a crash loses none.
+
+use super::*;
+
+/// A horizon long enough that whatever a test schedules is claimed ahead
+/// at once.
+const HORIZON: Duration = Duration::from_secs(30);
+
+fn ahead(c: &mut dispatch::config::Config) {
+    c.sweeper.claim_ahead = HORIZON;
+}
+
+/// Waits until every scheduled message due by `latest` is claimed ahead:
+/// nothing claimable falls due by then (a held message's claim time is its
+/// due time plus the lease).
+async fn wait_until_held(app: &TestApp, latest: DateTime<Utc>) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        match app.store().next_due().await.unwrap() {
+            Some(next) if next <= latest => {}
+            _ => return,
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the messages were not claimed ahead within {WAIT:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+fn at(ms_from_now: i64) -> (String, DateTime<Utc>) {
+    let s = in_ms(ms_from_now);
+    let t = time(&Value::String(s.clone()));
+    (s, t)
+}
+
+fn payloads(rx: &Receiver) -> Vec<String> {
+    rx.received()
+        .iter()
+        .map(|r| s(&r.json()["payload"]).to_string())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_message_is_cancelled_or_rescheduled_on_its_instance_and_the_cancel_wins() {
+    let app = TestApp::spawn_with(ahead).await;
+    let rx = Receiver::start().await;
+    let api = app.api("acme").await;
+    let target = api.webhook(&rx.url("/hook")).await;
+    let tid = s(&target["targetId"]);
+    let (soon, soon_t) = at(1_000);
+    let cancelled = api.schedule(tid, &soon, "cancelled").await;
+    let moved = api.schedule(tid, &soon, "moved").await;
+    let (later, later_t) = at(1_300);
+    api.schedule(tid, &later, "sentinel").await;
+    wait_until_held(&app, later_t).await;
+
+    let r = api
+        .post_empty(&format!("/messages/{}/cancel", s(&cancelled["messageId"])))
+        .await;
+    assert_eq!(r.status(), 200, "the cancel of a held message wins");
+    let (moved_to, _) = at(1_500);
+    let r = api
+        .post(
+            &format!("/messages/{}/reschedule", s(&moved["messageId"])),
+            json!({"deliveryTime": moved_to}),
+        )
+        .await;
+    assert_eq!(r.status(), 200, "so does a reschedule");
+    assert!(
+        Utc::now() < soon_t,
+        "both came before the messages fell due"
+    );
+
+    // The sentinel falls due after the cancelled message would have; the
+    // rescheduled one arrives at its new time.
+    let got = rx.wait_for(2, WAIT).await;
+    assert_eq!(payloads(&rx), vec!["sentinel", "moved"]);
+    let moved_arrival = got[1].at;
+    assert!(moved_arrival >= time(&Value::String(moved_to)));
+    assert_eq!(
+        api.message(s(&cancelled["messageId"])).await["state"],
+        "Cancelled"
+    );
+    assert!(api.attempts(s(&cancelled["messageId"])).await.is_empty());
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bulk_cancel_takes_back_what_its_instance_holds() {
+    let app = TestApp::spawn_with(ahead).await;
+    let rx = Receiver::start().await;
+    let api = app.api("acme").await;
+    let doomed = api.webhook(&rx.url("/doomed")).await;
+    let kept = api.webhook(&rx.url("/kept")).await;
+    let (soon, _) = at(1_000);
+    api.schedule_many(s(&doomed["targetId"]), &soon, 20).await;
+    let (later, later_t) = at(1_300);
+    api.schedule(s(&kept["targetId"]), &later, "sentinel").await;
+    wait_until_held(&app, later_t).await;
+
+    let r = api
+        .post(
+            "/messages/cancel",
+            json!({"targetId": s(&doomed["targetId"])}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.json::<Value>().await.unwrap()["count"], 20);
+
+    // The other target's message, held too, is given back and still goes.
+    rx.wait_for(1, WAIT).await;
+    let paths: Vec<String> = rx.received().iter().map(|r| r.path.clone()).collect();
+    assert_eq!(paths, vec!["/kept"], "nothing cancelled was sent");
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_instance_meets_a_held_message_as_an_attempt_under_way() {
+    let app = TestApp::spawn_postgres_with(ahead).await;
+    let other = TestApp::spawn_on(app.db.clone(), |c| c.sweeper.enabled = false).await;
+    let rx = Receiver::start().await;
+    let api = app.api("acme").await;
+    let elsewhere = other.api("acme").await;
+    let target = api.webhook(&rx.url("/hook")).await;
+    let (soon, soon_t) = at(1_000);
+    let m = api.schedule(s(&target["targetId"]), &soon, "held").await;
+    wait_until_held(&app, soon_t).await;
+
+    let id = s(&m["messageId"]);
+    let r = elsewhere
+        .post_empty(&format!("/messages/{id}/cancel"))
+        .await;
+    assert_eq!(r.status(), 409, "the lease of the instance that holds it");
+    let r = elsewhere
+        .post(
+            &format!("/messages/{id}/reschedule"),
+            json!({"deliveryTime": in_ms(60_000)}),
+        )
+        .await;
+    assert_eq!(r.status(), 409);
+    let got = rx.wait_for(1, WAIT).await;
+    assert!(got[0].at >= soon_t, "never before its time");
+    api.wait_for_state(id, "Delivered", WAIT).await;
+    other.shutdown().await;
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_messages_go_back_at_shutdown() {
+    let app = TestApp::spawn_with(ahead).await;
+    let rx = Receiver::start().await;
+    let api = app.api("acme").await;
+    let target = api.webhook(&rx.url("/hook")).await;
+    let (first, first_t) = at(20_000);
+    api.schedule_many(s(&target["targetId"]), &first, 10).await;
+    wait_until_held(&app, first_t).await;
+    // The database outlives the instance.
+    let db = app.db.clone();
+    app.shutdown().await;
+    let store = crate::common::open_any_store(&db.url).await;
+    assert_eq!(
+        store.next_due().await.unwrap(),
+        Some(first_t),
+        "due as before, for any instance, at once"
+    );
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_loses_no_held_message() {
+    // The API instance does not deliver; a separate process holds the
+    // messages ahead of their time and is killed.
+    let api_app = TestApp::spawn_postgres_with(|c| c.sweeper.enabled = false).await;
+    let rx = Receiver::start().await;
+    let api = api_app.api("acme").await;
+    let target = api.webhook(&rx.url("/hook")).await;
+    let (soon, soon_t) = at(3_000);
+    let ids = api.schedule_many(s(&target["targetId"]), &soon, 10).await;
+    let mut worker = tokio::process::Command::new(env!("CARGO_BIN_EXE_dispatch"))
+        .arg("serve")
+        .env("DATABASE_URL", &api_app.db.url)
+        .env(
+            "DISPATCH_SERVER__LISTEN",
+            format!("127.0.0.1:{}", free_port()),
+        )
+        .env("DISPATCH_WEBHOOK__ALLOW_PRIVATE_NETWORKS", "true")
+        .env("DISPATCH_WEBHOOK__TIMEOUT", "1s")
+        .env("DISPATCH_SWEEPER__LEASE", "2s")
+        .env("DISPATCH_SWEEPER__CLAIM_AHEAD", "30s")
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the dispatch binary starts");
+    wait_until_held(&api_app, soon_t).await;
+    worker.start_kill().unwrap();
+    worker.wait().await.unwrap();
+    assert_eq!(rx.count(), 0, "killed before anything fell due");
+
+    // Another instance takes them once their leases end (two seconds after
+    // their due time) and delivers each once.
+    let survivor = TestApp::spawn_on(api_app.db.clone(), |c| {
+        c.sweeper.lease = Duration::from_secs(2);
+        c.webhook.timeout = Duration::from_secs(1);
+    })
+    .await;
+    let got = rx.wait_for(10, 2 * WAIT).await;
+    let mut arrived: Vec<String> = got
+        .iter()
+        .map(|r| s(&r.json()["messageId"]).to_string())
+        .collect();
+    arrived.sort();
+    let mut expected = ids.clone();
+    expected.sort();
+    assert_eq!(arrived, expected, "each held message arrived once");
+    assert!(got.iter().all(|r| r.at >= soon_t));
+    survivor.shutdown().await;
+    api_app.shutdown().await;
+}
