@@ -387,8 +387,9 @@ pub trait DeliveryStore: Send + Sync + 'static {
     /// Claims messages that fall due after `now` and no later than `until`,
     /// for the sweeper to hold and attempt at their instant: oldest due
     /// first, round robin over the targets among the oldest `CLAIM_WINDOW`
-    /// claims' worth, none of a target in `full`, gated and ordered-but-held
-    /// messages never. Each is leased from its due time for `lease` (a cancel
+    /// claims' worth, none of a target in `full`; never a gated message or
+    /// one with an orderingKey (a message of its key scheduled later for an
+    /// earlier time must still go first). Each is leased from its due time for `lease` (a cancel
     /// meets the lease, as it would an attempt under way) and carries its
     /// due time in `due_at`.
     async fn claim_ahead(

@@ -22,6 +22,11 @@ async fn an_ahead_claim_takes_only_what_falls_due_in_its_window_leased_from_the_
     let soon_a = schedule(&*store, &t, now + ms(300)).await;
     let edge = schedule(&*store, &t, now + secs(2)).await;
     let later = schedule(&*store, &t, now + secs(2) + ms(1)).await;
+    // A message of an orderingKey waits for its time: one of its key
+    // scheduled later for an earlier time must still go first.
+    let mut keyed = message_value(&t, now + ms(500), now);
+    keyed.ordering_key = Some("order-7".into());
+    let keyed = insert(&*store, &keyed).await;
     // What is due already is for the claim of due messages. Claimed with a
     // lease that ends inside the window, they are under way: not for an
     // ahead claim either.
@@ -39,7 +44,7 @@ async fn an_ahead_claim_takes_only_what_falls_due_in_its_window_leased_from_the_
     assert_eq!(
         claimed_ids(&ahead),
         vec![soon_a.id, soon_b.id, edge.id],
-        "after now, up to and including the window's end, oldest due first"
+        "after now, up to and including the window's end, oldest due first, none with a key"
     );
     let dues: Vec<_> = ahead.iter().map(|c| c.due_at).collect();
     assert_eq!(
@@ -61,16 +66,21 @@ async fn an_ahead_claim_takes_only_what_falls_due_in_its_window_leased_from_the_
         .await
         .unwrap();
     assert_eq!(claimed_ids(&rest), vec![later.id]);
+    assert_eq!(store.next_due().await.unwrap(), Some(keyed.delivery_time));
 
     // Leased from the due time: at the due time plus a little less than
     // the lease, nobody else may claim them; at the due time plus the
-    // lease, anyone may (the due ones' one-second leases ended long before).
+    // lease, anyone may (the due ones' one-second leases ended long before, and the keyed
+    // message is due by then).
     let lease = chrono::TimeDelta::from_std(LEASE).unwrap();
     let before = store
         .claim_due(now + ms(300) + lease - ms(1), 10, LEASE)
         .await
         .unwrap();
-    assert_eq!(set(claimed_ids(&before)), set([due_now.id, past.id]));
+    assert_eq!(
+        set(claimed_ids(&before)),
+        set([due_now.id, past.id, keyed.id])
+    );
     let again = store
         .claim_due(now + ms(300) + lease, 10, LEASE)
         .await
@@ -105,7 +115,7 @@ async fn an_ahead_claim_goes_round_robin_over_targets_and_leaves_out_full_ones(
     let full_one = schedule(&*store, &full, now + ms(50)).await;
 
     let first = store
-        .claim_ahead(now, now + secs(1), 3, LEASE, &[full.id.clone()])
+        .claim_ahead(now, now + secs(1), 3, LEASE, std::slice::from_ref(&full.id))
         .await
         .unwrap();
     assert_eq!(

@@ -26,6 +26,8 @@ use std::{
 
 use anyhow::bail;
 
+mod charts;
+mod ingest;
 mod noisy;
 mod ordered;
 mod redrive;
@@ -36,13 +38,12 @@ mod token;
 use axum::{body::Bytes, extract::State, routing::post, Router};
 use chrono::{DateTime, TimeDelta, Utc};
 use clap::Parser;
-use dispatch::domain::ids::TargetId;
-use futures::StreamExt;
+
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::json;
 use service::{
     arrival_rate, create_target, delivered_times, lateness_ms, percentile, schedule, start_service,
-    Service, Timing,
+    Timing,
 };
 use sqlx::{Connection, PgConnection};
 
@@ -129,6 +130,12 @@ struct Args {
     /// The dispatch binary (default: beside this one).
     #[arg(long)]
     dispatch: Option<PathBuf>,
+    /// Measure PostgreSQL's own floor (pgbench) beside the ingest scenarios.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    floor: bool,
+    /// Where the run's JSON and its SVG charts are written.
+    #[arg(long, default_value = "target/bench")]
+    out: PathBuf,
 }
 
 /// (messageId, arrival, scheduled time) of one request.
@@ -161,7 +168,7 @@ async fn receive(State(a): State<Arc<Arrivals>>, body: Bytes) -> &'static str {
     "ok"
 }
 
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, Default, serde::Serialize)]
 struct Result {
     scenario: String,
     run: usize,
@@ -174,6 +181,15 @@ struct Result {
     lateness_p99_ms: f64,
     lateness_max_ms: f64,
     peak_rss_mb: f64,
+    /// PostgreSQL's own rate for the same kind of insert, measured beside
+    /// an ingest scenario (rows per second), and the scenario's share of it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    floor_per_s: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    floor_ratio: Option<f64>,
+    /// Each delivery's (arrival, due time), for the charts.
+    #[serde(skip)]
+    timings: Vec<Timing>,
     /// What a scenario checks beyond the table's columns.
     #[serde(skip_serializing_if = "Option::is_none")]
     notes: Option<String>,
@@ -196,10 +212,10 @@ async fn run_scenario(args: &Args, scenario: &str, run: usize) -> anyhow::Result
     let service = start_service(args).await?;
     let target_id = create_target(args, &service, scenario, &hook).await?;
     if scenario == "ingest" {
-        return ingest(args, service, server, &target_id, run).await;
+        return ingest::ingest(args, service, server, &target_id, run).await;
     }
     if scenario == "batch" {
-        return ingest_batch(args, service, server, &target_id, run).await;
+        return ingest::ingest_batch(args, service, server, &target_id, run).await;
     }
     if scenario == "backlog" {
         // Far-future messages that must not slow the due ones down.
@@ -296,11 +312,13 @@ async fn run_scenario(args: &Args, scenario: &str, run: usize) -> anyhow::Result
     };
     let lateness = lateness_ms(&first);
     let rate_per_s = arrival_rate(&first);
+    let delivered = first.len();
     Ok(Result {
+        timings: first,
         scenario: scenario.into(),
         run,
         messages: n,
-        delivered: first.len(),
+        delivered,
         duplicates,
         rate_per_s,
         lateness_p50_ms: percentile(&lateness, 0.5),
@@ -309,96 +327,7 @@ async fn run_scenario(args: &Args, scenario: &str, run: usize) -> anyhow::Result
         peak_rss_mb,
         notes: None,
         failed_check: false,
-    })
-}
-
-/// POST /messages, 32 requests at a time, for messages due in an hour:
-/// schedule requests per second.
-async fn ingest(
-    args: &Args,
-    service: Service,
-    server: tokio::task::JoinHandle<std::io::Result<()>>,
-    target_id: &TargetId,
-    run: usize,
-) -> anyhow::Result<Result> {
-    let at = Utc::now() + TimeDelta::hours(1);
-    let times = vec![at; args.ingest];
-    let api = Args {
-        via: "api".into(),
-        ..args.clone()
-    };
-    let clock = Instant::now();
-    schedule(&api, &service, target_id, &times).await?;
-    let secs = clock.elapsed().as_secs_f64();
-    let peak_rss_mb = service.peak_rss_mb();
-    service.stop(&args.pg).await;
-    server.abort();
-    Ok(Result {
-        scenario: "ingest".into(),
-        run,
-        messages: times.len(),
-        delivered: times.len(),
-        duplicates: 0,
-        rate_per_s: times.len() as f64 / secs,
-        lateness_p50_ms: f64::NAN,
-        lateness_p99_ms: f64::NAN,
-        lateness_max_ms: f64::NAN,
-        peak_rss_mb,
-        notes: None,
-        failed_check: false,
-    })
-}
-
-/// POST /messages/batch, 1,000 messages a request and 4 requests at a time,
-/// due in an hour: messages scheduled per second.
-async fn ingest_batch(
-    args: &Args,
-    service: Service,
-    server: tokio::task::JoinHandle<std::io::Result<()>>,
-    target_id: &TargetId,
-    run: usize,
-) -> anyhow::Result<Result> {
-    let at = dispatch::domain::time::format(&(Utc::now() + TimeDelta::hours(1)));
-    let http = reqwest::Client::new();
-    let requests = args.batch.div_ceil(1000);
-    let clock = Instant::now();
-    let results: Vec<anyhow::Result<usize>> = futures::stream::iter(0..requests)
-        .map(|r| {
-            let n = (args.batch - r * 1000).min(1000);
-            let messages: Vec<Value> = (0..n)
-                .map(|_| json!({"targetId": target_id, "deliveryTime": at, "payload": "benchmark payload"}))
-                .collect();
-            let (http, service) = (&http, &service);
-            async move {
-                let body = service::post_batch(http, &service.base, &service.token, messages).await?;
-                Ok(body["scheduled"].as_u64().unwrap_or(0) as usize)
-            }
-        })
-        .buffer_unordered(4)
-        .collect()
-        .await;
-    let secs = clock.elapsed().as_secs_f64();
-    let scheduled: usize = results
-        .into_iter()
-        .collect::<anyhow::Result<Vec<_>>>()?
-        .iter()
-        .sum();
-    let peak_rss_mb = service.peak_rss_mb();
-    service.stop(&args.pg).await;
-    server.abort();
-    Ok(Result {
-        scenario: "batch".into(),
-        run,
-        messages: args.batch,
-        delivered: scheduled,
-        duplicates: 0,
-        rate_per_s: scheduled as f64 / secs,
-        lateness_p50_ms: f64::NAN,
-        lateness_p99_ms: f64::NAN,
-        lateness_max_ms: f64::NAN,
-        peak_rss_mb,
-        notes: None,
-        failed_check: false,
+        ..Default::default()
     })
 }
 
@@ -433,7 +362,7 @@ async fn main() -> anyhow::Result<()> {
         }
     }
     println!(
-        "\n{:<8} {:>8} {:>9} {:>5} {:>10} {:>9} {:>9} {:>9} {:>8}",
+        "\n{:<8} {:>8} {:>9} {:>5} {:>10} {:>9} {:>9} {:>9} {:>8} {:>9} {:>6}",
         "scenario",
         "messages",
         "delivered",
@@ -442,7 +371,9 @@ async fn main() -> anyhow::Result<()> {
         "p50 ms",
         "p99 ms",
         "max ms",
-        "RSS MB"
+        "RSS MB",
+        "floor/s",
+        "ratio"
     );
     let mut names: Vec<&str> = results.iter().map(|r| r.scenario.as_str()).collect();
     names.dedup();
@@ -450,7 +381,7 @@ async fn main() -> anyhow::Result<()> {
         let rs: Vec<&Result> = results.iter().filter(|r| r.scenario == name).collect();
         let med = |f: fn(&Result) -> f64| median(rs.iter().map(|r| f(r)).collect());
         println!(
-            "{:<8} {:>8} {:>9} {:>5} {:>10.0} {:>9.1} {:>9.1} {:>9.1} {:>8.1}",
+            "{:<8} {:>8} {:>9} {:>5} {:>10.0} {:>9.1} {:>9.1} {:>9.1} {:>8.1} {:>9.0} {:>6.2}",
             name,
             rs[0].messages,
             rs.iter().map(|r| r.delivered).min().unwrap_or(0),
@@ -460,6 +391,8 @@ async fn main() -> anyhow::Result<()> {
             med(|r| r.lateness_p99_ms),
             med(|r| r.lateness_max_ms),
             med(|r| r.peak_rss_mb),
+            med(|r| r.floor_per_s.unwrap_or(f64::NAN)),
+            med(|r| r.floor_ratio.unwrap_or(f64::NAN)),
         );
     }
     for r in results.iter().filter(|r| r.notes.is_some()) {
@@ -470,7 +403,15 @@ async fn main() -> anyhow::Result<()> {
             r.notes.as_deref().unwrap_or("")
         );
     }
-    println!("{}", serde_json::to_string(&json!({"runs": results}))?);
+    let all = serde_json::to_string(&json!({"runs": results}))?;
+    println!("{all}");
+    std::fs::create_dir_all(&args.out)?;
+    let json_file = args.out.join("bench.json");
+    std::fs::write(&json_file, &all)?;
+    println!("written: {}", json_file.display());
+    for file in charts::draw_all(&args.out, &results)? {
+        println!("written: {file}");
+    }
     let incomplete = results.iter().any(|r| r.delivered < r.messages);
     if incomplete {
         bail!("some messages were not delivered");

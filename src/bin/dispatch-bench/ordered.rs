@@ -220,5 +220,6 @@ pub(crate) async fn run(args: &Args, run: usize) -> anyhow::Result<Result> {
             k.failed_once.len()
         )),
         failed_check: k.out_of_order > 0 || k.max_in_flight > 1,
+        ..Default::default()
     })
 }

@@ -152,5 +152,6 @@ pub(crate) async fn run(args: &Args, run: usize) -> anyhow::Result<Result> {
         peak_rss_mb,
         notes: Some(notes),
         failed_check,
+        ..Default::default()
     })
 }

@@ -161,7 +161,7 @@ impl DeliveryStore for PgStore {
             "WITH cand AS ( \
                SELECT id, target_id, claim_at FROM messages \
                WHERE state = 'Scheduled' AND NOT paused AND NOT gated AND NOT held AND lease_token IS NULL \
-                 AND claim_at > $1 AND claim_at <= $5 AND NOT (target_id = ANY($6)) \
+                 AND ordering_key IS NULL AND claim_at > $1 AND claim_at <= $5 AND NOT (target_id = ANY($6)) \
                ORDER BY claim_at LIMIT $7), \
              pick AS ( \
                SELECT id, claim_at FROM (SELECT id, claim_at, \

@@ -60,7 +60,7 @@ impl DeliveryStore for SqliteStore {
                  SELECT id, claim_at, row_number() OVER (PARTITION BY target_id ORDER BY claim_at) AS rn \
                  FROM (SELECT id, target_id, claim_at FROM messages \
                    WHERE state = 'Scheduled' AND paused = 0 AND gated = 0 AND held = 0 AND lease_token IS NULL \
-                     AND claim_at > ?1 AND claim_at <= ?5 \
+                     AND ordering_key IS NULL AND claim_at > ?1 AND claim_at <= ?5 \
                      AND target_id NOT IN (SELECT value FROM json_each(?6)) \
                    ORDER BY claim_at LIMIT ?7)) \
                ORDER BY rn, claim_at LIMIT ?4) \
