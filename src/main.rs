@@ -4,6 +4,12 @@ use clap::Parser;
 use dispatch::{cli, config::Config};
 use tracing_subscriber::EnvFilter;
 
+/// Many small short-lived allocations per delivery (requests, envelopes,
+/// futures): mimalloc serves them from per-thread pages, where glibc's
+/// allocator spent a fifth of the service's CPU in a burst.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let args = cli::Cli::parse();

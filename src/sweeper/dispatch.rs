@@ -75,14 +75,17 @@ impl Dispatch {
             self.sweeper.wake.held.done(&waiting.group);
         }
         let this = self.clone();
+        // The attempt's future is large (a request in flight): boxed, the
+        // task that is spawned (and moved into place) is small.
         self.tasks.spawn(async move {
             let target = share.target().clone();
             let gate = waiting.group[0].gated.then(|| target.clone());
             let began = Instant::now();
-            for recorded in this
-                .sweeper
-                .attempt_group(waiting.group, waiting.claimed_at)
-                .await
+            for recorded in Box::pin(
+                this.sweeper
+                    .attempt_group(waiting.group, waiting.claimed_at),
+            )
+            .await
             {
                 let _ = this.results.send(Done {
                     recorded,

@@ -59,12 +59,15 @@ impl Sweeper {
     pub async fn run(self, shutdown: CancellationToken) {
         let (results_tx, results_rx) = mpsc::unbounded_channel::<Done>();
         let dispatch = Arc::new(Dispatch::new(self.clone(), results_tx));
+        let in_flight = dispatch.permits.clone();
+        let all_permits = self.config.concurrency as usize;
         let recorder = tokio::spawn(record_loop(
             self.store.clone(),
             self.wake.clone(),
             self.clock.clone(),
             results_rx,
             shutdown.clone(),
+            move || in_flight.available_permits() < all_permits,
         ));
         let permits = dispatch.permits.clone();
         let targets = dispatch.targets.clone();
@@ -444,7 +447,7 @@ impl Sweeper {
         if c.ladder_attempts == 0 {
             let due = c.delivery_time.max(c.scheduled_at);
             let lateness = (started_at - due).num_milliseconds().max(0) as f64 / 1000.0;
-            metrics::histogram!(m::LATENESS).record(lateness);
+            meters().lateness.record(lateness);
         }
     }
 
@@ -459,7 +462,7 @@ impl Sweeper {
         elapsed: Duration,
     ) -> Recorded {
         let finished_at = started_at + chrono::TimeDelta::from_std(elapsed).unwrap_or_default();
-        metrics::histogram!(m::DELIVERY_SECONDS).record(elapsed.as_secs_f64());
+        meters().delivery.record(elapsed.as_secs_f64());
         let ladder_attempts = ladder_before + 1;
         let (next, waited) = self.policy.next_honouring(
             ladder_attempts,
@@ -490,6 +493,22 @@ impl Sweeper {
                 .map(|k| (c.target_id.clone(), k.clone())),
         }
     }
+}
+
+/// The histograms every attempt records into, looked up once (a look-up
+/// hashes the name, per attempt). The recorder is installed before any
+/// sweeper runs.
+struct Meters {
+    lateness: metrics::Histogram,
+    delivery: metrics::Histogram,
+}
+
+fn meters() -> &'static Meters {
+    static METERS: std::sync::OnceLock<Meters> = std::sync::OnceLock::new();
+    METERS.get_or_init(|| Meters {
+        lateness: metrics::histogram!(m::LATENESS),
+        delivery: metrics::histogram!(m::DELIVERY_SECONDS),
+    })
 }
 
 /// Longest the timer of held messages sleeps while it holds some, so a

@@ -20,25 +20,56 @@ use crate::{
     wake::Wake,
 };
 
+/// Results written by one statement.
 const RECORD_BATCH: usize = 1000;
+/// While attempts are under way, results that decide nothing soon (a
+/// message delivered or dead-lettered, without an orderingKey or a gated
+/// target) wait up to this long, and up to `LINGER_MAX` of them, before
+/// they are written: a burst's sends keep the cores and the database writes
+/// follow it. A crash in that time redelivers what was not recorded, as a
+/// crash mid-attempt does.
+const LINGER: Duration = Duration::from_millis(1000);
+const LINGER_MAX: usize = 20_000;
+/// How often a lingering batch looks again whether attempts are under way.
+const LINGER_STEP: Duration = Duration::from_millis(20);
 
 /// Records results in batches: whatever has arrived while the previous batch
-/// was being written goes into the next statement.
+/// was being written goes into the next statements. `busy` says whether
+/// attempts are under way.
 pub(super) async fn record_loop(
     store: Arc<dyn Store>,
     wake: Arc<Wake>,
     clock: Arc<dyn Clock>,
     mut rx: mpsc::UnboundedReceiver<Done>,
     shutdown: CancellationToken,
+    busy: impl Fn() -> bool + Send + 'static,
 ) {
     let mut batch = Vec::with_capacity(RECORD_BATCH);
     let mut ended = Vec::new();
     while let Some(first) = rx.recv().await {
-        first.take(&mut batch, &mut ended);
-        while batch.len() < RECORD_BATCH {
-            match rx.try_recv() {
-                Ok(done) => done.take(&mut batch, &mut ended),
-                Err(_) => break,
+        let since = tokio::time::Instant::now();
+        let mut urgent = first.take(&mut batch, &mut ended);
+        loop {
+            while batch.len() < LINGER_MAX {
+                match rx.try_recv() {
+                    Ok(done) => urgent |= done.take(&mut batch, &mut ended),
+                    Err(_) => break,
+                }
+            }
+            let linger = !urgent
+                && batch.len() < LINGER_MAX
+                && since.elapsed() < LINGER
+                && !shutdown.is_cancelled()
+                && busy();
+            if !linger {
+                break;
+            }
+            tokio::select! {
+                done = rx.recv() => match done {
+                    Some(done) => urgent |= done.take(&mut batch, &mut ended),
+                    None => break,
+                },
+                _ = tokio::time::sleep(LINGER_STEP) => {}
             }
         }
         // The breakers learn first: a retry becomes claimable only once its
@@ -48,28 +79,15 @@ pub(super) async fn record_loop(
             record_health(store.as_ref(), &ended, clock.now()).await;
             ended.clear();
         }
-        let mut failures = 0u32;
-        loop {
-            match store.record(&batch, clock.now()).await {
-                Ok(_) => break,
-                Err(e) => {
-                    failures += 1;
-                    // Leases make unrecorded attempts claimable again, so
-                    // giving up at shutdown loses nothing (it may redeliver).
-                    if shutdown.is_cancelled() && failures >= 3 {
-                        warn!(error = %e, count = batch.len(), "giving up recording at shutdown");
-                        break;
-                    }
-                    warn!(error = %e, count = batch.len(), "recording results failed; retrying");
-                    tokio::time::sleep(Duration::from_millis(250)).await;
-                }
-            }
+        for chunk in batch.chunks(RECORD_BATCH) {
+            record_chunk(store.as_ref(), clock.as_ref(), chunk, &shutdown).await;
         }
         let mut next_retry = None;
+        let (mut delivered, mut dead) = (0, 0);
         for r in &batch {
             match r.next {
-                Next::Delivered => metrics::counter!(m::DELIVERED).increment(1),
-                Next::DeadLetter => metrics::counter!(m::DEAD_LETTERED).increment(1),
+                Next::Delivered => delivered += 1,
+                Next::DeadLetter => dead += 1,
                 Next::Retry(at) => {
                     next_retry =
                         Some(next_retry.map_or(at, |n: chrono::DateTime<chrono::Utc>| n.min(at)))
@@ -83,6 +101,8 @@ pub(super) async fn record_loop(
                 metrics::counter!(m::FAILED, "outcome" => a.outcome.as_str()).increment(1);
             }
         }
+        metrics::counter!(m::DELIVERED).increment(delivered);
+        metrics::counter!(m::DEAD_LETTERED).increment(dead);
         // A gated target may have room again, and a key whose message
         // ended hands on to its next one: they may go now.
         if gated || batch.iter().any(|r| r.key.is_some()) {
@@ -95,6 +115,32 @@ pub(super) async fn record_loop(
     }
 }
 
+/// Writes results, trying again until it succeeds (or, at shutdown, three
+/// times: leases make unrecorded attempts claimable again, so giving up
+/// then loses nothing; it may redeliver).
+async fn record_chunk(
+    store: &dyn Store,
+    clock: &dyn Clock,
+    chunk: &[Recorded],
+    shutdown: &CancellationToken,
+) {
+    let mut failures = 0u32;
+    loop {
+        match store.record(chunk, clock.now()).await {
+            Ok(_) => return,
+            Err(e) => {
+                failures += 1;
+                if shutdown.is_cancelled() && failures >= 3 {
+                    warn!(error = %e, count = chunk.len(), "giving up recording at shutdown");
+                    return;
+                }
+                warn!(error = %e, count = chunk.len(), "recording results failed; retrying");
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        }
+    }
+}
+
 /// What one claim's attempts did, and the gated target they went to.
 pub(super) struct Done {
     pub recorded: Recorded,
@@ -102,8 +148,13 @@ pub(super) struct Done {
 }
 
 impl Done {
-    /// Into a batch to record, and its outcomes into what the breakers learn.
-    fn take(self, batch: &mut Vec<Recorded>, ended: &mut Vec<(TargetId, Option<bool>)>) {
+    /// Into a batch to record, and its outcomes into what the breakers
+    /// learn. Whether it is urgent: its record decides what happens next (a
+    /// retry, the next message of its key, a gate's count).
+    fn take(self, batch: &mut Vec<Recorded>, ended: &mut Vec<(TargetId, Option<bool>)>) -> bool {
+        let urgent = self.gate.is_some()
+            || self.recorded.key.is_some()
+            || matches!(self.recorded.next, Next::Retry(_));
         if let Some(target) = self.gate {
             ended.extend(
                 self.recorded
@@ -113,6 +164,7 @@ impl Done {
             );
         }
         batch.push(self.recorded);
+        urgent
     }
 }
 
