@@ -10,12 +10,16 @@
 
 use std::{
     collections::{BTreeMap, HashMap},
-    sync::Mutex,
+    sync::{Arc, Mutex},
+    time::Duration,
 };
 
 use chrono::{DateTime, TimeDelta, Utc};
-use tokio::sync::Notify;
+use tokio::{sync::Notify, time::Instant};
+use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
+
+use super::{dispatch::Dispatch, Sweeper};
 
 use crate::{
     domain::{ids::MessageId, payload::MAX_PAYLOAD_CHARS},
@@ -146,6 +150,46 @@ impl Held {
     #[cfg(test)]
     fn is_empty(&self) -> bool {
         self.inner.lock().expect("not poisoned").by_due.is_empty()
+    }
+}
+
+/// Longest the timer of held messages sleeps while it holds some, so a
+/// clock that is moved on by hand (in tests) is seen.
+const HELD_POLL: Duration = Duration::from_millis(100);
+
+/// Starts each message claimed ahead at its instant (`Held`).
+pub(super) async fn fire_held(
+    dispatch: Arc<Dispatch>,
+    sweeper: Sweeper,
+    shutdown: CancellationToken,
+) {
+    let held = &sweeper.wake.held;
+    loop {
+        let now = sweeper.clock.now();
+        let due = held.take_due(now);
+        if !due.is_empty() {
+            let at = Instant::now();
+            for group in sweeper.group(due) {
+                // Its lease began at its due time.
+                let since = group[0]
+                    .due_at
+                    .and_then(|d| (now - d).to_std().ok())
+                    .unwrap_or_default();
+                dispatch.take_ahead(group, at.checked_sub(since).unwrap_or(at));
+            }
+        }
+        let wait = match held.next_due() {
+            Some(next) => (next - sweeper.clock.now())
+                .to_std()
+                .unwrap_or_default()
+                .min(HELD_POLL),
+            None => Duration::from_secs(3600),
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = held.earlier.notified() => {}
+            _ = shutdown.cancelled() => return,
+        }
     }
 }
 

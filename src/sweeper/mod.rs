@@ -28,12 +28,13 @@ use crate::{
 };
 
 pub(crate) mod ahead;
+mod by_hand;
 mod dispatch;
 mod record;
 mod shares;
 
 use dispatch::Dispatch;
-use record::{count_breaker_changes, record, record_loop, Done};
+use record::{count_breaker_changes, record_loop, Done};
 
 /// How soon a gated target that waits for attempts in flight (possibly on
 /// another instance) is looked at again.
@@ -77,7 +78,7 @@ impl Sweeper {
         let ahead_on = horizon > chrono::TimeDelta::zero() && self.config.claim_ahead_max > 0;
         let held = &self.wake.held;
         let timer = ahead_on.then(|| {
-            tokio::spawn(fire_held(
+            tokio::spawn(ahead::fire_held(
                 dispatch.clone(),
                 self.clone(),
                 shutdown.child_token(),
@@ -247,68 +248,6 @@ impl Sweeper {
         dispatch.stop().await;
         drop(dispatch);
         let _ = recorder.await;
-    }
-
-    /// Claims and delivers everything due now, waiting for the results to be
-    /// recorded. For tests and tools that drive the sweeper by hand.
-    pub async fn deliver_due_now(&self) -> usize {
-        let mut total = 0;
-        loop {
-            let claimed_at = Instant::now();
-            let now = self.clock.now();
-            let claimed = match self
-                .store
-                .claim_due(now, self.config.batch_size, self.config.lease)
-                .await
-            {
-                Ok(c) => c,
-                Err(e) => {
-                    warn!(error = %e, "claim failed");
-                    return total;
-                }
-            };
-            let claimed = match self
-                .store
-                .claim_gated(
-                    now,
-                    self.config.batch_size,
-                    self.config.lease,
-                    &crate::store::ClaimShares {
-                        per_target: self.config.target_concurrency,
-                        room: Vec::new(),
-                    },
-                )
-                .await
-            {
-                Ok(gated) => {
-                    count_breaker_changes(&gated.changes);
-                    claimed.into_iter().chain(gated.claimed).collect::<Vec<_>>()
-                }
-                Err(e) => {
-                    warn!(error = %e, "claim failed");
-                    return total;
-                }
-            };
-            if claimed.is_empty() {
-                return total;
-            }
-            total += claimed.len();
-            let results = futures::future::join_all(claimed.into_iter().map(|c| async move {
-                let gate = c.gated.then(|| c.target_id.clone());
-                self.attempt_group(vec![c], claimed_at)
-                    .await
-                    .into_iter()
-                    .map(move |recorded| Done {
-                        recorded,
-                        gate: gate.clone(),
-                    })
-            }))
-            .await
-            .into_iter()
-            .flatten()
-            .collect::<Vec<_>>();
-            record(self.store.as_ref(), results, self.clock.now()).await;
-        }
     }
 
     /// Splits a claim into what is delivered together: SQS messages of one
@@ -509,42 +448,6 @@ fn meters() -> &'static Meters {
         lateness: metrics::histogram!(m::LATENESS),
         delivery: metrics::histogram!(m::DELIVERY_SECONDS),
     })
-}
-
-/// Longest the timer of held messages sleeps while it holds some, so a
-/// clock that is moved on by hand (in tests) is seen.
-const HELD_POLL: Duration = Duration::from_millis(100);
-
-/// Starts each message claimed ahead at its instant (`Held`).
-async fn fire_held(dispatch: Arc<Dispatch>, sweeper: Sweeper, shutdown: CancellationToken) {
-    let held = &sweeper.wake.held;
-    loop {
-        let now = sweeper.clock.now();
-        let due = held.take_due(now);
-        if !due.is_empty() {
-            let at = Instant::now();
-            for group in sweeper.group(due) {
-                // Its lease began at its due time.
-                let since = group[0]
-                    .due_at
-                    .and_then(|d| (now - d).to_std().ok())
-                    .unwrap_or_default();
-                dispatch.take_ahead(group, at.checked_sub(since).unwrap_or(at));
-            }
-        }
-        let wait = match held.next_due() {
-            Some(next) => (next - sweeper.clock.now())
-                .to_std()
-                .unwrap_or_default()
-                .min(HELD_POLL),
-            None => Duration::from_secs(3600),
-        };
-        tokio::select! {
-            _ = tokio::time::sleep(wait) => {}
-            _ = held.earlier.notified() => {}
-            _ = shutdown.cancelled() => return,
-        }
-    }
 }
 
 fn cut_off() -> Delivered {

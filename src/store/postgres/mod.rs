@@ -19,6 +19,7 @@
 mod actions;
 mod activity;
 mod bulk;
+mod claimed;
 #[macro_use]
 mod delivery;
 mod filter;
