@@ -13,7 +13,10 @@
 //! ids), `ordered` (keys of messages that must arrive in order, each key's
 //! first message failing once), `redrive` (steady, while one call redrives
 //! `--redrive` dead letters), `schedules` (`--schedules` schedules every
-//! second for `--schedule-seconds` runs, their starts spread over a second). Lateness is arrival at the receiver (for SQS: the acknowledged send)
+//! second for `--schedule-seconds` runs, their starts spread over a second),
+//! `purge` (steady, while retention deletes `--purge` expired delivered
+//! messages). The ingest scenarios also measure PostgreSQL's own floor with
+//! pgbench; the JSON and SVG charts of a run are written to `--out`. Lateness is arrival at the receiver (for SQS: the acknowledged send)
 //! minus the scheduled time. Every scenario checks that every message arrived
 //! and counts duplicates.
 
@@ -30,6 +33,7 @@ mod charts;
 mod ingest;
 mod noisy;
 mod ordered;
+mod purge;
 mod redrive;
 mod schedules;
 mod service;
@@ -58,7 +62,7 @@ struct Args {
     )]
     pg: String,
     /// Scenarios to run: burst, steady, backlog, ingest, batch, sqs, noisy,
-    /// token, ordered, redrive (comma-separated).
+    /// token, ordered, redrive, schedules, purge (comma-separated).
     #[arg(long, default_value = "burst,steady,backlog,ingest,batch")]
     scenarios: String,
     /// The store Dispatch runs on: postgres or sqlite (the embedded store).
@@ -130,6 +134,10 @@ struct Args {
     /// The dispatch binary (default: beside this one).
     #[arg(long)]
     dispatch: Option<PathBuf>,
+    /// Delivered messages, expired a day ago, that retention purges while
+    /// the steady run of the purge scenario goes on (PostgreSQL only).
+    #[arg(long, default_value_t = 1_000_000)]
+    purge: usize,
     /// Measure PostgreSQL's own floor (pgbench) beside the ingest scenarios.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     floor: bool,
@@ -209,7 +217,12 @@ async fn run_scenario(args: &Args, scenario: &str, run: usize) -> anyhow::Result
     let hang = format!("http://{}/hang", listener.local_addr()?);
     let server = tokio::spawn(async move { axum::serve(listener, app).await });
 
-    let service = start_service(args).await?;
+    let service = if scenario == "purge" {
+        // Retention looks every second instead of every minute.
+        purge::start(args).await?
+    } else {
+        start_service(args).await?
+    };
     let target_id = create_target(args, &service, scenario, &hook).await?;
     if scenario == "ingest" {
         return ingest::ingest(args, service, server, &target_id, run).await;
@@ -237,9 +250,12 @@ async fn run_scenario(args: &Args, scenario: &str, run: usize) -> anyhow::Result
     if scenario == "noisy" {
         noisy::noisy_neighbour(args, &service, &hang).await?;
     }
+    if scenario == "purge" {
+        purge::expired(args, &service, &target_id).await?;
+    }
     let n_planned = match scenario {
         "burst" => args.burst,
-        "steady" | "backlog" | "noisy" => args.steady_rate * args.steady_seconds,
+        "steady" | "backlog" | "noisy" | "purge" => args.steady_rate * args.steady_seconds,
         "sqs" => args.sqs,
         other => bail!("unknown scenario {other}"),
     };
@@ -252,7 +268,7 @@ async fn run_scenario(args: &Args, scenario: &str, run: usize) -> anyhow::Result
     };
     let start = Utc::now() + TimeDelta::milliseconds(lead_ms);
     let times: Vec<DateTime<Utc>> = match scenario {
-        "steady" | "backlog" | "noisy" => (0..n_planned)
+        "steady" | "backlog" | "noisy" | "purge" => (0..n_planned)
             .map(|i| {
                 start + TimeDelta::microseconds((i as i64 * 1_000_000) / args.steady_rate as i64)
             })
@@ -292,6 +308,11 @@ async fn run_scenario(args: &Args, scenario: &str, run: usize) -> anyhow::Result
     }
     tokio::time::sleep(Duration::from_millis(200)).await; // stragglers and duplicates
     let peak_rss_mb = service.peak_rss_mb();
+    let notes = if scenario == "purge" {
+        Some(purge::left(args, &service).await?)
+    } else {
+        None
+    };
     service.stop(&args.pg).await;
     server.abort();
 
@@ -325,7 +346,7 @@ async fn run_scenario(args: &Args, scenario: &str, run: usize) -> anyhow::Result
         lateness_p99_ms: percentile(&lateness, 0.99),
         lateness_max_ms: lateness.last().copied().unwrap_or(f64::NAN),
         peak_rss_mb,
-        notes: None,
+        notes,
         failed_check: false,
         ..Default::default()
     })

@@ -48,6 +48,14 @@ pub(crate) fn dispatch_binary(args: &Args) -> PathBuf {
 }
 
 pub(crate) async fn start_service(args: &Args) -> anyhow::Result<Service> {
+    start_service_with(args, &[]).await
+}
+
+/// As `start_service`, with more environment for the service (its config).
+pub(crate) async fn start_service_with(
+    args: &Args,
+    extra: &[(&'static str, String)],
+) -> anyhow::Result<Service> {
     let (db_url, db_name, dir) = if args.store == "sqlite" {
         let dir = tempfile::tempdir()?;
         (
@@ -71,7 +79,7 @@ pub(crate) async fn start_service(args: &Args) -> anyhow::Result<Service> {
     };
     let bin = dispatch_binary(args);
     let port = free_port();
-    let envs = [
+    let mut envs = vec![
         ("DATABASE_URL", db_url.clone()),
         ("DISPATCH_SERVER__LISTEN", format!("127.0.0.1:{port}")),
         ("DISPATCH_WEBHOOK__ALLOW_PRIVATE_NETWORKS", "true".into()),
@@ -82,6 +90,7 @@ pub(crate) async fn start_service(args: &Args) -> anyhow::Result<Service> {
         ("DISPATCH_AWS__TIMEOUT", "50s".into()),
         ("DISPATCH_SWEEPER__LEASE", "60s".into()),
     ];
+    envs.extend(extra.iter().cloned());
     let out = tokio::process::Command::new(&bin)
         .args(["clients", "create", "--account", "bench", "--name", "bench"])
         .envs(envs.clone())
