@@ -204,7 +204,10 @@ mod tests {
             target_id: TargetId::from_trusted("DI-T-aaaaaaaaaa".into()),
             target: TargetConfig::from_stored_json(
                 "webhook",
-                serde_json::json!({"url": "https://example.com/hook"}),
+                serde_json::json!({
+                    "url": "https://example.com/hook",
+                    "signingSecret": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+                }),
             )
             .expect("a config"),
             payload: payload.into(),
