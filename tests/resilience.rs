@@ -6,7 +6,9 @@ mod common;
 
 use std::{collections::HashMap, process::Stdio, sync::Arc, time::Duration};
 
-use common::{in_ms, proxy::Proxy, receiver::Receiver, receiver::Reply, Api, TestApp, TestDb};
+use common::{
+    free_port, in_ms, proxy::Proxy, receiver::Receiver, receiver::Reply, Api, TestApp, TestDb,
+};
 use futures::{stream, StreamExt};
 use serde_json::Value;
 
@@ -153,14 +155,6 @@ async fn two_instances_deliver_2000_due_messages_each_exactly_once() {
     b.start_kill().unwrap();
     b.wait().await.unwrap();
     a.shutdown().await;
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -12,7 +12,7 @@
 use std::{
     fs,
     io::{Read, Write},
-    net::{TcpListener, TcpStream},
+    net::TcpStream,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     time::Duration,
@@ -59,13 +59,6 @@ pub fn chromedriver_path() -> PathBuf {
     binary("DISPATCH_TEST_CHROMEDRIVER", DEFAULT_CHROMEDRIVER)
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-}
-
 /// A `chromedriver` in its own session and process group, with its own HOME.
 /// Dropping it kills the whole group: the driver and every Chromium it started.
 pub struct ChromeDriver {
@@ -82,7 +75,7 @@ impl ChromeDriver {
             .tempdir()
             .expect("a temporary HOME");
         let log = fs::File::create(home.path().join("chromedriver.log")).expect("a log file");
-        let port = free_port();
+        let port = super::free_port();
         // `setsid` makes the driver the leader of a new session and process
         // group (its pid is the group id), which Chromium's processes join.
         let child = Command::new("setsid")

@@ -123,6 +123,14 @@ impl Drop for TestDb {
     }
 }
 
+/// A port nothing listens on now, for a process a test starts.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
 /// The configuration tests start from: port 0, private networks allowed
 /// (receivers are on loopback), a quick backstop poll.
 pub fn test_config(db_url: &str) -> Config {

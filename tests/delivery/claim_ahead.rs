@@ -169,14 +169,6 @@ async fn held_messages_go_back_at_shutdown() {
     );
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_loses_no_held_message() {
     // The API instance does not deliver; a separate process holds the
@@ -192,7 +184,7 @@ async fn a_crash_loses_no_held_message() {
         .env("DATABASE_URL", &api_app.db.url)
         .env(
             "DISPATCH_SERVER__LISTEN",
-            format!("127.0.0.1:{}", free_port()),
+            format!("127.0.0.1:{}", crate::common::free_port()),
         )
         .env("DISPATCH_WEBHOOK__ALLOW_PRIVATE_NETWORKS", "true")
         .env("DISPATCH_WEBHOOK__TIMEOUT", "1s")

@@ -70,76 +70,78 @@ fn lateness(file: &Path, scenario: &str, runs: &[&Result]) -> anyhow::Result<()>
             points
         })
         .collect();
-    let max_ms = curves.iter().flatten().map(|p| p.1).fold(1.0f64, f64::max) * 1.05;
-    let root = SVGBackend::new(file, SIZE).into_drawing_area();
-    root.fill(&WHITE)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(
-            format!("{scenario}: lateness of each delivery"),
-            ("sans-serif", 16),
-        )
-        .margin(12)
-        .x_label_area_size(36)
-        .y_label_area_size(64)
-        .build_cartesian_2d(0f64..100f64, 0f64..max_ms)?;
-    chart
-        .configure_mesh()
-        .x_desc("percent of messages delivered at most this late")
-        .y_desc("lateness (ms)")
-        .draw()?;
-    for (i, (r, points)) in runs.iter().zip(curves).enumerate() {
-        let color = COLORS[i % COLORS.len()];
-        chart
-            .draw_series(LineSeries::new(points, color.stroke_width(2)))?
-            .label(format!("run {}", r.run))
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color));
-    }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .border_style(BLACK)
-        .background_style(WHITE.mix(0.8))
-        .draw()?;
-    root.present()?;
-    Ok(())
+    let chart = Chart {
+        caption: format!("{scenario}: lateness of each delivery"),
+        x_desc: "percent of messages delivered at most this late",
+        y_desc: "lateness (ms)",
+        legend: SeriesLabelPosition::UpperLeft,
+    };
+    chart.draw(file, runs, curves, Some(100.0), 1.05)
 }
 
 /// Deliveries per second (arrivals in 100 ms steps) over the run.
 fn rate(file: &Path, scenario: &str, runs: &[&Result]) -> anyhow::Result<()> {
     let curves: Vec<Vec<(f64, f64)>> = runs.iter().map(|r| per_second(&r.timings)).collect();
-    let max_t = curves.iter().flatten().map(|p| p.0).fold(1.0f64, f64::max);
-    let max_rate = curves.iter().flatten().map(|p| p.1).fold(1.0f64, f64::max) * 1.1;
-    let root = SVGBackend::new(file, SIZE).into_drawing_area();
-    root.fill(&WHITE)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(
-            format!("{scenario}: deliveries per second"),
-            ("sans-serif", 16),
-        )
-        .margin(12)
-        .x_label_area_size(36)
-        .y_label_area_size(64)
-        .build_cartesian_2d(0f64..max_t, 0f64..max_rate)?;
-    chart
-        .configure_mesh()
-        .x_desc("seconds after the first message fell due")
-        .y_desc("deliveries per second")
-        .draw()?;
-    for (i, (r, points)) in runs.iter().zip(curves).enumerate() {
-        let color = COLORS[i % COLORS.len()];
+    let chart = Chart {
+        caption: format!("{scenario}: deliveries per second"),
+        x_desc: "seconds after the first message fell due",
+        y_desc: "deliveries per second",
+        legend: SeriesLabelPosition::UpperRight,
+    };
+    chart.draw(file, runs, curves, None, 1.1)
+}
+
+/// One chart: a line per run.
+struct Chart {
+    caption: String,
+    x_desc: &'static str,
+    y_desc: &'static str,
+    legend: SeriesLabelPosition,
+}
+
+impl Chart {
+    /// The x axis ends at `x_max` (else at the last point); the y axis
+    /// leaves `headroom` above the highest point.
+    fn draw(
+        self,
+        file: &Path,
+        runs: &[&Result],
+        curves: Vec<Vec<(f64, f64)>>,
+        x_max: Option<f64>,
+        headroom: f64,
+    ) -> anyhow::Result<()> {
+        let points = || curves.iter().flatten();
+        let x_max = x_max.unwrap_or_else(|| points().map(|p| p.0).fold(1.0, f64::max));
+        let y_max = points().map(|p| p.1).fold(1.0, f64::max) * headroom;
+        let root = SVGBackend::new(file, SIZE).into_drawing_area();
+        root.fill(&WHITE)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(self.caption, ("sans-serif", 16))
+            .margin(12)
+            .x_label_area_size(36)
+            .y_label_area_size(64)
+            .build_cartesian_2d(0f64..x_max, 0f64..y_max)?;
         chart
-            .draw_series(LineSeries::new(points, color.stroke_width(2)))?
-            .label(format!("run {}", r.run))
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color));
+            .configure_mesh()
+            .x_desc(self.x_desc)
+            .y_desc(self.y_desc)
+            .draw()?;
+        for (i, (r, points)) in runs.iter().zip(curves).enumerate() {
+            let color = COLORS[i % COLORS.len()];
+            chart
+                .draw_series(LineSeries::new(points, color.stroke_width(2)))?
+                .label(format!("run {}", r.run))
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color));
+        }
+        chart
+            .configure_series_labels()
+            .position(self.legend)
+            .border_style(BLACK)
+            .background_style(WHITE.mix(0.8))
+            .draw()?;
+        root.present()?;
+        Ok(())
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .border_style(BLACK)
-        .background_style(WHITE.mix(0.8))
-        .draw()?;
-    root.present()?;
-    Ok(())
 }
 
 /// Arrivals counted in 100 ms steps from the earliest due time, as a rate
