@@ -112,10 +112,14 @@ impl Service {
         };
         let limits_changed = changed.config.limits() != current.config.limits();
         let mut updated = if changed.name != current.name || changed.config != current.config {
-            self.store
+            let _no_claims_ahead = self.wake.held.gate.write().await;
+            let updated = self
+                .store
                 .update_target(&changed)
                 .await?
-                .ok_or(ServiceError::NotFound)?
+                .ok_or(ServiceError::NotFound)?;
+            self.give_back_held(id).await;
+            updated
         } else {
             current
         };
@@ -168,11 +172,13 @@ impl Service {
             updated_at: now,
             ..current
         };
+        let _no_claims_ahead = self.wake.held.gate.write().await;
         let target = self
             .store
             .update_target(&changed)
             .await?
             .ok_or(ServiceError::NotFound)?;
+        self.give_back_held(id).await;
         Ok(Saved {
             target,
             generated_secret: true,
@@ -213,6 +219,11 @@ impl Service {
         id: &TargetId,
         enabled: bool,
     ) -> ServiceResult<Target> {
+        let _no_claims_ahead = if enabled {
+            None
+        } else {
+            Some(self.wake.held.gate.write().await)
+        };
         let t = self
             .store
             .set_target_enabled(account, id, enabled, self.now())
@@ -220,8 +231,34 @@ impl Service {
             .ok_or(ServiceError::NotFound)?;
         if enabled {
             self.wake.now();
+        } else {
+            self.give_back_held(id).await;
         }
         Ok(t)
+    }
+
+    /// Messages of the target this instance claimed ahead of their time go
+    /// back to the store, due as before, once its change is committed: they
+    /// are claimed again as the target is now (its new address, secret or
+    /// limits; disabled, not at all). The caller holds the held messages'
+    /// gate, so no claim ahead read the target before the change and holds
+    /// its messages after this. Should the give-back fail, their leases end
+    /// on their own (late, not lost).
+    async fn give_back_held(&self, id: &TargetId) {
+        let back: Vec<_> = self
+            .wake
+            .held
+            .take_target(id)
+            .into_iter()
+            .map(|c| (c.id, c.lease_token))
+            .collect();
+        if back.is_empty() {
+            return;
+        }
+        if let Err(e) = self.store.release(&back).await {
+            tracing::warn!(error = %e, target_id = %id, count = back.len(), "giving back held messages failed; their leases end on their own");
+        }
+        self.wake.now();
     }
 
     /// Closes a target's circuit breaker by hand: its waiting messages go

@@ -22,7 +22,10 @@ use uuid::Uuid;
 use super::{dispatch::Dispatch, Sweeper};
 
 use crate::{
-    domain::{ids::MessageId, payload::MAX_PAYLOAD_CHARS},
+    domain::{
+        ids::{MessageId, TargetId},
+        payload::MAX_PAYLOAD_CHARS,
+    },
     store::Claimed,
 };
 
@@ -107,6 +110,28 @@ impl Held {
             g.due_of.remove(id);
         }
         due.into_values().collect()
+    }
+
+    /// The held messages of one target (its config changed: they go back,
+    /// to be claimed again as it is now).
+    pub fn take_target(&self, target: &TargetId) -> Vec<Claimed> {
+        let mut g = self.inner.lock().expect("not poisoned");
+        let keys: Vec<(DateTime<Utc>, Uuid)> = g
+            .by_due
+            .iter()
+            .filter(|(_, c)| &c.target_id == target)
+            .map(|(k, _)| *k)
+            .collect();
+        let mut taken = Vec::with_capacity(keys.len());
+        for key in keys {
+            if let Some(c) = g.by_due.remove(&key) {
+                g.due_of.remove(&key.1);
+                g.outstanding -= 1;
+                g.outstanding_bytes -= c.payload.len();
+                taken.push(c);
+            }
+        }
+        taken
     }
 
     /// Every held message (at shutdown: they are given back).
@@ -196,7 +221,7 @@ pub(super) async fn fire_held(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::{ids::TargetId, target::TargetConfig};
+    use crate::domain::target::TargetConfig;
 
     fn claimed(due: DateTime<Utc>, payload: &str) -> Claimed {
         Claimed {

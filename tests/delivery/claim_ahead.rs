@@ -90,6 +90,47 @@ async fn a_held_message_is_cancelled_or_rescheduled_on_its_instance_and_the_canc
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_target_changed_or_disabled_takes_back_what_is_held_for_it() {
+    let app = TestApp::spawn_with(ahead).await;
+    let rx = Receiver::start().await;
+    let api = app.api("acme").await;
+    let moved = api.webhook(&rx.url("/old")).await;
+    let disabled = api.webhook(&rx.url("/disabled")).await;
+    let sentinel = api.webhook(&rx.url("/sentinel")).await;
+    let (soon, _) = at(1_000);
+    api.schedule(s(&moved["targetId"]), &soon, "moved").await;
+    api.schedule(s(&disabled["targetId"]), &soon, "disabled")
+        .await;
+    let (later, later_t) = at(1_300);
+    api.schedule(s(&sentinel["targetId"]), &later, "sentinel")
+        .await;
+    wait_until_held(&app, later_t).await;
+
+    let r = api
+        .patch(
+            &format!("/targets/{}", s(&moved["targetId"])),
+            json!({"config": {"url": rx.url("/new")}}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    let r = api
+        .patch(
+            &format!("/targets/{}", s(&disabled["targetId"])),
+            json!({"enabled": false}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+
+    // The held message goes to the address its target has now; the
+    // disabled target's waits.
+    rx.wait_for(2, WAIT).await;
+    let mut paths: Vec<String> = rx.received().iter().map(|r| r.path.clone()).collect();
+    paths.sort();
+    assert_eq!(paths, vec!["/new", "/sentinel"]);
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bulk_cancel_takes_back_what_its_instance_holds() {
     let app = TestApp::spawn_with(ahead).await;
     let rx = Receiver::start().await;
