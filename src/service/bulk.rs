@@ -50,10 +50,7 @@ impl Service {
                 .into_iter()
                 .map(|c| (c.id, c.lease_token))
                 .collect();
-            if !back.is_empty() {
-                self.store.release(&back).await?;
-                self.wake.now();
-            }
+            self.give_back(&back).await?;
             Some(gate)
         } else {
             None

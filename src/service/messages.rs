@@ -246,10 +246,21 @@ impl Service {
         if matches!(t, Ok(Transition::Done(_))) {
             return;
         }
-        if let Err(e) = self.store.release(&[(*id, token)]).await {
+        if let Err(e) = self.give_back(&[(*id, token)]).await {
             tracing::warn!(error = %e, message_id = %id, "giving back a held message failed; its lease ends on its own");
         }
+    }
+
+    /// Gives messages this instance took back from the sweeper's held ones
+    /// to the store, due as before (for any instance), and wakes the
+    /// sweeper for them.
+    pub(super) async fn give_back(&self, leases: &[(MessageId, uuid::Uuid)]) -> StoreResult<()> {
+        if leases.is_empty() {
+            return Ok(());
+        }
+        self.store.release(leases).await?;
         self.wake.now();
+        Ok(())
     }
 
     /// Reschedules, at `at`, the dead letters that match (and are among

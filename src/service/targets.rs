@@ -252,13 +252,9 @@ impl Service {
             .into_iter()
             .map(|c| (c.id, c.lease_token))
             .collect();
-        if back.is_empty() {
-            return;
-        }
-        if let Err(e) = self.store.release(&back).await {
+        if let Err(e) = self.give_back(&back).await {
             tracing::warn!(error = %e, target_id = %id, count = back.len(), "giving back held messages failed; their leases end on their own");
         }
-        self.wake.now();
     }
 
     /// Closes a target's circuit breaker by hand: its waiting messages go

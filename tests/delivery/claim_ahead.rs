@@ -49,20 +49,37 @@ async fn a_held_message_is_cancelled_or_rescheduled_on_its_instance_and_the_canc
     let app = TestApp::spawn_with(ahead).await;
     let rx = Receiver::start().await;
     let api = app.api("acme").await;
+    let globex = app.api("globex").await;
     let target = api.webhook(&rx.url("/hook")).await;
     let tid = s(&target["targetId"]);
-    let (soon, soon_t) = at(1_000);
+    let (soon, soon_t) = at(1_500);
     let cancelled = api.schedule(tid, &soon, "cancelled").await;
     let moved = api.schedule(tid, &soon, "moved").await;
-    let (later, later_t) = at(1_300);
+    let kept = api.schedule(tid, &soon, "kept").await;
+    let (later, later_t) = at(1_800);
     api.schedule(tid, &later, "sentinel").await;
     wait_until_held(&app, later_t).await;
+
+    // Another account's cancel or reschedule of a held message finds
+    // nothing, and the message still goes at its time.
+    let kept_id = s(&kept["messageId"]);
+    let r = globex
+        .post_empty(&format!("/messages/{kept_id}/cancel"))
+        .await;
+    assert_eq!(r.status(), 404);
+    let r = globex
+        .post(
+            &format!("/messages/{kept_id}/reschedule"),
+            json!({"deliveryTime": in_ms(60_000)}),
+        )
+        .await;
+    assert_eq!(r.status(), 404);
 
     let r = api
         .post_empty(&format!("/messages/{}/cancel", s(&cancelled["messageId"])))
         .await;
     assert_eq!(r.status(), 200, "the cancel of a held message wins");
-    let (moved_to, _) = at(1_500);
+    let (moved_to, _) = at(2_000);
     let r = api
         .post(
             &format!("/messages/{}/reschedule", s(&moved["messageId"])),
@@ -77,9 +94,10 @@ async fn a_held_message_is_cancelled_or_rescheduled_on_its_instance_and_the_canc
 
     // The sentinel falls due after the cancelled message would have; the
     // rescheduled one arrives at its new time.
-    let got = rx.wait_for(2, WAIT).await;
-    assert_eq!(payloads(&rx), vec!["sentinel", "moved"]);
-    let moved_arrival = got[1].at;
+    let got = rx.wait_for(3, WAIT).await;
+    assert_eq!(payloads(&rx), vec!["kept", "sentinel", "moved"]);
+    assert!(got[0].at >= soon_t, "the kept one never before its time");
+    let moved_arrival = got[2].at;
     assert!(moved_arrival >= time(&Value::String(moved_to)));
     assert_eq!(
         api.message(s(&cancelled["messageId"])).await["state"],
