@@ -149,6 +149,7 @@ async fn finish(
         delivered: scheduled,
         duplicates: 0,
         rate_per_s,
+        lateness_min_ms: f64::NAN,
         lateness_p50_ms: f64::NAN,
         lateness_p99_ms: f64::NAN,
         lateness_max_ms: f64::NAN,

@@ -185,6 +185,9 @@ struct Result {
     duplicates: usize,
     /// Deliveries per second between the 5th and 95th percentile of arrivals.
     rate_per_s: f64,
+    /// The earliest arrival's lateness: how long the first delivery took
+    /// to start (for a burst, the offset before its rate counts).
+    lateness_min_ms: f64,
     lateness_p50_ms: f64,
     lateness_p99_ms: f64,
     lateness_max_ms: f64,
@@ -342,6 +345,7 @@ async fn run_scenario(args: &Args, scenario: &str, run: usize) -> anyhow::Result
         delivered,
         duplicates,
         rate_per_s,
+        lateness_min_ms: lateness.first().copied().unwrap_or(f64::NAN),
         lateness_p50_ms: percentile(&lateness, 0.5),
         lateness_p99_ms: percentile(&lateness, 0.99),
         lateness_max_ms: lateness.last().copied().unwrap_or(f64::NAN),

@@ -146,6 +146,7 @@ pub(crate) async fn run(args: &Args, run: usize) -> anyhow::Result<Result> {
         delivered: timings.len(),
         duplicates,
         rate_per_s: rate,
+        lateness_min_ms: lateness.first().copied().unwrap_or(f64::NAN),
         lateness_p50_ms: percentile(&lateness, 0.5),
         lateness_p99_ms: percentile(&lateness, 0.99),
         lateness_max_ms: lateness.last().copied().unwrap_or(f64::NAN),
