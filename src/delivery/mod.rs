@@ -110,29 +110,38 @@ impl Deliverer {
 
     /// Messages with the same key may be delivered together by `deliver_batch`.
     pub fn batch_key(&self, claimed: &Claimed) -> Option<TargetId> {
-        (self.sqs_batch && matches!(claimed.target, TargetConfig::Sqs(_)))
+        (self.sqs_batch && matches!(*claimed.target, TargetConfig::Sqs(_)))
             .then(|| claimed.target_id.clone())
     }
 
     /// The longest one attempt at this target may take: with OAuth, up to
     /// two token requests and two sends.
     pub fn attempt_timeout(&self, claimed: &Claimed) -> Duration {
-        match &claimed.target {
+        match &*claimed.target {
             TargetConfig::Webhook(c) if c.auth.is_some() => 4 * self.webhook.timeout_for(c),
             TargetConfig::Webhook(c) => self.webhook.timeout_for(c),
             TargetConfig::Sqs(_) | TargetConfig::Sns(_) => self.aws.timeout(),
         }
     }
 
+    /// The longest `deliver` can take for this message, where its clients'
+    /// own timeouts end it (a webhook's request, with or without tokens).
+    pub fn bounded_by(&self, claimed: &Claimed) -> Option<Duration> {
+        match &*claimed.target {
+            TargetConfig::Webhook(c) if c.auth.is_none() => Some(self.webhook.timeout_for(c)),
+            TargetConfig::Webhook(_) => Some(self.webhook.max_timeout()),
+            TargetConfig::Sqs(_) | TargetConfig::Sns(_) => None,
+        }
+    }
+
     pub async fn deliver(&self, claimed: &Claimed) -> Delivered {
         let envelope = Envelope::new(claimed, SystemClock.now());
-        match &claimed.target {
+        match &*claimed.target {
             TargetConfig::Webhook(config) => {
-                let body = envelope.to_bytes();
                 let letter = webhook::Letter {
                     id: &claimed.id,
                     ordering_key: claimed.ordering_key.as_deref(),
-                    body: &body,
+                    body: envelope.to_bytes().into(),
                 };
                 self.webhook.deliver(config, &letter).await
             }
@@ -152,7 +161,7 @@ impl Deliverer {
     /// Delivers up to ten messages of one SQS target in one call; one result
     /// per message, in order. Other targets are delivered one by one.
     pub async fn deliver_batch(&self, claimed: &[Claimed]) -> Vec<Delivered> {
-        match claimed.first().map(|c| &c.target) {
+        match claimed.first().map(|c| &*c.target) {
             Some(TargetConfig::Sqs(config)) if claimed.len() > 1 => {
                 let now = SystemClock.now();
                 let envelopes: Vec<Envelope> =

@@ -20,8 +20,15 @@ pub const USER_AGENT: &str = concat!("Dispatch/", env!("CARGO_PKG_VERSION"));
 pub struct Letter<'a> {
     pub id: &'a MessageId,
     pub ordering_key: Option<&'a str>,
-    pub body: &'a [u8],
+    /// Shared, not copied, by each request that sends it.
+    pub body: bytes::Bytes,
 }
+
+const WEBHOOK_ID: header::HeaderName = header::HeaderName::from_static("webhook-id");
+const WEBHOOK_TIMESTAMP: header::HeaderName = header::HeaderName::from_static("webhook-timestamp");
+const WEBHOOK_SIGNATURE: header::HeaderName = header::HeaderName::from_static("webhook-signature");
+const ORDERING_KEY: header::HeaderName = header::HeaderName::from_static("dispatch-ordering-key");
+const JSON: header::HeaderValue = header::HeaderValue::from_static("application/json");
 
 pub struct WebhookClient {
     client: Client,
@@ -64,6 +71,11 @@ impl WebhookClient {
         }
     }
 
+    /// The longest any attempt takes, whatever the target's config.
+    pub fn max_timeout(&self) -> Duration {
+        self.max_timeout
+    }
+
     /// The timeout of one request to this target.
     pub fn timeout_for(&self, config: &WebhookConfig) -> Duration {
         config
@@ -76,11 +88,11 @@ impl WebhookClient {
     /// One attempt: fetches or reuses the receiver's OAuth token when the
     /// target has one, and on a 401 refreshes it once and tries again.
     pub async fn deliver(&self, config: &WebhookConfig, letter: &Letter<'_>) -> Delivered {
-        let timeout = config
-            .timeout_ms
-            .map(Duration::from_millis)
-            .unwrap_or(self.default_timeout)
-            .min(self.max_timeout);
+        let timeout = self.timeout_for(config);
+        if config.auth.is_none() {
+            // One request, which its own timeout (at most max_timeout) ends.
+            return self.attempt(config, letter, timeout).await;
+        }
         // The whole attempt, token requests included, stays inside the lease.
         match tokio::time::timeout(self.max_timeout, self.attempt(config, letter, timeout)).await {
             Ok(delivered) => delivered,
@@ -165,24 +177,24 @@ impl WebhookClient {
         timeout: Duration,
         bearer: Option<&str>,
     ) -> Delivered {
-        let (id, body) = (letter.id, letter.body);
+        let (id, body) = (letter.id, &letter.body);
         let msg_id = id.to_string();
         let timestamp = chrono::Utc::now().timestamp();
         let mut request = self
             .client
             .post(url.clone())
             .timeout(timeout)
-            .header(header::CONTENT_TYPE, "application/json")
-            .header("webhook-id", &msg_id)
-            .header("webhook-timestamp", timestamp.to_string())
+            .header(header::CONTENT_TYPE, JSON)
+            .header(WEBHOOK_ID, &msg_id)
+            .header(WEBHOOK_TIMESTAMP, timestamp.to_string())
             .header(
-                "webhook-signature",
+                WEBHOOK_SIGNATURE,
                 signing::sign_all(keys, &msg_id, timestamp, body),
             );
         if let Some(key) = letter.ordering_key {
             // Any UTF-8 without control characters is a valid header value.
             match header::HeaderValue::from_bytes(key.as_bytes()) {
-                Ok(value) => request = request.header("dispatch-ordering-key", value),
+                Ok(value) => request = request.header(ORDERING_KEY, value),
                 Err(_) => {
                     return Delivered::failure(
                         AttemptOutcome::NonRetryableFailure,
@@ -197,7 +209,7 @@ impl WebhookClient {
         if let Some(token) = bearer {
             request = request.bearer_auth(token);
         }
-        match request.body(body.to_vec()).send().await {
+        match request.body(body.clone()).send().await {
             Ok(response) => classify_response(response).await,
             Err(e) => classify_error(&e, timeout),
         }

@@ -45,7 +45,7 @@ pub(crate) use schedules::{recurrence_from_row, zone_from_row};
 pub use schedules::{Materialised, SaveSchedule, ScheduleCursor};
 pub use sealed::{reseal_all, ResealPage, Resealed};
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
@@ -250,7 +250,8 @@ pub struct MessageFilter {
 pub struct Claimed {
     pub id: MessageId,
     pub target_id: TargetId,
-    pub target: TargetConfig,
+    /// Shared by the messages of one claim that go to the same target.
+    pub target: Arc<TargetConfig>,
     pub payload: String,
     pub delivery_time: DateTime<Utc>,
     /// When it was last scheduled or rescheduled. While a message waits for

@@ -246,14 +246,16 @@ mod tests {
         Claimed {
             id: MessageId(Uuid::new_v4()),
             target_id: TargetId::from_trusted("DI-T-aaaaaaaaaa".into()),
-            target: TargetConfig::from_stored_json(
-                "webhook",
-                serde_json::json!({
-                    "url": "https://example.com/hook",
-                    "signingSecret": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
-                }),
-            )
-            .expect("a config"),
+            target: Arc::new(
+                TargetConfig::from_stored_json(
+                    "webhook",
+                    serde_json::json!({
+                        "url": "https://example.com/hook",
+                        "signingSecret": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+                    }),
+                )
+                .expect("a config"),
+            ),
             payload: payload.into(),
             delivery_time: due,
             scheduled_at: due,

@@ -321,15 +321,15 @@ impl Sweeper {
         let started_at = self.clock.now();
         let clock = Instant::now();
         // No attempt outlives its lease: past it, another instance may take
-        // the message, or a cancel may succeed.
-        let delivered = match tokio::time::timeout_at(
-            deadline,
-            self.deliverer.deliver(c).instrument(span.clone()),
-        )
-        .await
-        {
-            Ok(d) => d,
-            Err(_) => cut_off(),
+        // the message, or a cancel may succeed. Where the client's own
+        // timeout ends the attempt well before, no second timer is set.
+        let deliver = self.deliverer.deliver(c).instrument(span.clone());
+        let delivered = match self.deliverer.bounded_by(c) {
+            Some(bound) if clock + bound + LEASE_MARGIN < deadline => deliver.await,
+            _ => match tokio::time::timeout_at(deadline, deliver).await {
+                Ok(d) => d,
+                Err(_) => cut_off(),
+            },
         };
         span.in_scope(|| match delivered.outcome {
             AttemptOutcome::Success => debug!("delivered"),

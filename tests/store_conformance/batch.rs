@@ -225,7 +225,7 @@ async fn batch_inserted_messages_are_claimable_when_due(store: Arc<dyn Store>) {
     );
     let c = &claimed[0];
     assert_eq!(c.target_id, t.id);
-    assert_eq!(c.target, t.config);
+    assert_eq!(*c.target, t.config);
     assert_eq!(c.payload, early.payload.as_str());
     assert_eq!(c.delivery_time, now - secs(3));
     assert_eq!(c.attempt_count, 0);

@@ -62,7 +62,7 @@ async fn claim_due_hands_out_only_due_scheduled_messages_oldest_due_first(store:
     assert_eq!(claimed_ids(&claimed), vec![future.id]);
     let c = &claimed[0];
     assert_eq!(c.target_id, t.id);
-    assert_eq!(c.target, t.config);
+    assert_eq!(*c.target, t.config);
     assert_eq!(c.payload, future.payload.as_str());
     assert_eq!(c.delivery_time, now + hours(1));
     assert_eq!(c.attempt_count, 0);

@@ -103,9 +103,9 @@ async fn sealed_secrets_are_not_in_the_database_and_every_read_gets_them_back(db
         claimed.iter().map(|c| c.id).collect::<Vec<_>>(),
         vec![m1.id, m2.id, m3.id]
     );
-    assert_eq!(claimed[0].target, changed.config);
-    assert_eq!(claimed[1].target, changed.config);
-    assert_eq!(claimed[2].target, queue.config);
+    assert_eq!(*claimed[0].target, changed.config);
+    assert_eq!(*claimed[1].target, changed.config);
+    assert_eq!(*claimed[2].target, queue.config);
 
     assert_keys_sealed_under(&db, &*store, &current).await;
 }
@@ -252,7 +252,7 @@ async fn a_row_sealed_under_a_key_not_configured_fails_cleanly_and_its_messages_
     let claimed = store.claim_due(later, 10, LEASE).await.unwrap();
     assert_eq!(claimed.len(), 1);
     assert_eq!(claimed[0].id, m.id);
-    assert_eq!(claimed[0].target, hook.config);
+    assert_eq!(*claimed[0].target, hook.config);
 }
 
 async fn sealed_secrets_moved_onto_another_target_do_not_read(db: Db) {

@@ -2,7 +2,7 @@
 //! that cannot be read dead-lettered, one sealed under a key this instance
 //! lacks left leased for another.
 
-use std::collections::HashMap;
+use std::{collections::HashMap, sync::Arc};
 
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
@@ -29,7 +29,7 @@ impl PgStore {
         let mut claimed = Vec::with_capacity(rows.len());
         let (mut bad_ids, mut bad_reasons) = (Vec::new(), Vec::new());
         // Each message carries its target's row; a target is opened once a claim.
-        let mut configs: HashMap<String, Result<TargetConfig, StoreError>> = HashMap::new();
+        let mut configs: HashMap<String, Result<Arc<TargetConfig>, StoreError>> = HashMap::new();
         let mut unopened: Vec<String> = Vec::new();
         for r in rows {
             let id = r.id;
@@ -42,6 +42,7 @@ impl PgStore {
                     r.secrets_key_id.as_deref(),
                     r.sealed_secrets.as_deref(),
                 )
+                .map(Arc::new)
             });
             let target = match config {
                 Ok(c) => c.clone(),

@@ -349,7 +349,7 @@ impl SqliteStore {
         token: Uuid,
         now: DateTime<Utc>,
     ) -> StoreResult<Vec<Claimed>> {
-        let mut targets: HashMap<String, StoreResult<TargetConfig>> = HashMap::new();
+        let mut targets: HashMap<String, StoreResult<Arc<TargetConfig>>> = HashMap::new();
         if !rows.is_empty() {
             let mut ids: Vec<&str> = rows.iter().map(|r| r.target_id.as_str()).collect();
             ids.sort_unstable();
@@ -376,7 +376,8 @@ impl SqliteStore {
                     &config,
                     key_id.as_deref(),
                     sealed.as_deref(),
-                );
+                )
+                .map(Arc::new);
                 targets.insert(id, config);
             }
         }
