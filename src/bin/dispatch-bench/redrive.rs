@@ -123,13 +123,7 @@ pub(crate) async fn run(args: &Args, run: usize) -> anyhow::Result<Result> {
 
     let deadline =
         Instant::now() + Duration::from_secs(60 + args.steady_seconds as u64 + dead_n as u64 / 200);
-    let steady_done = || {
-        let seen = arrivals.seen.lock().unwrap();
-        seen.iter()
-            .map(|(id, ..)| id.as_str())
-            .collect::<std::collections::HashSet<_>>()
-            .len()
-    };
+    let steady_done = || super::distinct_arrivals(&arrivals.seen.lock().unwrap(), n);
     let mut all_redelivered = None;
     while Instant::now() < deadline {
         if all_redelivered.is_none() && d.accepted.load(Ordering::SeqCst) >= dead_n {
