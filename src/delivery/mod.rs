@@ -2,6 +2,7 @@
 
 pub mod aws;
 pub mod guard;
+pub mod http1;
 pub mod oauth;
 pub mod policy;
 pub mod signing;

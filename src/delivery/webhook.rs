@@ -1,10 +1,15 @@
-//! Webhook delivery over one shared keep-alive HTTP client.
+//! Webhook delivery over keep-alive HTTP/1.1 connections (`http1`); the
+//! receivers' OAuth tokens are fetched with a shared reqwest client.
 
 use std::time::Duration;
 
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::{Method, Request};
 use reqwest::{header, redirect, Client, StatusCode};
+use tokio::time::Instant;
 
-use super::{guard, oauth::ReceiverTokens, signing, Delivered};
+use super::{guard, http1, oauth::ReceiverTokens, signing, Delivered};
 use crate::domain::{ids::MessageId, retry::AttemptOutcome, target::WebhookConfig};
 
 /// Bytes of the response kept in the attempt record.
@@ -21,7 +26,7 @@ pub struct Letter<'a> {
     pub id: &'a MessageId,
     pub ordering_key: Option<&'a str>,
     /// Shared, not copied, by each request that sends it.
-    pub body: bytes::Bytes,
+    pub body: Bytes,
 }
 
 const WEBHOOK_ID: header::HeaderName = header::HeaderName::from_static("webhook-id");
@@ -31,7 +36,7 @@ const ORDERING_KEY: header::HeaderName = header::HeaderName::from_static("dispat
 const JSON: header::HeaderValue = header::HeaderValue::from_static("application/json");
 
 pub struct WebhookClient {
-    client: Client,
+    connections: http1::Connections,
     tokens: ReceiverTokens,
     default_timeout: Duration,
     max_timeout: Duration,
@@ -61,10 +66,9 @@ impl WebhookClient {
             builder = builder.dns_resolver(guard::resolver());
         }
         let client = builder.build().expect("a TLS-capable HTTP client builds");
-        let tokens = ReceiverTokens::new(client.clone());
         Self {
-            client,
-            tokens,
+            connections: http1::Connections::new(connect_timeout, allow_private),
+            tokens: ReceiverTokens::new(client),
             default_timeout,
             max_timeout,
             allow_private,
@@ -177,43 +181,129 @@ impl WebhookClient {
         timeout: Duration,
         bearer: Option<&str>,
     ) -> Delivered {
-        let (id, body) = (letter.id, &letter.body);
-        let msg_id = id.to_string();
-        let timestamp = chrono::Utc::now().timestamp();
-        let mut request = self
-            .client
-            .post(url.clone())
-            .timeout(timeout)
-            .header(header::CONTENT_TYPE, JSON)
-            .header(WEBHOOK_ID, &msg_id)
-            .header(WEBHOOK_TIMESTAMP, timestamp.to_string())
-            .header(
-                WEBHOOK_SIGNATURE,
-                signing::sign_all(keys, &msg_id, timestamp, body),
+        let deadline = Instant::now() + timeout;
+        let Some(origin) = http1::Origin::of(url) else {
+            return Delivered::failure(
+                AttemptOutcome::NonRetryableFailure,
+                "the target URL is not http or https",
             );
-        if let Some(key) = letter.ordering_key {
-            // Any UTF-8 without control characters is a valid header value.
-            match header::HeaderValue::from_bytes(key.as_bytes()) {
-                Ok(value) => request = request.header(ORDERING_KEY, value),
-                Err(_) => {
-                    return Delivered::failure(
-                        AttemptOutcome::NonRetryableFailure,
-                        "the orderingKey cannot be sent as a header",
-                    )
-                }
+        };
+        let request = match request_for(url, config, keys, letter, bearer) {
+            Ok(request) => request,
+            Err(refused) => return refused,
+        };
+        let (response, lent) = match tokio::time::timeout_at(
+            deadline,
+            self.connections.send(&origin, request),
+        )
+        .await
+        {
+            Ok(Ok(answered)) => answered,
+            Ok(Err(e)) => return classify_error(&e),
+            Err(_) => {
+                return Delivered::failure(
+                    AttemptOutcome::RetryableFailure,
+                    format!("timeout after {}ms", timeout.as_millis()),
+                )
             }
+        };
+        let (head, mut body) = response.into_parts();
+        let mut excerpt = Vec::new();
+        // Read a little of the body for the record; a small body is drained
+        // so the connection serves the next request.
+        if http1::read_body(
+            &mut body,
+            RESPONSE_EXCERPT,
+            DRAIN_LIMIT,
+            deadline,
+            &mut excerpt,
+        )
+        .await
+        {
+            self.connections.give_back(lent);
         }
-        for (name, value) in &config.headers {
-            request = request.header(name, value);
-        }
-        if let Some(token) = bearer {
-            request = request.bearer_auth(token);
-        }
-        match request.body(body.clone()).send().await {
-            Ok(response) => classify_response(response).await,
-            Err(e) => classify_error(&e, timeout),
-        }
+        classify_response(head.status, &head.headers, &excerpt)
     }
+}
+
+/// The request of one attempt, its URI in origin form (path and query).
+fn request_for(
+    url: &reqwest::Url,
+    config: &WebhookConfig,
+    keys: &[Vec<u8>],
+    letter: &Letter<'_>,
+    bearer: Option<&str>,
+) -> Result<Request<Full<Bytes>>, Delivered> {
+    let msg_id = letter.id.to_string();
+    let timestamp = chrono::Utc::now().timestamp();
+    let path = match url.query() {
+        Some(q) => format!("{}?{q}", url.path()),
+        None => url.path().to_string(),
+    };
+    let mut request = Request::new(Full::new(letter.body.clone()));
+    *request.method_mut() = Method::POST;
+    *request.uri_mut() = path.parse().map_err(|_| {
+        Delivered::failure(
+            AttemptOutcome::NonRetryableFailure,
+            "the target URL is invalid",
+        )
+    })?;
+    let headers = request.headers_mut();
+    headers.insert(header::CONTENT_TYPE, JSON);
+    headers.insert(
+        header::USER_AGENT,
+        header::HeaderValue::from_static(USER_AGENT),
+    );
+    headers.insert(header::ACCEPT, header::HeaderValue::from_static("*/*"));
+    let text = |v: String| header::HeaderValue::try_from(v).expect("ASCII");
+    headers.insert(WEBHOOK_ID, text(msg_id.clone()));
+    headers.insert(WEBHOOK_TIMESTAMP, text(timestamp.to_string()));
+    headers.insert(
+        WEBHOOK_SIGNATURE,
+        text(signing::sign_all(keys, &msg_id, timestamp, &letter.body)),
+    );
+    if let Some(key) = letter.ordering_key {
+        // Any UTF-8 without control characters is a valid header value.
+        let value = header::HeaderValue::from_bytes(key.as_bytes()).map_err(|_| {
+            Delivered::failure(
+                AttemptOutcome::NonRetryableFailure,
+                "the orderingKey cannot be sent as a header",
+            )
+        })?;
+        headers.insert(ORDERING_KEY, value);
+    }
+    for (name, value) in &config.headers {
+        // Checked when the target was written (an RFC 9110 token, visible
+        // ASCII).
+        let (Ok(name), Ok(value)) = (
+            header::HeaderName::from_bytes(name.as_bytes()),
+            header::HeaderValue::from_str(value),
+        ) else {
+            return Err(Delivered::failure(
+                AttemptOutcome::NonRetryableFailure,
+                format!("the header {name} cannot be sent"),
+            ));
+        };
+        headers.append(name, value);
+    }
+    if let Some(token) = bearer {
+        let mut value = header::HeaderValue::try_from(format!("Bearer {token}")).map_err(|_| {
+            Delivered::failure(
+                AttemptOutcome::NonRetryableFailure,
+                "the receiver's token cannot be sent as a header",
+            )
+        })?;
+        value.set_sensitive(true);
+        headers.insert(header::AUTHORIZATION, value);
+    }
+    if !headers.contains_key(header::HOST) {
+        let host = match url.port() {
+            Some(port) => format!("{}:{port}", url.host_str().unwrap_or_default()),
+            None => url.host_str().unwrap_or_default().to_string(),
+        };
+        headers.insert(header::HOST, text(host));
+    }
+    Ok(request)
 }
 
 /// 2xx succeeds; 408, 425, 429 and 5xx are retryable; 3xx and other 4xx are not.
@@ -226,33 +316,15 @@ pub fn classify_status(status: StatusCode) -> AttemptOutcome {
     }
 }
 
-async fn classify_response(mut response: reqwest::Response) -> Delivered {
-    let status = response.status();
+fn classify_response(status: StatusCode, headers: &header::HeaderMap, excerpt: &[u8]) -> Delivered {
     // Only a 429 or a 503 asks for a wait (RFC 9110 §10.2.3, API.md §9).
     let retry_after = match status {
-        StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE => response
-            .headers()
+        StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE => headers
             .get(header::RETRY_AFTER)
             .and_then(|v| v.to_str().ok())
             .and_then(super::retry_after),
         _ => None,
     };
-    let mut excerpt = Vec::new();
-    let mut read = 0usize;
-    // Read a little of the body for the record; drain small bodies so the
-    // connection goes back to the pool.
-    while read < DRAIN_LIMIT {
-        match response.chunk().await {
-            Ok(Some(chunk)) => {
-                read += chunk.len();
-                if excerpt.len() < RESPONSE_EXCERPT {
-                    let take = (RESPONSE_EXCERPT - excerpt.len()).min(chunk.len());
-                    excerpt.extend_from_slice(&chunk[..take]);
-                }
-            }
-            Ok(None) | Err(_) => break,
-        }
-    }
     let outcome = classify_status(status);
     let error = match outcome {
         AttemptOutcome::Success => None,
@@ -266,28 +338,25 @@ async fn classify_response(mut response: reqwest::Response) -> Delivered {
         outcome,
         status_code: Some(status.as_u16()),
         error,
-        response_body: Some(String::from_utf8_lossy(&excerpt).into_owned()),
+        response_body: Some(String::from_utf8_lossy(excerpt).into_owned()),
         retry_after,
     }
 }
 
-fn classify_error(e: &reqwest::Error, timeout: Duration) -> Delivered {
+fn classify_error(e: &http1::SendError) -> Delivered {
     if let Some(refused) = guard::find_refusal(e) {
         return Delivered::failure(AttemptOutcome::NonRetryableFailure, refused.to_string());
     }
     // A connection that could not be opened in webhook.connect_timeout is a
     // connection failure, not the attempt's timeout.
-    let message = if e.is_connect() {
-        format!("connection failed: {}", root_cause(e))
-    } else if e.is_timeout() {
-        format!("timeout after {}ms", timeout.as_millis())
-    } else {
-        format!("request failed: {}", root_cause(e))
+    let message = match e {
+        http1::SendError::Connect(_) => format!("connection failed: {}", root_cause(e)),
+        http1::SendError::Request(_) => format!("request failed: {}", root_cause(e)),
     };
     Delivered::failure(AttemptOutcome::RetryableFailure, message)
 }
 
-fn root_cause(e: &reqwest::Error) -> String {
+fn root_cause(e: &http1::SendError) -> String {
     let mut last: &dyn std::error::Error = e;
     while let Some(s) = last.source() {
         last = s;
