@@ -70,10 +70,19 @@ pub enum SendError {
 }
 
 pub struct Connections {
-    idle: Mutex<HashMap<Origin, VecDeque<(Sender, Instant)>>>,
+    idle: Mutex<Idle>,
     tls: TlsConnector,
     connect_timeout: Duration,
     allow_private: bool,
+    idle_timeout: Duration,
+}
+
+/// Idle connections by origin, newest last; every `idle_timeout` the lot is
+/// swept, so that origins no longer used do not keep connections open.
+#[derive(Default)]
+struct Idle {
+    by_origin: HashMap<Origin, VecDeque<(Sender, Instant)>>,
+    swept: Option<Instant>,
 }
 
 /// A connection lent to one request; `give_back` once its response body was
@@ -96,11 +105,18 @@ impl Connections {
         .with_no_client_auth();
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         Self {
-            idle: Mutex::new(HashMap::new()),
+            idle: Mutex::new(Idle::default()),
             tls: TlsConnector::from(Arc::new(config)),
             connect_timeout,
             allow_private,
+            idle_timeout: IDLE_TIMEOUT,
         }
+    }
+
+    #[cfg(test)]
+    fn with_idle_timeout(mut self, idle_timeout: Duration) -> Self {
+        self.idle_timeout = idle_timeout;
+        self
     }
 
     /// Sends `request` (its URI in origin form: path and query) to `origin`.
@@ -142,9 +158,9 @@ impl Connections {
     /// The idle connection to `origin` used last, if one is still open.
     fn idle_for(&self, origin: &Origin) -> Option<Sender> {
         let mut idle = self.idle.lock().expect("not poisoned");
-        let list = idle.get_mut(origin)?;
+        let list = idle.by_origin.get_mut(origin)?;
         while let Some((sender, since)) = list.pop_back() {
-            if !sender.is_closed() && since.elapsed() < IDLE_TIMEOUT {
+            if !sender.is_closed() && since.elapsed() < self.idle_timeout {
                 return Some(sender);
             }
         }
@@ -158,15 +174,26 @@ impl Connections {
             return;
         }
         let mut idle = self.idle.lock().expect("not poisoned");
-        let list = idle.entry(lent.origin).or_default();
-        while list
-            .front()
-            .is_some_and(|(s, since)| s.is_closed() || since.elapsed() >= IDLE_TIMEOUT)
+        let now = Instant::now();
+        let stale = |(s, since): &(Sender, Instant)| {
+            s.is_closed() || now.duration_since(*since) >= self.idle_timeout
+        };
+        if idle
+            .swept
+            .is_none_or(|at| now.duration_since(at) >= self.idle_timeout)
         {
+            idle.swept = Some(now);
+            idle.by_origin.retain(|_, list| {
+                list.retain(|c| !stale(c));
+                !list.is_empty()
+            });
+        }
+        let list = idle.by_origin.entry(lent.origin).or_default();
+        while list.front().is_some_and(stale) {
             list.pop_front();
         }
         if list.len() < MAX_IDLE_PER_ORIGIN {
-            list.push_back((lent.sender, Instant::now()));
+            list.push_back((lent.sender, now));
         }
     }
 
@@ -373,6 +400,22 @@ mod tests {
             assert_eq!(exchange(&c, &origin).await, b"ok");
         }
         assert_eq!(accepted.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test]
+    async fn connections_idle_too_long_are_closed_whatever_their_origin() {
+        let (first, _) = receiver(100).await;
+        let (second, _) = receiver(100).await;
+        let c = Connections::new(Duration::from_secs(1), true)
+            .with_idle_timeout(Duration::from_millis(50));
+        exchange(&c, &first).await;
+        assert_eq!(c.idle.lock().unwrap().by_origin[&first].len(), 1);
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        // Giving back a connection to another origin sweeps the first's.
+        exchange(&c, &second).await;
+        let idle = c.idle.lock().unwrap();
+        assert!(!idle.by_origin.contains_key(&first));
+        assert_eq!(idle.by_origin[&second].len(), 1);
     }
 
     #[tokio::test]
