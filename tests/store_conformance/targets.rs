@@ -11,6 +11,7 @@ checks!(
     updating_a_target_changes_its_name_and_config_in_its_own_account_only,
     disabling_and_enabling_a_target_flips_enabled_in_its_own_account_only,
     deleting_a_target_answers_deleted_then_not_found,
+    deleting_a_target_deletes_its_finished_messages_and_only_its,
     a_target_with_a_scheduled_message_cannot_be_deleted,
     a_target_with_a_dead_letter_cannot_be_deleted,
     a_target_whose_messages_are_all_finished_can_be_deleted,
@@ -333,4 +334,28 @@ async fn a_target_whose_messages_are_all_finished_can_be_deleted(store: Arc<dyn 
         DeleteTarget::Deleted
     ));
     assert!(store.get_target(ACME, &t.id).await.unwrap().is_none());
+}
+
+async fn deleting_a_target_deletes_its_finished_messages_and_only_its(store: Arc<dyn Store>) {
+    let t = add_target(&*store, ACME).await;
+    let other = add_target(&*store, ACME).await;
+    let now = time::now();
+    let gone = schedule(&*store, &t, now + hours(1)).await;
+    let stays = schedule(&*store, &other, now + hours(1)).await;
+    for m in [&gone, &stays] {
+        done(store.cancel(ACME, &m.id, now).await.unwrap());
+    }
+    assert!(matches!(
+        store.delete_target(ACME, &t.id).await.unwrap(),
+        DeleteTarget::Deleted
+    ));
+    assert!(store.get_message(ACME, &gone.id).await.unwrap().is_none());
+    assert_eq!(get(&*store, &stays).await.state, State::Cancelled);
+    // A message for the deleted target is refused, not stored without one.
+    let late = message_value(&t, now, now);
+    assert!(matches!(
+        store.insert_message(&late, None).await.unwrap(),
+        InsertOutcome::UnknownTarget
+    ));
+    assert!(store.get_message(ACME, &late.id).await.unwrap().is_none());
 }

@@ -208,6 +208,15 @@ impl TargetStore for PgStore {
         if pending.0 {
             return Ok(DeleteTarget::HasPending);
         }
+        // No foreign key cascades (the inserts check the target): its
+        // delivered and cancelled messages go here, their attempts and
+        // events with them. New ones wait for the row's lock, then find no
+        // target.
+        sqlx::query("DELETE FROM messages WHERE target_id = $1")
+            .bind(id.as_str())
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?;
         sqlx::query("DELETE FROM targets WHERE id = $1")
             .bind(id.as_str())
             .execute(&mut *tx)
