@@ -83,7 +83,7 @@ pub struct BatchItemOut {
     pub status: u16,
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<MessageOut>)]
-    pub message: Option<Value>,
+    pub message: Option<crate::store::ResponseJson>,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub replayed: bool,
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -6,7 +6,6 @@ use axum::{
     response::{IntoResponse, Response},
     Json,
 };
-use serde_json::Value;
 
 use super::{
     body::Body,
@@ -24,7 +23,7 @@ use crate::{
     },
     service::{messages::ScheduleRequest, messages::Scheduled, IdempotencyKey},
     state::AppState,
-    store::MessageFilter,
+    store::{MessageFilter, ResponseJson},
     wire::{AttemptOut, Field, List, MessageIn, MessageOut, RescheduleIn},
 };
 
@@ -99,12 +98,16 @@ pub(super) fn schedule_request(
     }
 }
 
-fn created_response(status: u16, body: Value) -> Response {
+fn created_response(status: u16, body: ResponseJson) -> Response {
+    #[derive(serde::Deserialize)]
+    struct Id<'a> {
+        #[serde(rename = "messageId", borrow)]
+        message_id: &'a str,
+    }
     let status = StatusCode::from_u16(status).unwrap_or(StatusCode::CREATED);
-    let location = body
-        .get("messageId")
-        .and_then(Value::as_str)
-        .and_then(|id| HeaderValue::from_str(&format!("/messages/{id}")).ok());
+    let location = serde_json::from_str::<Id>(body.get())
+        .ok()
+        .and_then(|b| HeaderValue::from_str(&format!("/messages/{}", b.message_id)).ok());
     let mut response = (status, Json(body)).into_response();
     if let Some(location) = location {
         response.headers_mut().insert(header::LOCATION, location);

@@ -40,7 +40,7 @@ impl IdempotencyKey {
 pub(super) fn remember(
     key: IdempotencyKey,
     message: &Message,
-    response: serde_json::Value,
+    response: crate::store::ResponseJson,
 ) -> IdempotencyInput {
     let mut hash = Sha256::new();
     for part in [

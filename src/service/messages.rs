@@ -2,7 +2,6 @@
 //! and redrive.
 
 use chrono::{DateTime, Utc};
-use serde_json::Value;
 
 use super::{
     idempotency::{insert_once, remember},
@@ -18,7 +17,8 @@ use crate::{
     },
     metrics as m,
     store::{
-        BatchItem, Bulk, BulkAction, InsertOutcome, MessageFilter, RangeOn, StoreResult, Transition,
+        BatchItem, Bulk, BulkAction, InsertOutcome, MessageFilter, RangeOn, ResponseJson,
+        StoreResult, Transition,
     },
     wire::MessageOut,
 };
@@ -41,11 +41,11 @@ pub struct ScheduleRequest {
 pub enum Scheduled {
     Created {
         message: Box<Message>,
-        response: Value,
+        response: ResponseJson,
     },
     Replayed {
         status: u16,
-        response: Value,
+        response: ResponseJson,
     },
 }
 
@@ -55,12 +55,12 @@ impl Service {
         account: &AccountId,
         req: ScheduleRequest,
         now: DateTime<Utc>,
-    ) -> (BatchItem, Value) {
+    ) -> (BatchItem, ResponseJson) {
         let mut message =
             Message::scheduled(account, req.target_id, req.delivery_time, req.payload, now);
         message.ordering_key = req.ordering_key;
-        let response =
-            serde_json::to_value(MessageOut::new(&message)).expect("a message serialises to JSON");
+        let response = serde_json::value::to_raw_value(&MessageOut::new(&message))
+            .expect("a message serialises to JSON");
         let idempotency = req
             .idempotency_key
             .map(|key| remember(key, &message, response.clone()));
@@ -287,7 +287,7 @@ impl Service {
     }
 }
 
-fn answer(outcome: InsertOutcome, response: Value) -> ServiceResult<Scheduled> {
+fn answer(outcome: InsertOutcome, response: ResponseJson) -> ServiceResult<Scheduled> {
     match outcome {
         InsertOutcome::Created(message) => Ok(Scheduled::Created { message, response }),
         InsertOutcome::Replayed { status, response } => {

@@ -48,7 +48,6 @@ pub use sealed::{reseal_all, ResealPage, Resealed};
 use std::{sync::Arc, time::Duration};
 
 use chrono::{DateTime, Utc};
-use serde_json::Value;
 use uuid::Uuid;
 
 use crate::domain::{
@@ -153,7 +152,7 @@ pub struct IdempotencyInput {
     pub key: String,
     pub request_hash: Vec<u8>,
     pub status: u16,
-    pub response: Value,
+    pub response: ResponseJson,
     /// Keys older than this are forgotten.
     pub ttl: Duration,
 }
@@ -165,13 +164,17 @@ pub struct BatchItem {
     pub idempotency: Option<IdempotencyInput>,
 }
 
+/// A response body as JSON text, written once: a batch answers a thousand
+/// of them, and building each as a JSON tree cost more than the insert.
+pub type ResponseJson = Box<serde_json::value::RawValue>;
+
 #[derive(Debug)]
 pub enum InsertOutcome {
     Created(Box<Message>),
     /// The key was seen with the same request: the first response again.
     Replayed {
         status: u16,
-        response: Value,
+        response: ResponseJson,
     },
     /// The key was seen with another request.
     KeyConflict,

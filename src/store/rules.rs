@@ -75,7 +75,7 @@ pub(crate) fn key_live_since(m: &Message, idem: &IdempotencyInput) -> DateTime<U
 pub(crate) fn replayed(status: i64, response: &str) -> StoreResult<InsertOutcome> {
     Ok(InsertOutcome::Replayed {
         status: u16::try_from(status).unwrap_or(201),
-        response: serde_json::from_str(response)
+        response: serde_json::value::RawValue::from_string(response.to_string())
             .map_err(|e| StoreError::Corrupt(format!("idempotent response: {e}")))?,
     })
 }

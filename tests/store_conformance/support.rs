@@ -336,7 +336,7 @@ pub(crate) fn idem(
         key: key.into(),
         request_hash: hash.to_vec(),
         status: 201,
-        response,
+        response: serde_json::value::to_raw_value(&response).unwrap(),
         ttl,
     }
 }
@@ -415,7 +415,7 @@ pub(crate) fn replayed_response(o: &InsertOutcome) -> serde_json::Value {
     match o {
         InsertOutcome::Replayed { status, response } => {
             assert_eq!(*status, 201);
-            response.clone()
+            serde_json::from_str(response.get()).unwrap()
         }
         other => panic!("expected Replayed, got {other:?}"),
     }
