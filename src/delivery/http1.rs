@@ -382,24 +382,25 @@ mod tests {
         excerpt
     }
 
-    #[tokio::test]
-    async fn a_connection_read_to_the_end_serves_the_next_request() {
-        let (origin, accepted) = receiver(100).await;
+    /// How many connections `requests` requests in a row open to a
+    /// receiver that closes each connection after `per_connection`.
+    async fn connections_opened(per_connection: usize, requests: usize) -> usize {
+        let (origin, accepted) = receiver(per_connection).await;
         let c = Connections::new(Duration::from_secs(1), true);
-        for _ in 0..5 {
+        for _ in 0..requests {
             assert_eq!(exchange(&c, &origin).await, b"ok");
         }
-        assert_eq!(accepted.load(Ordering::SeqCst), 1);
+        accepted.load(Ordering::SeqCst)
+    }
+
+    #[tokio::test]
+    async fn a_connection_read_to_the_end_serves_the_next_request() {
+        assert_eq!(connections_opened(100, 5).await, 1);
     }
 
     #[tokio::test]
     async fn a_connection_the_receiver_closed_is_not_used_again() {
-        let (origin, accepted) = receiver(1).await;
-        let c = Connections::new(Duration::from_secs(1), true);
-        for _ in 0..3 {
-            assert_eq!(exchange(&c, &origin).await, b"ok");
-        }
-        assert_eq!(accepted.load(Ordering::SeqCst), 3);
+        assert_eq!(connections_opened(1, 3).await, 3);
     }
 
     #[tokio::test]
