@@ -272,6 +272,9 @@ fn request_for(
         })?;
         headers.insert(ORDERING_KEY, value);
     }
+    if let Some(basic) = basic_auth(url) {
+        headers.insert(header::AUTHORIZATION, basic);
+    }
     for (name, value) in &config.headers {
         // Checked when the target was written (an RFC 9110 token, visible
         // ASCII).
@@ -304,6 +307,22 @@ fn request_for(
         headers.insert(header::HOST, text(host));
     }
     Ok(request)
+}
+
+/// Credentials written in the URL (`https://user:pass@host/`) go as Basic
+/// authentication, decoded, and the URL sent is without them.
+fn basic_auth(url: &reqwest::Url) -> Option<header::HeaderValue> {
+    use base64::{engine::general_purpose::STANDARD as B64, Engine};
+    if url.username().is_empty() && url.password().is_none() {
+        return None;
+    }
+    let decode = |s: &str| percent_encoding::percent_decode_str(s).collect::<Vec<u8>>();
+    let mut pair = decode(url.username());
+    pair.push(b':');
+    pair.extend(decode(url.password().unwrap_or_default()));
+    let mut value = header::HeaderValue::try_from(format!("Basic {}", B64.encode(pair))).ok()?;
+    value.set_sensitive(true);
+    Some(value)
 }
 
 /// 2xx succeeds; 408, 425, 429 and 5xx are retryable; 3xx and other 4xx are not.
@@ -367,6 +386,35 @@ fn root_cause(e: &http1::SendError) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn credentials_in_the_url_go_as_basic_authentication_and_not_in_the_request_line() {
+        let config: WebhookConfig = serde_json::from_value(serde_json::json!({
+            "url": "https://al%20ice:p%40ss@example.com:8443/hook?x=1",
+            "signingSecret": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+        }))
+        .unwrap();
+        let url = reqwest::Url::parse(&config.url).unwrap();
+        let id = MessageId(uuid::Uuid::now_v7());
+        let letter = Letter {
+            id: &id,
+            ordering_key: None,
+            body: Bytes::from_static(b"{}"),
+        };
+        let request = request_for(&url, &config, &[b"key".to_vec()], &letter, None).unwrap();
+        assert_eq!(request.uri(), "/hook?x=1");
+        assert_eq!(request.headers()[header::HOST], "example.com:8443");
+        // base64("al ice:p@ss")
+        assert_eq!(
+            request.headers()[header::AUTHORIZATION],
+            "Basic YWwgaWNlOnBAc3M="
+        );
+        let plain = reqwest::Url::parse("https://example.com/hook").unwrap();
+        let request =
+            request_for(&plain, &config, &[b"key".to_vec()], &letter, Some("t0k")).unwrap();
+        assert_eq!(request.headers()[header::HOST], "example.com");
+        assert_eq!(request.headers()[header::AUTHORIZATION], "Bearer t0k");
+    }
 
     #[test]
     fn statuses_are_classified_as_the_contract_says() {
