@@ -96,6 +96,15 @@ impl Connections {
     pub fn new(connect_timeout: Duration, allow_private: bool) -> Self {
         let mut roots = rustls::RootCertStore::empty();
         roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+        Self::trusting(roots, connect_timeout, allow_private)
+    }
+
+    /// Connections that trust these roots for https.
+    fn trusting(
+        roots: rustls::RootCertStore,
+        connect_timeout: Duration,
+        allow_private: bool,
+    ) -> Self {
         let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
             rustls::crypto::ring::default_provider(),
         ))
@@ -417,6 +426,77 @@ mod tests {
         let idle = c.idle.lock().unwrap();
         assert!(!idle.by_origin.contains_key(&first));
         assert_eq!(idle.by_origin[&second].len(), 1);
+    }
+
+    /// A receiver over TLS with the certificate of `localhost` and
+    /// 127.0.0.1 in `tests/fixtures/tls` (made with openssl: a test CA, and
+    /// a P-256 leaf it signed, both valid until 2126), answering one request.
+    async fn tls_receiver() -> Origin {
+        use rustls::pki_types::{pem::PemObject, CertificateDer, PrivateKeyDer};
+        let certs = vec![CertificateDer::from_pem_slice(include_bytes!(
+            "../../tests/fixtures/tls/localhost.pem"
+        ))
+        .unwrap()];
+        let key =
+            PrivateKeyDer::from_pem_slice(include_bytes!("../../tests/fixtures/tls/localhost.key"))
+                .unwrap();
+        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            loop {
+                let (socket, _) = listener.accept().await.unwrap();
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    // A client that does not trust the certificate hangs up.
+                    let Ok(mut tls) = acceptor.accept(socket).await else {
+                        return;
+                    };
+                    let mut buf = vec![0u8; 8192];
+                    let mut got = Vec::new();
+                    while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                        let n = tls.read(&mut buf).await.unwrap();
+                        if n == 0 {
+                            return;
+                        }
+                        got.extend_from_slice(&buf[..n]);
+                    }
+                    let answer = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+                    tls.write_all(answer.as_bytes()).await.unwrap();
+                    tls.flush().await.unwrap();
+                });
+            }
+        });
+        let url = Url::parse(&format!("https://localhost:{port}/hook")).unwrap();
+        Origin::of(&url).unwrap()
+    }
+
+    #[tokio::test]
+    async fn https_is_spoken_to_a_receiver_whose_certificate_is_trusted_and_only_then() {
+        use rustls::pki_types::{pem::PemObject, CertificateDer};
+        let origin = tls_receiver().await;
+        let mut roots = rustls::RootCertStore::empty();
+        roots
+            .add(
+                CertificateDer::from_pem_slice(include_bytes!("../../tests/fixtures/tls/ca.pem"))
+                    .unwrap(),
+            )
+            .unwrap();
+        let trusting = Connections::trusting(roots, Duration::from_secs(2), true);
+        assert_eq!(exchange(&trusting, &origin).await, b"ok");
+
+        // The public roots do not include the test CA: no connection.
+        let public = Connections::new(Duration::from_secs(2), true);
+        let err = public.send(&origin, request(&origin)).await.err().unwrap();
+        assert!(matches!(err, SendError::Connect(_)), "{err:?}");
     }
 
     #[tokio::test]
