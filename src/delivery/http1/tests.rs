@@ -1,0 +1,203 @@
+//! The connection pool against real sockets: plain receivers that keep or
+//! close their connections, a TLS receiver, refused and guarded addresses.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::TcpListener,
+};
+
+use super::*;
+
+/// A receiver that answers each request on a connection with 200 "ok",
+/// closing the connection after `per_connection` requests; it counts the
+/// connections it accepted.
+async fn receiver(per_connection: usize) -> (Origin, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let count = accepted.clone();
+    tokio::spawn(async move {
+        loop {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            count.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 8192];
+                for _ in 0..per_connection {
+                    let mut got = Vec::new();
+                    // Headers, then the 2-byte body each request carries.
+                    let complete = |got: &[u8]| {
+                        got.windows(4)
+                            .position(|w| w == b"\r\n\r\n")
+                            .is_some_and(|end| got.len() >= end + 4 + 2)
+                    };
+                    while !complete(&got) {
+                        let n = socket.read(&mut buf).await.unwrap();
+                        if n == 0 {
+                            return;
+                        }
+                        got.extend_from_slice(&buf[..n]);
+                    }
+                    let close = if per_connection == 1 {
+                        "Connection: close\r\n"
+                    } else {
+                        ""
+                    };
+                    let answer = format!("HTTP/1.1 200 OK\r\n{close}Content-Length: 2\r\n\r\nok");
+                    socket.write_all(answer.as_bytes()).await.unwrap();
+                }
+            });
+        }
+    });
+    let url = Url::parse(&format!("http://127.0.0.1:{port}/hook")).unwrap();
+    (Origin::of(&url).unwrap(), accepted)
+}
+
+fn request(origin: &Origin) -> Request<Full<Bytes>> {
+    Request::post("/hook")
+        .header("host", format!("{}:{}", origin.host, origin.port))
+        .body(Full::new(Bytes::from_static(b"{}")))
+        .unwrap()
+}
+
+async fn exchange(c: &Connections, origin: &Origin) -> Vec<u8> {
+    let (response, lent) = c.send(origin, request(origin)).await.unwrap();
+    assert_eq!(response.status(), 200);
+    let mut body = response.into_body();
+    let mut excerpt = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    assert!(read_body(&mut body, 1024, 65536, deadline, &mut excerpt).await);
+    c.give_back(lent);
+    excerpt
+}
+
+/// How many connections `requests` requests in a row open to a
+/// receiver that closes each connection after `per_connection`.
+async fn connections_opened(per_connection: usize, requests: usize) -> usize {
+    let (origin, accepted) = receiver(per_connection).await;
+    let c = Connections::new(Duration::from_secs(1), true);
+    for _ in 0..requests {
+        assert_eq!(exchange(&c, &origin).await, b"ok");
+    }
+    accepted.load(Ordering::SeqCst)
+}
+
+#[tokio::test]
+async fn a_connection_read_to_the_end_serves_the_next_request() {
+    assert_eq!(connections_opened(100, 5).await, 1);
+}
+
+#[tokio::test]
+async fn a_connection_the_receiver_closed_is_not_used_again() {
+    assert_eq!(connections_opened(1, 3).await, 3);
+}
+
+#[tokio::test]
+async fn connections_idle_too_long_are_closed_whatever_their_origin() {
+    let (first, _) = receiver(100).await;
+    let (second, _) = receiver(100).await;
+    let c =
+        Connections::new(Duration::from_secs(1), true).with_idle_timeout(Duration::from_millis(50));
+    exchange(&c, &first).await;
+    assert_eq!(c.idle.lock().unwrap().by_origin[&first].len(), 1);
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    // Giving back a connection to another origin sweeps the first's.
+    exchange(&c, &second).await;
+    let idle = c.idle.lock().unwrap();
+    assert!(!idle.by_origin.contains_key(&first));
+    assert_eq!(idle.by_origin[&second].len(), 1);
+}
+
+/// A receiver over TLS with the certificate of `localhost` and
+/// 127.0.0.1 in `tests/fixtures/tls` (made with openssl: a test CA, and
+/// a P-256 leaf it signed, both valid until 2126), answering one request.
+async fn tls_receiver() -> Origin {
+    use rustls::pki_types::{pem::PemObject, CertificateDer, PrivateKeyDer};
+    let certs = vec![CertificateDer::from_pem_slice(include_bytes!(
+        "../../../tests/fixtures/tls/localhost.pem"
+    ))
+    .unwrap()];
+    let key =
+        PrivateKeyDer::from_pem_slice(include_bytes!("../../../tests/fixtures/tls/localhost.key"))
+            .unwrap();
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(certs, key)
+    .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        loop {
+            let (socket, _) = listener.accept().await.unwrap();
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                // A client that does not trust the certificate hangs up.
+                let Ok(mut tls) = acceptor.accept(socket).await else {
+                    return;
+                };
+                let mut buf = vec![0u8; 8192];
+                let mut got = Vec::new();
+                while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                    let n = tls.read(&mut buf).await.unwrap();
+                    if n == 0 {
+                        return;
+                    }
+                    got.extend_from_slice(&buf[..n]);
+                }
+                let answer = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+                tls.write_all(answer.as_bytes()).await.unwrap();
+                tls.flush().await.unwrap();
+            });
+        }
+    });
+    let url = Url::parse(&format!("https://localhost:{port}/hook")).unwrap();
+    Origin::of(&url).unwrap()
+}
+
+#[tokio::test]
+async fn https_is_spoken_to_a_receiver_whose_certificate_is_trusted_and_only_then() {
+    use rustls::pki_types::{pem::PemObject, CertificateDer};
+    let origin = tls_receiver().await;
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(
+            CertificateDer::from_pem_slice(include_bytes!("../../../tests/fixtures/tls/ca.pem"))
+                .unwrap(),
+        )
+        .unwrap();
+    let trusting = Connections::trusting(roots, Duration::from_secs(2), true);
+    assert_eq!(exchange(&trusting, &origin).await, b"ok");
+
+    // The public roots do not include the test CA: no connection.
+    let public = Connections::new(Duration::from_secs(2), true);
+    let err = public.send(&origin, request(&origin)).await.err().unwrap();
+    assert!(matches!(err, SendError::Connect(_)), "{err:?}");
+}
+
+#[tokio::test]
+async fn a_refused_connection_is_a_connect_error() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let url = Url::parse(&format!("http://127.0.0.1:{port}/")).unwrap();
+    let origin = Origin::of(&url).unwrap();
+    let c = Connections::new(Duration::from_secs(1), true);
+    let err = c.send(&origin, request(&origin)).await.err().unwrap();
+    assert!(matches!(err, SendError::Connect(_)), "{err:?}");
+}
+
+#[tokio::test]
+async fn a_name_that_resolves_inside_is_refused_by_the_guard() {
+    let url = Url::parse("http://localhost:9/").unwrap();
+    let origin = Origin::of(&url).unwrap();
+    let c = Connections::new(Duration::from_secs(1), false);
+    let err = c.send(&origin, request(&origin)).await.err().unwrap();
+    assert!(guard::find_refusal(&err).is_some(), "{err:?}");
+}
