@@ -149,10 +149,6 @@ async fn finish(
         delivered: scheduled,
         duplicates: 0,
         rate_per_s,
-        lateness_min_ms: f64::NAN,
-        lateness_p50_ms: f64::NAN,
-        lateness_p99_ms: f64::NAN,
-        lateness_max_ms: f64::NAN,
         peak_rss_mb,
         floor_per_s: floor,
         floor_ratio: floor.map(|f| rate_per_s / f),
@@ -164,6 +160,7 @@ async fn finish(
         }),
         failed_check: false,
         timings: Vec::new(),
+        ..Result::with_lateness(&[])
     })
 }
 

@@ -359,15 +359,25 @@ async fn run_scenario(args: &Args, scenario: &str, run: usize) -> anyhow::Result
         delivered,
         duplicates,
         rate_per_s,
-        lateness_min_ms: lateness.first().copied().unwrap_or(f64::NAN),
-        lateness_p50_ms: percentile(&lateness, 0.5),
-        lateness_p99_ms: percentile(&lateness, 0.99),
-        lateness_max_ms: lateness.last().copied().unwrap_or(f64::NAN),
         peak_rss_mb,
         notes,
         failed_check: false,
-        ..Default::default()
+        ..Result::with_lateness(&lateness)
     })
+}
+
+impl Result {
+    /// A result with the lateness figures of `sorted` (milliseconds, in
+    /// order; none for a scenario that delivers nothing) and the rest unset.
+    fn with_lateness(sorted: &[f64]) -> Self {
+        Self {
+            lateness_min_ms: sorted.first().copied().unwrap_or(f64::NAN),
+            lateness_p50_ms: percentile(sorted, 0.5),
+            lateness_p99_ms: percentile(sorted, 0.99),
+            lateness_max_ms: sorted.last().copied().unwrap_or(f64::NAN),
+            ..Default::default()
+        }
+    }
 }
 
 fn median(mut v: Vec<f64>) -> f64 {

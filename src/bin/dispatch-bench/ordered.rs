@@ -24,8 +24,7 @@ use serde_json::{json, Value};
 
 use super::{
     service::{
-        arrival_rate, create_target, lateness_ms, percentile, post_batch, start_service, Service,
-        Timing,
+        arrival_rate, create_target, lateness_ms, post_batch, start_service, Service, Timing,
     },
     Args, Result,
 };
@@ -207,10 +206,6 @@ pub(crate) async fn run(args: &Args, run: usize) -> anyhow::Result<Result> {
         delivered: k.delivered.len(),
         duplicates: k.duplicates,
         rate_per_s,
-        lateness_min_ms: lateness.first().copied().unwrap_or(f64::NAN),
-        lateness_p50_ms: percentile(&lateness, 0.5),
-        lateness_p99_ms: percentile(&lateness, 0.99),
-        lateness_max_ms: lateness.last().copied().unwrap_or(f64::NAN),
         peak_rss_mb,
         notes: Some(format!(
             "{} keys x {}: out of order {}, most attempts of one key in flight at once {}, heads failed once {}",
@@ -221,6 +216,6 @@ pub(crate) async fn run(args: &Args, run: usize) -> anyhow::Result<Result> {
             k.failed_once.len()
         )),
         failed_check: k.out_of_order > 0 || k.max_in_flight > 1,
-        ..Default::default()
+        ..Result::with_lateness(&lateness)
     })
 }

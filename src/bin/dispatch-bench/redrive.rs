@@ -170,13 +170,9 @@ pub(crate) async fn run(args: &Args, run: usize) -> anyhow::Result<Result> {
         delivered: firsts.len(),
         duplicates,
         rate_per_s: all_redelivered.map_or(f64::NAN, |t| redelivered as f64 / t.as_secs_f64()),
-        lateness_min_ms: lateness.first().copied().unwrap_or(f64::NAN),
-        lateness_p50_ms: percentile(&lateness, 0.5),
-        lateness_p99_ms: percentile(&lateness, 0.99),
-        lateness_max_ms: lateness.last().copied().unwrap_or(f64::NAN),
         peak_rss_mb,
         notes: Some(notes),
         failed_check: redelivered < dead_n,
-        ..Default::default()
+        ..Result::with_lateness(&lateness)
     })
 }

@@ -21,7 +21,7 @@ use sqlx::{Connection, PgConnection};
 
 use super::{
     receive,
-    service::{arrival_rate, create_target, lateness_ms, percentile, start_service},
+    service::{arrival_rate, create_target, lateness_ms, start_service},
     Args, Arrivals, Result,
 };
 
@@ -146,13 +146,9 @@ pub(crate) async fn run(args: &Args, run: usize) -> anyhow::Result<Result> {
         delivered: timings.len(),
         duplicates,
         rate_per_s: rate,
-        lateness_min_ms: lateness.first().copied().unwrap_or(f64::NAN),
-        lateness_p50_ms: percentile(&lateness, 0.5),
-        lateness_p99_ms: percentile(&lateness, 0.99),
-        lateness_max_ms: lateness.last().copied().unwrap_or(f64::NAN),
         peak_rss_mb,
         notes: Some(notes),
         failed_check,
-        ..Default::default()
+        ..Result::with_lateness(&lateness)
     })
 }
