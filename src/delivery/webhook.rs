@@ -192,21 +192,17 @@ impl WebhookClient {
             Ok(request) => request,
             Err(refused) => return refused,
         };
-        let (response, lent) = match tokio::time::timeout_at(
-            deadline,
-            self.connections.send(&origin, request),
-        )
-        .await
-        {
-            Ok(Ok(answered)) => answered,
-            Ok(Err(e)) => return classify_error(&e),
-            Err(_) => {
-                return Delivered::failure(
-                    AttemptOutcome::RetryableFailure,
-                    format!("timeout after {}ms", timeout.as_millis()),
-                )
-            }
-        };
+        let (response, lent) =
+            match tokio::time::timeout_at(deadline, self.connections.send(origin, request)).await {
+                Ok(Ok(answered)) => answered,
+                Ok(Err(e)) => return classify_error(&e),
+                Err(_) => {
+                    return Delivered::failure(
+                        AttemptOutcome::RetryableFailure,
+                        format!("timeout after {}ms", timeout.as_millis()),
+                    )
+                }
+            };
         let (head, mut body) = response.into_parts();
         let mut excerpt = Vec::new();
         // Read a little of the body for the record; a small body is drained

@@ -133,15 +133,15 @@ impl Connections {
     /// receiver meanwhile) goes on a new one.
     pub async fn send(
         &self,
-        origin: &Origin,
+        origin: Origin,
         mut request: Request<Full<Bytes>>,
     ) -> Result<(Response<Incoming>, Lent), SendError> {
-        while let Some(mut sender) = self.idle_for(origin) {
+        while let Some(mut sender) = self.idle_for(&origin) {
             if sender.ready().await.is_err() {
                 continue;
             }
             match sender.try_send_request(request).await {
-                Ok(response) => return Ok((response, self.lent(origin, sender))),
+                Ok(response) => return Ok((response, Lent { origin, sender })),
                 Err(mut e) => match e.take_message() {
                     // Not sent: the connection was closing; another one.
                     Some(unsent) => request = unsent,
@@ -149,19 +149,12 @@ impl Connections {
                 },
             }
         }
-        let mut sender = self.connect(origin).await?;
+        let mut sender = self.connect(&origin).await?;
         let response = sender
             .send_request(request)
             .await
             .map_err(SendError::Request)?;
-        Ok((response, self.lent(origin, sender)))
-    }
-
-    fn lent(&self, origin: &Origin, sender: Sender) -> Lent {
-        Lent {
-            origin: origin.clone(),
-            sender,
-        }
+        Ok((response, Lent { origin, sender }))
     }
 
     /// The idle connection to `origin` used last, if one is still open.

@@ -62,7 +62,7 @@ fn request(origin: &Origin) -> Request<Full<Bytes>> {
 }
 
 async fn exchange(c: &Connections, origin: &Origin) -> Vec<u8> {
-    let (response, lent) = c.send(origin, request(origin)).await.unwrap();
+    let (response, lent) = c.send(origin.clone(), request(origin)).await.unwrap();
     assert_eq!(response.status(), 200);
     let mut body = response.into_body();
     let mut excerpt = Vec::new();
@@ -176,7 +176,11 @@ async fn https_is_spoken_to_a_receiver_whose_certificate_is_trusted_and_only_the
 
     // The public roots do not include the test CA: no connection.
     let public = Connections::new(Duration::from_secs(2), true);
-    let err = public.send(&origin, request(&origin)).await.err().unwrap();
+    let err = public
+        .send(origin.clone(), request(&origin))
+        .await
+        .err()
+        .unwrap();
     assert!(matches!(err, SendError::Connect(_)), "{err:?}");
 }
 
@@ -189,7 +193,11 @@ async fn a_refused_connection_is_a_connect_error() {
     let url = Url::parse(&format!("http://127.0.0.1:{port}/")).unwrap();
     let origin = Origin::of(&url).unwrap();
     let c = Connections::new(Duration::from_secs(1), true);
-    let err = c.send(&origin, request(&origin)).await.err().unwrap();
+    let err = c
+        .send(origin.clone(), request(&origin))
+        .await
+        .err()
+        .unwrap();
     assert!(matches!(err, SendError::Connect(_)), "{err:?}");
 }
 
@@ -198,6 +206,10 @@ async fn a_name_that_resolves_inside_is_refused_by_the_guard() {
     let url = Url::parse("http://localhost:9/").unwrap();
     let origin = Origin::of(&url).unwrap();
     let c = Connections::new(Duration::from_secs(1), false);
-    let err = c.send(&origin, request(&origin)).await.err().unwrap();
+    let err = c
+        .send(origin.clone(), request(&origin))
+        .await
+        .err()
+        .unwrap();
     assert!(guard::find_refusal(&err).is_some(), "{err:?}");
 }
