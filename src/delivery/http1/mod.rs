@@ -200,7 +200,7 @@ impl Connections {
     }
 
     /// Opens a connection: the host resolved through the guard (an IP
-    /// literal was judged before), each address tried in turn within
+    /// literal judged by it too), each address tried in turn within
     /// `webhook.connect_timeout`, TLS for https.
     async fn connect(&self, origin: &Origin) -> Result<Sender, SendError> {
         let opened = tokio::time::timeout(self.connect_timeout, self.open(origin)).await;
@@ -230,9 +230,19 @@ impl Connections {
 
     async fn tcp(&self, origin: &Origin) -> Result<TcpStream, BoxError> {
         let host = host_name(&origin.host);
-        let addrs: Vec<SocketAddr> = match Host::parse(host) {
-            Ok(Host::Ipv4(ip)) => vec![SocketAddr::new(ip.into(), origin.port)],
-            Ok(Host::Ipv6(ip)) => vec![SocketAddr::new(ip.into(), origin.port)],
+        let literal = match Host::parse(host) {
+            Ok(Host::Ipv4(ip)) => Some(std::net::IpAddr::from(ip)),
+            Ok(Host::Ipv6(ip)) => Some(ip.into()),
+            _ => None,
+        };
+        let addrs: Vec<SocketAddr> = match literal {
+            // An address written in the URL is judged as a resolved one is.
+            Some(ip) if !self.allow_private && guard::is_forbidden(ip) => {
+                return Err(Box::new(guard::PrivateAddressRefused {
+                    host: origin.host.clone(),
+                }))
+            }
+            Some(ip) => vec![SocketAddr::new(ip, origin.port)],
             _ if self.allow_private => tokio::net::lookup_host((host, origin.port))
                 .await?
                 .collect(),

@@ -202,6 +202,24 @@ async fn a_refused_connection_is_a_connect_error() {
 }
 
 #[tokio::test]
+async fn an_address_inside_written_in_the_url_is_refused_by_the_guard() {
+    for url in [
+        "http://127.0.0.1:9/",
+        "http://[::1]:9/",
+        "http://[::ffff:10.0.0.1]:9/",
+    ] {
+        let origin = Origin::of(&Url::parse(url).unwrap()).unwrap();
+        let c = Connections::new(Duration::from_secs(1), false);
+        let err = c
+            .send(origin.clone(), request(&origin))
+            .await
+            .err()
+            .unwrap();
+        assert!(guard::find_refusal(&err).is_some(), "{url}: {err:?}");
+    }
+}
+
+#[tokio::test]
 async fn a_name_that_resolves_inside_is_refused_by_the_guard() {
     let url = Url::parse("http://localhost:9/").unwrap();
     let origin = Origin::of(&url).unwrap();
