@@ -335,6 +335,81 @@ async fn an_empty_list_1001_messages_or_a_body_that_is_not_a_list_answers_400_an
     app.shutdown().await;
 }
 
+/// Posts `body` as it is written (JSON text a `Value` cannot hold: a member
+/// given twice, a number out of range).
+async fn post_text(api: &Api, body: String) -> Response {
+    api.req(Method::POST, "/messages/batch")
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap()
+}
+
+/// The messages of a batch are read straight from their JSON text; what
+/// that reading refuses is read again the general way, so odd but valid
+/// JSON and every error answer as they do in any other body.
+#[tokio::test]
+async fn messages_written_oddly_answer_as_any_other_body_does() {
+    let app = TestApp::spawn().await;
+    let api = app.api("acme").await;
+    let target = target_id(&api, "http://127.0.0.1:9/hook").await;
+    let head = format!(r#""targetId":"{target}","deliveryTime":"{FAR}""#);
+
+    // A member given twice: the last one counts, even after an invalid one.
+    let r = post_text(
+        &api,
+        format!(
+            r#"{{"messages":[{{{head},"payload":"first","payload":"last"}},{{{head},"payload":5,"payload":"fixed"}}]}}"#
+        ),
+    )
+    .await;
+    assert_eq!(r.status(), 200);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["scheduled"], 2, "{body}");
+    assert_eq!(created(&body, 0)["payload"], "last");
+    assert_eq!(created(&body, 1)["payload"], "fixed");
+
+    // A message that is a list, or no object at all, answers in its item.
+    let r = post_text(
+        &api,
+        format!(r#"{{"messages":[["{target}","{FAR}","a list"],7,{{{head},"payload":"ok"}}]}}"#),
+    )
+    .await;
+    assert_eq!(r.status(), 200);
+    let body: Value = r.json().await.unwrap();
+    invalid(&body, 0, "messages[0]");
+    invalid(&body, 1, "messages[1]");
+    assert_eq!(created(&body, 2)["payload"], "ok");
+
+    // JSON whose value no reader holds answers for the whole body, and
+    // schedules nothing: a number out of range, a lone surrogate, nesting
+    // past 128 levels.
+    let before = listed_ids(&api).await;
+    for (odd, says) in [
+        ("1e400", "number out of range"),
+        (r#""a\ud800""#, "unexpected end of hex escape"),
+        (
+            &format!("{}{}", "[".repeat(200), "]".repeat(200)),
+            "recursion limit exceeded",
+        ),
+    ] {
+        let r = post_text(
+            &api,
+            format!(r#"{{"messages":[{{{head},"payload":"fine"}},{{{head},"payload":{odd}}}]}}"#),
+        )
+        .await;
+        let p = assert_problem(r, 400).await;
+        let detail = p["detail"].as_str().unwrap_or_default();
+        assert!(
+            detail.starts_with("the body is not valid JSON") && detail.contains(says),
+            "{says}: {p}"
+        );
+    }
+    assert_eq!(listed_ids(&api).await, before, "nothing was scheduled");
+    app.shutdown().await;
+}
+
 #[tokio::test]
 async fn an_idempotency_key_that_is_empty_too_long_not_a_string_or_has_a_control_character_is_refused_for_that_message(
 ) {

@@ -1,14 +1,19 @@
 //! `POST /messages/batch`: up to 1,000 messages in one request and one
 //! database transaction, each answered on its own.
 
-use axum::{extract::State, Json};
+use axum::{
+    body::Bytes,
+    extract::{FromRequest, Request, State},
+    Json,
+};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{value::RawValue, Value};
 use utoipa::ToSchema;
 
 use super::{
-    body::{self, Body},
+    body,
     error::{ApiError, ApiResult, Problem},
+    extract,
     messages::schedule_request,
 };
 use crate::{
@@ -123,9 +128,86 @@ fn at(i: usize, errors: Vec<FieldError>) -> ApiError {
     )
 }
 
+/// The body of a batch, read once: each message is read from the JSON text
+/// it was sent as straight into a `BatchMessageIn`, without a JSON tree of
+/// the whole body in between (a third of the service's time on a batch of
+/// 1,000 went to building and walking that tree). Whatever that direct
+/// reading does not accept is read again the general way (a tree, then the
+/// type), so every error and every odd but valid input (a member given
+/// twice: the last one counts) is answered exactly as by the other bodies.
+/// One difference is left: a member the API does not know is skipped
+/// without a tree, so it may nest deeper than the tree's 128 levels, or
+/// hold a number no float can, and the message is scheduled.
+pub struct BatchBody(Bytes);
+
+impl FromRequest<AppState> for BatchBody {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
+        extract::json_bytes(req, state).await.map(BatchBody)
+    }
+}
+
+/// A message as sent: its JSON text, or (read the general way) a value.
+enum Item<'a> {
+    Raw(&'a RawValue),
+    Value(Value),
+}
+
+/// The direct reading of a batch: the messages' texts.
+#[derive(Deserialize)]
+struct RawBatch<'a> {
+    #[serde(borrow)]
+    messages: Vec<&'a RawValue>,
+}
+
+/// serde reads a struct from an array too; only objects take the direct way.
+fn is_object(text: &[u8]) -> bool {
+    text.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{')
+}
+
+impl BatchBody {
+    fn items(&self) -> Result<Vec<Item<'_>>, ApiError> {
+        if is_object(&self.0) {
+            if let Ok(batch) = serde_json::from_slice::<RawBatch>(&self.0) {
+                return Ok(batch.messages.into_iter().map(Item::Raw).collect());
+            }
+        }
+        let value = extract::json_object(&self.0)?;
+        let batch: BatchIn = body::parse(value).map_err(|e| ApiError::Validation(vec![e]))?;
+        Ok(batch.messages.into_iter().map(Item::Value).collect())
+    }
+
+    /// One message, read on its own; `Err` when its text is not JSON that
+    /// a tree takes (a number out of range), which the whole body answers.
+    fn read(&self, item: Item<'_>) -> Result<Result<BatchMessageIn, FieldError>, ApiError> {
+        let value = match item {
+            Item::Raw(raw) => {
+                if is_object(raw.get().as_bytes()) {
+                    if let Ok(m) = serde_json::from_str::<BatchMessageIn>(raw.get()) {
+                        return Ok(Ok(m));
+                    }
+                }
+                match serde_json::from_str::<Value>(raw.get()) {
+                    Ok(value) => value,
+                    Err(_) => {
+                        return Err(extract::json_object(&self.0)
+                            .err()
+                            .unwrap_or_else(|| ApiError::field("", "the body is not valid JSON")))
+                    }
+                }
+            }
+            Item::Value(value) => value,
+        };
+        Ok(body::parse(value))
+    }
+}
+
 /// One item, read on its own.
-fn item(entry: Value) -> Result<crate::service::messages::ScheduleRequest, Vec<FieldError>> {
-    let m: BatchMessageIn = body::parse(entry).map_err(|e| vec![e])?;
+fn item(
+    m: Result<BatchMessageIn, FieldError>,
+) -> Result<crate::service::messages::ScheduleRequest, Vec<FieldError>> {
+    let m = m.map_err(|e| vec![e])?;
     let mut errors = Vec::new();
     let key = match m.idempotency_key {
         Field::Missing => None,
@@ -163,19 +245,23 @@ fn item(entry: Value) -> Result<crate::service::messages::ScheduleRequest, Vec<F
 pub async fn create(
     State(state): State<AppState>,
     principal: Principal,
-    Body(body): Body<BatchIn>,
+    body: BatchBody,
 ) -> ApiResult<Json<BatchOut>> {
+    // The whole body is read before anything else is judged, as for the
+    // other bodies (a body that is not JSON answers 400 before a missing scope).
+    let entries = body.items()?;
+    let mut read = Vec::with_capacity(entries.len());
+    for entry in entries {
+        read.push(body.read(entry)?);
+    }
     principal.require(Scope::MessagesWrite)?;
-    if body.messages.is_empty() || body.messages.len() > MAX_BATCH {
+    if read.is_empty() || read.len() > MAX_BATCH {
         return Err(ApiError::field(
             "messages",
-            format!(
-                "must hold 1 to {MAX_BATCH} messages, not {}",
-                body.messages.len()
-            ),
+            format!("must hold 1 to {MAX_BATCH} messages, not {}", read.len()),
         ));
     }
-    let requests = body.messages.into_iter().map(item).collect();
+    let requests = read.into_iter().map(item).collect();
     let answers = state
         .service
         .schedule_batch(&principal.account, requests)

@@ -36,26 +36,38 @@ impl FromRequest<AppState> for JsonBody {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
-        if !is_json_content_type(req.headers()) {
-            return Err(ApiError::UnsupportedMediaType("application/json"));
-        }
-        let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
-            if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                ApiError::PayloadTooLarge
-            } else {
-                ApiError::BadRequest("the request body could not be read".into())
-            }
-        })?;
-        if bytes.is_empty() {
-            return Err(ApiError::field("", "a JSON body is required"));
-        }
-        let value: Value = serde_json::from_slice(&bytes)
-            .map_err(|e| ApiError::field("", format!("the body is not valid JSON: {e}")))?;
-        if !value.is_object() {
-            return Err(ApiError::field("", "the body must be a JSON object"));
-        }
-        Ok(JsonBody(value))
+        let bytes = json_bytes(req, state).await?;
+        json_object(&bytes).map(JsonBody)
     }
+}
+
+/// The bytes of a JSON body (`application/json` or any `+json` type), not
+/// yet parsed: 415 for another type, 413 over the size limit, 400 if empty.
+pub async fn json_bytes(req: Request, state: &AppState) -> Result<Bytes, ApiError> {
+    if !is_json_content_type(req.headers()) {
+        return Err(ApiError::UnsupportedMediaType("application/json"));
+    }
+    let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::PayloadTooLarge
+        } else {
+            ApiError::BadRequest("the request body could not be read".into())
+        }
+    })?;
+    if bytes.is_empty() {
+        return Err(ApiError::field("", "a JSON body is required"));
+    }
+    Ok(bytes)
+}
+
+/// A body's bytes as a JSON object.
+pub fn json_object(bytes: &[u8]) -> Result<Value, ApiError> {
+    let value: Value = serde_json::from_slice(bytes)
+        .map_err(|e| ApiError::field("", format!("the body is not valid JSON: {e}")))?;
+    if !value.is_object() {
+        return Err(ApiError::field("", "the body must be a JSON object"));
+    }
+    Ok(value)
 }
 
 /// A valid bearer token, within its client's `api.rate_limit`.
