@@ -72,6 +72,14 @@ async fn exchange(c: &Connections, origin: &Origin) -> Vec<u8> {
     excerpt
 }
 
+/// What a request to `origin` fails with.
+async fn failure(c: &Connections, origin: &Origin) -> SendError {
+    match c.send(origin.clone(), request(origin)).await {
+        Ok(_) => panic!("a request to {origin:?} was answered"),
+        Err(e) => e,
+    }
+}
+
 /// How many connections `requests` requests in a row open to a
 /// receiver that closes each connection after `per_connection`.
 async fn connections_opened(per_connection: usize, requests: usize) -> usize {
@@ -176,11 +184,7 @@ async fn https_is_spoken_to_a_receiver_whose_certificate_is_trusted_and_only_the
 
     // The public roots do not include the test CA: no connection.
     let public = Connections::new(Duration::from_secs(2), true);
-    let err = public
-        .send(origin.clone(), request(&origin))
-        .await
-        .err()
-        .unwrap();
+    let err = failure(&public, &origin).await;
     assert!(matches!(err, SendError::Connect(_)), "{err:?}");
 }
 
@@ -193,11 +197,7 @@ async fn a_refused_connection_is_a_connect_error() {
     let url = Url::parse(&format!("http://127.0.0.1:{port}/")).unwrap();
     let origin = Origin::of(&url).unwrap();
     let c = Connections::new(Duration::from_secs(1), true);
-    let err = c
-        .send(origin.clone(), request(&origin))
-        .await
-        .err()
-        .unwrap();
+    let err = failure(&c, &origin).await;
     assert!(matches!(err, SendError::Connect(_)), "{err:?}");
 }
 
@@ -210,11 +210,7 @@ async fn an_address_inside_written_in_the_url_is_refused_by_the_guard() {
     ] {
         let origin = Origin::of(&Url::parse(url).unwrap()).unwrap();
         let c = Connections::new(Duration::from_secs(1), false);
-        let err = c
-            .send(origin.clone(), request(&origin))
-            .await
-            .err()
-            .unwrap();
+        let err = failure(&c, &origin).await;
         assert!(guard::find_refusal(&err).is_some(), "{url}: {err:?}");
     }
 }
@@ -224,10 +220,6 @@ async fn a_name_that_resolves_inside_is_refused_by_the_guard() {
     let url = Url::parse("http://localhost:9/").unwrap();
     let origin = Origin::of(&url).unwrap();
     let c = Connections::new(Duration::from_secs(1), false);
-    let err = c
-        .send(origin.clone(), request(&origin))
-        .await
-        .err()
-        .unwrap();
+    let err = failure(&c, &origin).await;
     assert!(guard::find_refusal(&err).is_some(), "{err:?}");
 }
