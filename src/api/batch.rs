@@ -135,9 +135,12 @@ fn at(i: usize, errors: Vec<FieldError>) -> ApiError {
 /// reading does not accept is read again the general way (a tree, then the
 /// type), so every error and every odd but valid input (a member given
 /// twice: the last one counts) is answered exactly as by the other bodies.
-/// One difference is left: a member the API does not know is skipped
+/// Two differences are left: a member the API does not know is skipped
 /// without a tree, so it may nest deeper than the tree's 128 levels, or
-/// hold a number no float can, and the message is scheduled.
+/// hold a number no float can, and the message is scheduled; and as a
+/// message is read from its own text, its depth counts from there: a known
+/// member nested within two levels of the limit answers 400 in its item
+/// rather than for the whole body.
 pub struct BatchBody(Bytes);
 
 impl FromRequest<AppState> for BatchBody {
