@@ -1,7 +1,7 @@
 //! Times on the wire: RFC 3339 with an offset in, UTC with `Z` and at most
 //! millisecond precision out.
 
-use chrono::{DateTime, DurationRound, SecondsFormat, TimeDelta, Utc};
+use chrono::{DateTime, DurationRound, SecondsFormat, TimeDelta, Timelike, Utc};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TimeError {
@@ -18,6 +18,12 @@ pub fn parse_rfc3339(s: &str) -> Result<DateTime<Utc>, TimeError> {
 }
 
 pub fn truncate_ms(t: DateTime<Utc>) -> DateTime<Utc> {
+    // Times are truncated when they come in, so most are whole milliseconds
+    // already when they go out (and `duration_trunc` is not cheap: 2 % of
+    // the service's time on a batch, five times per message).
+    if t.nanosecond().is_multiple_of(1_000_000) {
+        return t;
+    }
     t.duration_trunc(TimeDelta::milliseconds(1)).unwrap_or(t)
 }
 
@@ -60,6 +66,19 @@ mod tests {
         assert_eq!(format(&t), "2020-07-01T12:34:00Z");
         let t = parse_rfc3339("2020-07-01T12:34:56.123456Z").unwrap();
         assert_eq!(format(&t), "2020-07-01T12:34:56.123Z");
+    }
+
+    #[test]
+    fn times_are_cut_to_the_millisecond_not_rounded_also_before_1970() {
+        let at = |s: &str| DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc);
+        for (t, cut) in [
+            ("2020-07-01T12:34:56.123999Z", "2020-07-01T12:34:56.123Z"),
+            ("2020-07-01T12:34:56.000001Z", "2020-07-01T12:34:56Z"),
+            ("1969-12-31T23:59:59.999500Z", "1969-12-31T23:59:59.999Z"),
+            ("2020-07-01T12:34:56.120Z", "2020-07-01T12:34:56.120Z"),
+        ] {
+            assert_eq!(truncate_ms(at(t)), at(cut), "{t}");
+        }
     }
 
     #[test]
