@@ -151,12 +151,6 @@ impl FromRequest<AppState> for BatchBody {
     }
 }
 
-/// A message as sent: its JSON text, or (read the general way) a value.
-enum Item<'a> {
-    Raw(&'a RawValue),
-    Value(Value),
-}
-
 /// The direct reading of a batch: the messages' texts.
 #[derive(Deserialize)]
 struct RawBatch<'a> {
@@ -170,39 +164,33 @@ fn is_object(text: &[u8]) -> bool {
 }
 
 impl BatchBody {
-    fn items(&self) -> Result<Vec<Item<'_>>, ApiError> {
+    /// Each message, read on its own (a message that is not one answers in
+    /// its item); `Err` for a body that is no batch, or holds JSON that no
+    /// tree takes (a number out of range), which the whole body answers.
+    fn messages(&self) -> Result<Vec<Result<BatchMessageIn, FieldError>>, ApiError> {
         if is_object(&self.0) {
             if let Ok(batch) = serde_json::from_slice::<RawBatch>(&self.0) {
-                return Ok(batch.messages.into_iter().map(Item::Raw).collect());
+                return batch.messages.into_iter().map(|m| self.read(m)).collect();
             }
         }
         let value = extract::json_object(&self.0)?;
         let batch: BatchIn = body::parse(value).map_err(|e| ApiError::Validation(vec![e]))?;
-        Ok(batch.messages.into_iter().map(Item::Value).collect())
+        Ok(batch.messages.into_iter().map(body::parse).collect())
     }
 
-    /// One message, read on its own; `Err` when its text is not JSON that
-    /// a tree takes (a number out of range), which the whole body answers.
-    fn read(&self, item: Item<'_>) -> Result<Result<BatchMessageIn, FieldError>, ApiError> {
-        let value = match item {
-            Item::Raw(raw) => {
-                if is_object(raw.get().as_bytes()) {
-                    if let Ok(m) = serde_json::from_str::<BatchMessageIn>(raw.get()) {
-                        return Ok(Ok(m));
-                    }
-                }
-                match serde_json::from_str::<Value>(raw.get()) {
-                    Ok(value) => value,
-                    Err(_) => {
-                        return Err(extract::json_object(&self.0)
-                            .err()
-                            .unwrap_or_else(|| ApiError::field("", "the body is not valid JSON")))
-                    }
-                }
+    /// One message from its text: directly, or else the general way.
+    fn read(&self, raw: &RawValue) -> Result<Result<BatchMessageIn, FieldError>, ApiError> {
+        if is_object(raw.get().as_bytes()) {
+            if let Ok(m) = serde_json::from_str::<BatchMessageIn>(raw.get()) {
+                return Ok(Ok(m));
             }
-            Item::Value(value) => value,
-        };
-        Ok(body::parse(value))
+        }
+        match serde_json::from_str::<Value>(raw.get()) {
+            Ok(value) => Ok(body::parse(value)),
+            Err(_) => Err(extract::json_object(&self.0)
+                .err()
+                .unwrap_or_else(|| ApiError::field("", "the body is not valid JSON"))),
+        }
     }
 }
 
@@ -252,11 +240,7 @@ pub async fn create(
 ) -> ApiResult<Json<BatchOut>> {
     // The whole body is read before anything else is judged, as for the
     // other bodies (a body that is not JSON answers 400 before a missing scope).
-    let entries = body.items()?;
-    let mut read = Vec::with_capacity(entries.len());
-    for entry in entries {
-        read.push(body.read(entry)?);
-    }
+    let read = body.messages()?;
     principal.require(Scope::MessagesWrite)?;
     if read.is_empty() || read.len() > MAX_BATCH {
         return Err(ApiError::field(
