@@ -96,6 +96,8 @@ mod activity;
 mod batch;
 #[path = "store_conformance/batch_keys.rs"]
 mod batch_keys;
+#[path = "store_conformance/bulk.rs"]
+mod bulk;
 #[path = "store_conformance/claim_ahead.rs"]
 mod claim_ahead;
 #[path = "store_conformance/claims.rs"]

@@ -276,6 +276,26 @@ async fn listing_messages_filters_by_state_and_by_target(store: Arc<dyn Store>) 
         vec![],
         "another account's target filters to nothing"
     );
+    // Without a state, every state's messages in one order of ids, paged
+    // across the states (PostgreSQL merges each state's part of its index).
+    let everything = newest_first(vec![delivered.id, dead.id, s1.id, c1.id, s2.id, c2.id]);
+    assert_eq!(list(None, None).await, everything);
+    for page_size in [1u32, 2, 4] {
+        let mut paged = Vec::new();
+        let mut before: Option<MessageId> = None;
+        loop {
+            let page = store
+                .list_messages(ACME, &MessageFilter::default(), before.as_ref(), page_size)
+                .await
+                .unwrap();
+            assert!(page.len() <= page_size as usize, "the limit is honoured");
+            let Some(last) = page.last() else { break };
+            before = Some(last.id);
+            paged.extend(message_ids(&page));
+            assert!(paged.len() <= everything.len(), "paging terminates");
+        }
+        assert_eq!(paged, everything, "paging by {page_size} across states");
+    }
 
     // Paging within a filter.
     let cancelled = MessageFilter {

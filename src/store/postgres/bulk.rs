@@ -10,22 +10,33 @@ use uuid::Uuid;
 use super::{map_err, ordering, PgStore};
 use crate::store::{ordering::distinct_keys, *};
 
-/// The WHERE clause of a bulk action's matches; $1 account, $2 states,
-/// $3 target, $4 ids, $5 from, $6 to, $7 now (in flight), $8 after.
-fn matching(bulk: &Bulk) -> String {
+/// The messages a bulk action matches, the first $8 of them (in id order
+/// if `ordered`), as a FROM item of `columns`; $1 account, $2 target, $3
+/// ids, $4 from, $5 to, $6 now (in flight), $7 after. Each state's part of
+/// the account's `(account, state, id)` index is read on its own: an
+/// action on two states (a cancel of both) reads them as a UNION ALL of
+/// parts with their own order and limit, which PostgreSQL merges in id
+/// order (see `filter::newest_first`).
+fn matching(bulk: &Bulk, columns: &str, ordered: bool) -> String {
+    let order = if ordered { " ORDER BY id" } else { "" };
     let col = bulk.range_on.column();
-    format!(
-        "account = $1 AND state = ANY($2::text[]) \
-         AND ($3::text IS NULL OR target_id = $3) \
-         AND ($4::uuid[] IS NULL OR id = ANY($4)) \
-         AND ($5::timestamptz IS NULL OR {col} >= $5) AND ($6::timestamptz IS NULL OR {col} < $6) \
-         AND NOT (lease_token IS NOT NULL AND claim_at > $7) \
-         AND ($8::uuid IS NULL OR id > $8)"
-    )
-}
-
-fn states(bulk: &Bulk) -> Vec<&'static str> {
-    bulk.action.states().iter().map(|s| s.as_str()).collect()
+    let branches: Vec<String> = bulk
+        .action
+        .states()
+        .iter()
+        .map(|state| {
+            format!(
+                "(SELECT {columns} FROM messages WHERE account = $1 AND state = '{}' \
+                 AND ($2::text IS NULL OR target_id = $2) \
+                 AND ($3::uuid[] IS NULL OR id = ANY($3)) \
+                 AND ($4::timestamptz IS NULL OR {col} >= $4) AND ($5::timestamptz IS NULL OR {col} < $5) \
+                 AND NOT (lease_token IS NOT NULL AND claim_at > $6) \
+                 AND ($7::uuid IS NULL OR id > $7){order} LIMIT $8)",
+                state.as_str()
+            )
+        })
+        .collect();
+    format!("({}) m", branches.join(" UNION ALL "))
 }
 
 fn ids(bulk: &Bulk) -> Option<Vec<Uuid>> {
@@ -43,11 +54,10 @@ impl PgStore {
         now: DateTime<Utc>,
     ) -> StoreResult<u64> {
         let (n,): (i64,) = sqlx::query_as(&format!(
-            "SELECT count(*) FROM (SELECT 1 FROM messages WHERE {} LIMIT $9) s",
-            matching(bulk)
+            "SELECT count(*) FROM (SELECT 1 FROM {} LIMIT $8) s",
+            matching(bulk, "1", false)
         ))
         .bind(account)
-        .bind(states(bulk))
         .bind(bulk.target_id.as_ref().map(|t| t.as_str()))
         .bind(ids(bulk))
         .bind(bulk.from)
@@ -72,11 +82,10 @@ impl PgStore {
     ) -> StoreResult<BulkBatch> {
         let mut tx = self.begin().await?;
         let found: Vec<(Uuid, String, Option<String>, String)> = sqlx::query_as(&format!(
-            "SELECT id, target_id, ordering_key, state FROM messages WHERE {} ORDER BY id LIMIT $9",
-            matching(bulk)
+            "SELECT id, target_id, ordering_key, state FROM {} ORDER BY id LIMIT $8",
+            matching(bulk, "id, target_id, ordering_key, state", true)
         ))
         .bind(account)
-        .bind(states(bulk))
         .bind(bulk.target_id.as_ref().map(|t| t.as_str()))
         .bind(ids(bulk))
         .bind(bulk.from)

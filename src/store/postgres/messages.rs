@@ -352,14 +352,14 @@ impl MessageStore for PgStore {
         before: Option<&MessageId>,
         limit: u32,
     ) -> StoreResult<Vec<Message>> {
-        let head = format!("SELECT {MESSAGE_COLUMNS} FROM messages");
-        let mut q = filter::filtered(&head, account, filter);
         // UUIDv7 ids are creation-ordered, so "newest first" is "id descending".
-        if let Some(m) = before {
-            q.push(" AND id < ").push_bind(m.0);
-        }
-        q.push(" ORDER BY id DESC LIMIT ")
-            .push_bind(i64::from(limit));
+        let below = |q: &mut sqlx::QueryBuilder<'_, sqlx::Postgres>| {
+            if let Some(m) = before {
+                q.push(" AND id < ").push_bind(m.0);
+            }
+        };
+        let mut q =
+            filter::newest_first(MESSAGE_COLUMNS, account, filter, below, 0, i64::from(limit));
         let rows: Vec<MessageRow> = q
             .build_query_as()
             .persistent(false)

@@ -113,8 +113,9 @@ impl PortalReads for PgStore {
         Ok(n as u64)
     }
 
-    /// Two statements on the account's index of ids: where the scan of
-    /// `scan` messages ends, then the matches above that end.
+    /// Two statements on the indexes that end in ids (`filter::newest_first`):
+    /// where the scan of `scan` messages ends, then the matches above that
+    /// end.
     async fn search_payloads(
         &self,
         account: &str,
@@ -124,35 +125,38 @@ impl PortalReads for PgStore {
         scan: u32,
         limit: u32,
     ) -> StoreResult<Searched> {
-        let mut edge = super::filter::filtered("SELECT id FROM messages", account, f);
-        if let Some(m) = before {
-            edge.push(" AND id < ").push_bind(m.0);
-        }
+        let below = |q: &mut sqlx::QueryBuilder<'_, sqlx::Postgres>| {
+            if let Some(m) = before {
+                q.push(" AND id < ").push_bind(m.0);
+            }
+        };
         // The last message the scan may look at, and whether one lies below it.
-        edge.push(" ORDER BY id DESC OFFSET ")
-            .push_bind(i64::from(scan.max(1) - 1))
-            .push(" LIMIT 2");
-        let edge: Vec<(uuid::Uuid,)> = edge
-            .build_query_as()
-            .persistent(false)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(map_err)?;
+        let edge: Vec<(uuid::Uuid,)> =
+            super::filter::newest_first("id", account, f, below, i64::from(scan.max(1) - 1), 2)
+                .build_query_as()
+                .persistent(false)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(map_err)?;
         let scanned_to = (edge.len() == 2).then(|| edge[0]);
-        let head = format!("SELECT {} FROM messages", super::rows::MESSAGE_COLUMNS);
-        let mut q = super::filter::filtered(&head, account, f);
-        if let Some(m) = before {
-            q.push(" AND id < ").push_bind(m.0);
-        }
-        if let Some((edge,)) = scanned_to {
-            q.push(" AND id >= ").push_bind(edge);
-        }
-        // Payloads are UTF-8 in bytea (text refuses U+0000): a byte search
-        // of the UTF-8 text finds exactly the text.
-        q.push(" AND position(")
-            .push_bind(text.as_bytes().to_vec())
-            .push(" IN payload) > 0 ORDER BY id DESC LIMIT ")
-            .push_bind(i64::from(limit));
+        let mut q = super::filter::newest_first(
+            super::rows::MESSAGE_COLUMNS,
+            account,
+            f,
+            |q| {
+                below(q);
+                if let Some((edge,)) = scanned_to {
+                    q.push(" AND id >= ").push_bind(edge);
+                }
+                // Payloads are UTF-8 in bytea (text refuses U+0000): a byte
+                // search of the UTF-8 text finds exactly the text.
+                q.push(" AND position(")
+                    .push_bind(text.as_bytes())
+                    .push(" IN payload) > 0");
+            },
+            0,
+            i64::from(limit),
+        );
         let rows: Vec<super::rows::MessageRow> = q
             .build_query_as()
             .persistent(false)
