@@ -4,7 +4,8 @@
 use axum::{
     body::Bytes,
     extract::{FromRequest, Request, State},
-    Json,
+    http::header,
+    response::{IntoResponse, Response},
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{value::RawValue, Value};
@@ -237,7 +238,7 @@ pub async fn create(
     State(state): State<AppState>,
     principal: Principal,
     body: BatchBody,
-) -> ApiResult<Json<BatchOut>> {
+) -> ApiResult<Response> {
     // The whole body is read before anything else is judged, as for the
     // other bodies (a body that is not JSON answers 400 before a missing scope).
     let read = body.messages()?;
@@ -277,9 +278,19 @@ pub async fn create(
         })
         .collect();
     let scheduled = items.iter().filter(|i| i.status == 201).count();
-    Ok(Json(BatchOut {
+    let out = BatchOut {
         failed: items.len() - scheduled,
         scheduled,
         items,
-    }))
+    };
+    // Written once into a buffer of about its size: growing one from
+    // nothing copies an answer of 1,000 messages (some 450 KB) a dozen times.
+    let size: usize = out
+        .items
+        .iter()
+        .map(|i| i.message.as_ref().map_or(300, |m| m.get().len()) + 40)
+        .sum();
+    let mut body = Vec::with_capacity(size + 64);
+    serde_json::to_writer(&mut body, &out).expect("a batch's answer serialises to JSON");
+    Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
 }
