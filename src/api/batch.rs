@@ -89,11 +89,28 @@ pub struct BatchItemOut {
     pub status: u16,
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<MessageOut>)]
-    pub message: Option<crate::store::ResponseJson>,
+    pub message: Option<ItemMessage>,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub replayed: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<Problem>,
+}
+
+/// An item's message: scheduled now, written straight into the answer, or
+/// the answer first given for its key.
+#[derive(Debug)]
+pub enum ItemMessage {
+    Created(Box<crate::domain::message::Message>),
+    Replayed(crate::store::ResponseJson),
+}
+
+impl Serialize for ItemMessage {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            ItemMessage::Created(m) => MessageOut::new(m).serialize(s),
+            ItemMessage::Replayed(raw) => raw.serialize(s),
+        }
+    }
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -258,15 +275,15 @@ pub async fn create(
         .into_iter()
         .enumerate()
         .map(|(i, answer)| match answer {
-            Ok(Scheduled::Created { response, .. }) => BatchItemOut {
+            Ok(Scheduled::Created { message }) => BatchItemOut {
                 status: 201,
-                message: Some(response),
+                message: Some(ItemMessage::Created(message)),
                 replayed: false,
                 error: None,
             },
             Ok(Scheduled::Replayed { status, response }) => BatchItemOut {
                 status,
-                message: Some(response),
+                message: Some(ItemMessage::Replayed(response)),
                 replayed: true,
                 error: None,
             },
@@ -288,7 +305,11 @@ pub async fn create(
     let size: usize = out
         .items
         .iter()
-        .map(|i| i.message.as_ref().map_or(300, |m| m.get().len()) + 40)
+        .map(|i| match &i.message {
+            Some(ItemMessage::Replayed(raw)) => raw.get().len() + 40,
+            Some(ItemMessage::Created(m)) => m.payload.as_str().len() + 460,
+            None => 340,
+        })
         .sum();
     let mut body = Vec::with_capacity(size + 64);
     serde_json::to_writer(&mut body, &out).expect("a batch's answer serialises to JSON");

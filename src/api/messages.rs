@@ -156,7 +156,11 @@ pub async fn create(
         }
     };
     match state.service.schedule(&principal.account, req).await? {
-        Scheduled::Created { response, .. } => Ok(created_response(201, response)),
+        Scheduled::Created { message } => {
+            let response = serde_json::value::to_raw_value(&MessageOut::new(&message))
+                .expect("a message serialises to JSON");
+            Ok(created_response(201, response))
+        }
         Scheduled::Replayed { status, response } => {
             let mut r = created_response(status, response);
             r.headers_mut()

@@ -35,42 +35,31 @@ pub struct ScheduleRequest {
     pub ordering_key: Option<String>,
 }
 
-/// A schedule request's answer: the message and its 201 body, or (for a
-/// key seen with the same request) the answer first given.
+/// A schedule request's answer: the message (its 201 body is
+/// `MessageOut` of it), or (for a key seen with the same request) the
+/// answer first given.
 #[derive(Debug)]
 pub enum Scheduled {
-    Created {
-        message: Box<Message>,
-        response: ResponseJson,
-    },
-    Replayed {
-        status: u16,
-        response: ResponseJson,
-    },
+    Created { message: Box<Message> },
+    Replayed { status: u16, response: ResponseJson },
 }
 
 impl Service {
-    fn new_item(
-        &self,
-        account: &AccountId,
-        req: ScheduleRequest,
-        now: DateTime<Utc>,
-    ) -> (BatchItem, ResponseJson) {
+    fn new_item(&self, account: &AccountId, req: ScheduleRequest, now: DateTime<Utc>) -> BatchItem {
         let mut message =
             Message::scheduled(account, req.target_id, req.delivery_time, req.payload, now);
         message.ordering_key = req.ordering_key;
-        let response = serde_json::value::to_raw_value(&MessageOut::new(&message))
-            .expect("a message serialises to JSON");
-        let idempotency = req
-            .idempotency_key
-            .map(|key| remember(key, &message, response.clone()));
-        (
-            BatchItem {
-                message,
-                idempotency,
-            },
-            response,
-        )
+        // The answer is kept with the key, to be given again; without a
+        // key it is written only once, into the response.
+        let idempotency = req.idempotency_key.map(|key| {
+            let response = serde_json::value::to_raw_value(&MessageOut::new(&message))
+                .expect("a message serialises to JSON");
+            remember(key, &message, response)
+        });
+        BatchItem {
+            message,
+            idempotency,
+        }
     }
 
     /// Schedules one message (through the group commit, when there is one).
@@ -79,7 +68,7 @@ impl Service {
         account: &AccountId,
         req: ScheduleRequest,
     ) -> ServiceResult<Scheduled> {
-        let (item, response) = self.new_item(account, req, self.now());
+        let item = self.new_item(account, req, self.now());
         let outcome = match &self.inserts {
             Some(inserts) => inserts.insert(item).await?,
             None => insert_once(self.store.as_ref(), vec![item])
@@ -87,7 +76,7 @@ impl Service {
                 .pop()
                 .expect("one answer"),
         };
-        let answer = answer(outcome, response);
+        let answer = answer(outcome);
         if let Ok(Scheduled::Created { message, .. }) = &answer {
             metrics::counter!(m::SCHEDULED).increment(1);
             self.wake.due(message.delivery_time);
@@ -109,9 +98,9 @@ impl Service {
         for (i, req) in requests.into_iter().enumerate() {
             match req {
                 Ok(req) => {
-                    let (item, response) = self.new_item(account, req, now);
+                    let item = self.new_item(account, req, now);
                     answers.push(None);
-                    places.push((i, response));
+                    places.push(i);
                     items.push(item);
                 }
                 Err(errors) => answers.push(Some(Err(ServiceError::Invalid(errors)))),
@@ -120,8 +109,8 @@ impl Service {
         let outcomes = insert_once(self.store.as_ref(), items).await?;
         let mut created = 0;
         let mut earliest: Option<DateTime<Utc>> = None;
-        for ((i, response), outcome) in places.into_iter().zip(outcomes) {
-            let a = answer(outcome, response);
+        for (i, outcome) in places.into_iter().zip(outcomes) {
+            let a = answer(outcome);
             if let Ok(Scheduled::Created { message, .. }) = &a {
                 created += 1;
                 earliest =
@@ -287,9 +276,9 @@ impl Service {
     }
 }
 
-fn answer(outcome: InsertOutcome, response: ResponseJson) -> ServiceResult<Scheduled> {
+fn answer(outcome: InsertOutcome) -> ServiceResult<Scheduled> {
     match outcome {
-        InsertOutcome::Created(message) => Ok(Scheduled::Created { message, response }),
+        InsertOutcome::Created(message) => Ok(Scheduled::Created { message }),
         InsertOutcome::Replayed { status, response } => {
             Ok(Scheduled::Replayed { status, response })
         }
