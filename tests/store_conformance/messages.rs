@@ -172,6 +172,26 @@ async fn a_batch_insert_returns_the_inserted_ids_and_skips_unknown_and_foreign_t
     assert!(store.insert_messages(ACME, &[]).await.unwrap().is_empty());
 }
 
+/// ACME's whole list without a filter, page by page with the `before`
+/// cursor; at most `expected` ids, or the paging does not end.
+async fn all_pages(store: &dyn Store, page_size: u32, expected: usize) -> Vec<MessageId> {
+    let mut paged = Vec::new();
+    let mut before: Option<MessageId> = None;
+    loop {
+        let page = store
+            .list_messages(ACME, &MessageFilter::default(), before.as_ref(), page_size)
+            .await
+            .unwrap();
+        assert!(page.len() <= page_size as usize, "the limit is honoured");
+        let Some(last) = page.last() else {
+            return paged;
+        };
+        before = Some(last.id);
+        paged.extend(message_ids(&page));
+        assert!(paged.len() <= expected, "paging terminates");
+    }
+}
+
 async fn messages_are_listed_newest_first_and_paged_with_the_before_cursor(store: Arc<dyn Store>) {
     let t = add_target(&*store, ACME).await;
     let theirs = add_target(&*store, GLOBEX).await;
@@ -190,21 +210,7 @@ async fn messages_are_listed_newest_first_and_paged_with_the_before_cursor(store
     assert_eq!(message_ids(&all), expected, "newest (highest id) first");
 
     for page_size in [1u32, 3] {
-        let mut paged = Vec::new();
-        let mut before: Option<MessageId> = None;
-        loop {
-            let page = store
-                .list_messages(ACME, &MessageFilter::default(), before.as_ref(), page_size)
-                .await
-                .unwrap();
-            assert!(page.len() <= page_size as usize, "the limit is honoured");
-            if page.is_empty() {
-                break;
-            }
-            before = Some(page.last().unwrap().id);
-            paged.extend(message_ids(&page));
-            assert!(paged.len() <= expected.len(), "paging terminates");
-        }
+        let paged = all_pages(&*store, page_size, expected.len()).await;
         assert_eq!(paged, expected, "paging by {page_size}");
     }
 
@@ -281,19 +287,7 @@ async fn listing_messages_filters_by_state_and_by_target(store: Arc<dyn Store>) 
     let everything = newest_first(vec![delivered.id, dead.id, s1.id, c1.id, s2.id, c2.id]);
     assert_eq!(list(None, None).await, everything);
     for page_size in [1u32, 2, 4] {
-        let mut paged = Vec::new();
-        let mut before: Option<MessageId> = None;
-        loop {
-            let page = store
-                .list_messages(ACME, &MessageFilter::default(), before.as_ref(), page_size)
-                .await
-                .unwrap();
-            assert!(page.len() <= page_size as usize, "the limit is honoured");
-            let Some(last) = page.last() else { break };
-            before = Some(last.id);
-            paged.extend(message_ids(&page));
-            assert!(paged.len() <= everything.len(), "paging terminates");
-        }
+        let paged = all_pages(&*store, page_size, everything.len()).await;
         assert_eq!(paged, everything, "paging by {page_size} across states");
     }
 

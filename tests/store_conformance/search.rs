@@ -50,15 +50,19 @@ async fn a_payload_search_finds_exact_text_within_a_bounded_scan_and_goes_on_bel
     };
 
     // Ten at a time: m29..m20, then m19..m10, then m9..m0 (the last).
-    let first = search(None, "blue-whale", 10, 100).await;
-    assert_eq!(message_ids(&first.messages), [m[27], m[20]]);
-    assert_eq!(first.scanned_to, Some(m[20]));
-    let second = search(first.scanned_to, "blue-whale", 10, 100).await;
-    assert_eq!(message_ids(&second.messages), [m[12]]);
-    assert_eq!(second.scanned_to, Some(m[10]));
-    let third = search(second.scanned_to, "blue-whale", 10, 100).await;
-    assert_eq!(message_ids(&third.messages), [m[5], m[2]]);
-    assert_eq!(third.scanned_to, None, "nothing lies below m0");
+    let ten_at_a_time = || async {
+        let first = search(None, "blue-whale", 10, 100).await;
+        assert_eq!(message_ids(&first.messages), [m[27], m[20]]);
+        assert_eq!(first.scanned_to, Some(m[20]));
+        let second = search(first.scanned_to, "blue-whale", 10, 100).await;
+        assert_eq!(message_ids(&second.messages), [m[12]]);
+        assert_eq!(second.scanned_to, Some(m[10]));
+        let third = search(second.scanned_to, "blue-whale", 10, 100).await;
+        assert_eq!(message_ids(&third.messages), [m[5], m[2]]);
+        assert_eq!(third.scanned_to, None, "nothing lies below m0");
+        second.scanned_to
+    };
+    ten_at_a_time().await;
 
     // A scan that covers them all; the limit holds.
     let all = search(None, "blue-whale", 1000, 100).await;
@@ -103,15 +107,10 @@ async fn a_payload_search_finds_exact_text_within_a_bounded_scan_and_goes_on_bel
     for i in [27, 12, 3] {
         done(store.cancel(ACME, &m[i], time::now()).await.unwrap());
     }
-    let first = search(None, "blue-whale", 10, 100).await;
-    assert_eq!(message_ids(&first.messages), [m[27], m[20]]);
-    assert_eq!(first.scanned_to, Some(m[20]));
-    let second = search(first.scanned_to, "blue-whale", 10, 100).await;
-    assert_eq!(message_ids(&second.messages), [m[12]]);
-    assert_eq!(second.scanned_to, Some(m[10]));
-    let third = search(second.scanned_to, "blue-whale", 3, 100).await;
-    assert_eq!(message_ids(&third.messages), [] as [MessageId; 0]);
-    assert_eq!(third.scanned_to, Some(m[7]));
+    let below_m10 = ten_at_a_time().await;
+    let short = search(below_m10, "blue-whale", 3, 100).await;
+    assert_eq!(message_ids(&short.messages), [] as [MessageId; 0]);
+    assert_eq!(short.scanned_to, Some(m[7]));
     let everywhere = store
         .search_payloads(ACME, &MessageFilter::default(), None, "blue-whale", 4, 100)
         .await
