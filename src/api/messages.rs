@@ -156,11 +156,7 @@ pub async fn create(
         }
     };
     match state.service.schedule(&principal.account, req).await? {
-        Scheduled::Created { message } => {
-            let response = serde_json::value::to_raw_value(&MessageOut::new(&message))
-                .expect("a message serialises to JSON");
-            Ok(created_response(201, response))
-        }
+        Scheduled::Created { message } => Ok(created_response(201, MessageOut::text(&message))),
         Scheduled::Replayed { status, response } => {
             let mut r = created_response(status, response);
             r.headers_mut()

@@ -51,11 +51,9 @@ impl Service {
         message.ordering_key = req.ordering_key;
         // The answer is kept with the key, to be given again; without a
         // key it is written only once, into the response.
-        let idempotency = req.idempotency_key.map(|key| {
-            let response = serde_json::value::to_raw_value(&MessageOut::new(&message))
-                .expect("a message serialises to JSON");
-            remember(key, &message, response)
-        });
+        let idempotency = req
+            .idempotency_key
+            .map(|key| remember(key, &message, MessageOut::text(&message)));
         BatchItem {
             message,
             idempotency,

@@ -129,6 +129,12 @@ pub struct MessageOut {
 }
 
 impl MessageOut {
+    /// The message's answer as JSON text, to be kept (with an idempotency
+    /// key) or sent as it is.
+    pub fn text(m: &Message) -> Box<serde_json::value::RawValue> {
+        serde_json::value::to_raw_value(&Self::new(m)).expect("a message serialises to JSON")
+    }
+
     pub fn new(m: &Message) -> Self {
         Self {
             message_id: m.id.to_string(),
