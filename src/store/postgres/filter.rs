@@ -4,7 +4,10 @@
 
 use sqlx::{Postgres, QueryBuilder};
 
-use crate::{domain::message::State, store::MessageFilter};
+use crate::{
+    domain::{ids::MessageId, message::State},
+    store::MessageFilter,
+};
 
 /// `head` (a SELECT … FROM messages) and the filter's conditions.
 pub(super) fn filtered<'a>(
@@ -40,9 +43,9 @@ fn conditions<'a>(q: &mut QueryBuilder<'a, Postgres>, account: &'a str, f: &'a M
     }
 }
 
-/// The messages that pass the filter and `more` (which pushes its own
-/// ` AND …`), newest (highest id) first: `SELECT columns … ORDER BY id
-/// DESC OFFSET offset LIMIT limit`.
+/// The messages that pass the filter, lie below `before` (the cursor of a
+/// page) and pass `more` (which pushes its own ` AND …`), newest (highest
+/// id) first: `SELECT columns … ORDER BY id DESC OFFSET offset LIMIT limit`.
 ///
 /// This reads an index that ends in the id backward: an account's
 /// `(account, state, id)` or a target's `(target_id, state, id)`. A filter
@@ -57,10 +60,18 @@ pub(super) fn newest_first<'a>(
     columns: &str,
     account: &'a str,
     f: &'a MessageFilter,
+    before: Option<&MessageId>,
     more: impl Fn(&mut QueryBuilder<'a, Postgres>),
     offset: i64,
     limit: i64,
 ) -> QueryBuilder<'a, Postgres> {
+    let before = before.map(|m| m.0);
+    let more = |q: &mut QueryBuilder<'a, Postgres>| {
+        if let Some(id) = before {
+            q.push(" AND id < ").push_bind(id);
+        }
+        more(q);
+    };
     let mut q;
     if f.state.is_some() || f.ordering_key.is_some() || f.schedule_id.is_some() {
         q = filtered(&format!("SELECT {columns} FROM messages"), account, f);

@@ -353,13 +353,15 @@ impl MessageStore for PgStore {
         limit: u32,
     ) -> StoreResult<Vec<Message>> {
         // UUIDv7 ids are creation-ordered, so "newest first" is "id descending".
-        let below = |q: &mut sqlx::QueryBuilder<'_, sqlx::Postgres>| {
-            if let Some(m) = before {
-                q.push(" AND id < ").push_bind(m.0);
-            }
-        };
-        let mut q =
-            filter::newest_first(MESSAGE_COLUMNS, account, filter, below, 0, i64::from(limit));
+        let mut q = filter::newest_first(
+            MESSAGE_COLUMNS,
+            account,
+            filter,
+            before,
+            |_| {},
+            0,
+            i64::from(limit),
+        );
         let rows: Vec<MessageRow> = q
             .build_query_as()
             .persistent(false)

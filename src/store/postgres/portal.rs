@@ -125,26 +125,28 @@ impl PortalReads for PgStore {
         scan: u32,
         limit: u32,
     ) -> StoreResult<Searched> {
-        let below = |q: &mut sqlx::QueryBuilder<'_, sqlx::Postgres>| {
-            if let Some(m) = before {
-                q.push(" AND id < ").push_bind(m.0);
-            }
-        };
         // The last message the scan may look at, and whether one lies below it.
-        let edge: Vec<(uuid::Uuid,)> =
-            super::filter::newest_first("id", account, f, below, i64::from(scan.max(1) - 1), 2)
-                .build_query_as()
-                .persistent(false)
-                .fetch_all(&self.pool)
-                .await
-                .map_err(map_err)?;
+        let edge: Vec<(uuid::Uuid,)> = super::filter::newest_first(
+            "id",
+            account,
+            f,
+            before,
+            |_| {},
+            i64::from(scan.max(1) - 1),
+            2,
+        )
+        .build_query_as()
+        .persistent(false)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(map_err)?;
         let scanned_to = (edge.len() == 2).then(|| edge[0]);
         let mut q = super::filter::newest_first(
             super::rows::MESSAGE_COLUMNS,
             account,
             f,
+            before,
             |q| {
-                below(q);
                 if let Some((edge,)) = scanned_to {
                     q.push(" AND id >= ").push_bind(edge);
                 }
