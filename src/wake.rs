@@ -5,6 +5,13 @@
 //! later than that is left for that look and wakes nothing. Without this, a
 //! stream of schedule requests for the future kept the sweeper running a
 //! claim and a next-due query for each of them.
+//!
+//! While the sweeper looks, what is announced is remembered, not acted on:
+//! when it has read the next due time and goes to sleep, the earliest
+//! announcement wakes it only if it falls due before the look it plans.
+//! (Before, any announcement during a look made it look once more, so a
+//! steady stream of requests for messages due in an hour kept it looking
+//! back to back, four statements each time.)
 
 use std::sync::atomic::{AtomicI64, Ordering};
 
@@ -13,8 +20,10 @@ use tokio::sync::Notify;
 
 use crate::sweeper::ahead::Held;
 
-/// The sweeper is working, not sleeping: every wake-up counts.
+/// The sweeper is working, not sleeping.
 const AWAKE: i64 = i64::MAX;
+/// Nothing announced during the look.
+const NOTHING: i64 = i64::MAX;
 
 pub struct Wake {
     notify: Notify,
@@ -22,6 +31,9 @@ pub struct Wake {
     schedules: Notify,
     /// When the sleeping sweeper will look again, in milliseconds since the epoch.
     sleeps_until_ms: AtomicI64,
+    /// The earliest due time announced while the sweeper looks, in
+    /// milliseconds since the epoch.
+    announced_ms: AtomicI64,
     /// Messages the sweeper claimed ahead of their time and holds: a
     /// cancel or reschedule on this instance takes them back first.
     pub(crate) held: Held,
@@ -33,6 +45,7 @@ impl Default for Wake {
             notify: Notify::new(),
             schedules: Notify::new(),
             sleeps_until_ms: AtomicI64::new(AWAKE),
+            announced_ms: AtomicI64::new(NOTHING),
             held: Held::default(),
         }
     }
@@ -42,7 +55,19 @@ impl Wake {
     /// Something (committed) falls due at `at`: wake the sweeper if it would
     /// sleep past that.
     pub fn due(&self, at: DateTime<Utc>) {
-        if at.timestamp_millis() <= self.sleeps_until_ms.load(Ordering::SeqCst) {
+        let at = at.timestamp_millis();
+        let mut until = self.sleeps_until_ms.load(Ordering::SeqCst);
+        if until == AWAKE {
+            // Looking: its end compares this with the next look. If it went
+            // to sleep meanwhile, it may have compared before this was
+            // written: compare here too (at worst it looks once more).
+            self.announced_ms.fetch_min(at, Ordering::SeqCst);
+            until = self.sleeps_until_ms.load(Ordering::SeqCst);
+            if until == AWAKE {
+                return;
+            }
+        }
+        if at <= until {
             self.notify.notify_one();
         }
     }
@@ -63,18 +88,24 @@ impl Wake {
         self.schedules.notified().await;
     }
 
-    /// The sweeper is about to look: every wake-up until it sleeps again
-    /// makes it look once more.
+    /// The sweeper is about to look: what is announced until it sleeps
+    /// again is remembered for then. What was announced before is in the
+    /// database it is about to read.
     pub(crate) fn awake(&self) {
         self.sleeps_until_ms.store(AWAKE, Ordering::SeqCst);
+        self.announced_ms.store(NOTHING, Ordering::SeqCst);
     }
 
     /// The sweeper has read the next due time and sleeps until `until` (or
     /// until woken). Set after that read, so that a message committed after
     /// it is compared with this deadline or finds the sweeper awake.
+    /// What was announced while it looked wakes it if it falls due by then.
     pub(crate) fn sleeping_until(&self, until: DateTime<Utc>) {
-        self.sleeps_until_ms
-            .store(until.timestamp_millis(), Ordering::SeqCst);
+        let until = until.timestamp_millis();
+        self.sleeps_until_ms.store(until, Ordering::SeqCst);
+        if self.announced_ms.swap(NOTHING, Ordering::SeqCst) <= until {
+            self.notify.notify_one();
+        }
     }
 
     pub(crate) async fn notified(&self) {
@@ -97,22 +128,48 @@ mod tests {
     async fn wakes_only_for_what_falls_due_before_the_next_look() {
         let w = Wake::default();
         let t = Utc::now();
-        // Awake: everything counts.
-        w.due(t + chrono::TimeDelta::days(1));
-        assert!(woken(&w).await);
+        let s = chrono::TimeDelta::seconds;
 
-        w.sleeping_until(t + chrono::TimeDelta::seconds(5));
-        w.due(t + chrono::TimeDelta::seconds(6));
+        // Looking (as at the start): remembered, not acted on, until the
+        // look ends and says when the next one is.
+        w.due(t + chrono::TimeDelta::days(1));
+        assert!(!woken(&w).await, "a look under way is not repeated at once");
+        w.sleeping_until(t + s(5));
+        assert!(!woken(&w).await, "due after the next look: left for it");
+
+        w.due(t + s(6));
         assert!(!woken(&w).await, "later than the next look: left for it");
-        w.due(t + chrono::TimeDelta::seconds(5));
+        w.due(t + s(5));
         assert!(woken(&w).await, "due at the next look itself");
-        w.due(t + chrono::TimeDelta::seconds(1));
+        w.due(t + s(1));
         assert!(woken(&w).await);
         w.now();
         assert!(woken(&w).await);
 
+        // Announced during a look, due before the next one: the look
+        // may have read the next due time before it was written.
+        w.awake();
+        w.due(t + s(1));
+        assert!(!woken(&w).await);
+        w.sleeping_until(t + s(5));
+        assert!(woken(&w).await, "due before the next look");
+
+        // Only the earliest announcement counts, and only once.
         w.awake();
         w.due(t + chrono::TimeDelta::days(365));
+        w.due(t + s(5));
+        w.due(t + s(60));
+        w.sleeping_until(t + s(5));
         assert!(woken(&w).await);
+        w.awake();
+        w.sleeping_until(t + s(5));
+        assert!(!woken(&w).await, "nothing announced during this look");
+
+        // What was announced before a look began is in what it reads.
+        w.awake();
+        w.due(t + s(1));
+        w.awake();
+        w.sleeping_until(t + s(5));
+        assert!(!woken(&w).await);
     }
 }
