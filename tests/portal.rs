@@ -1164,13 +1164,15 @@ async fn a_targets_limits_are_set_with_the_form_and_an_open_breaker_is_closed_by
     let m = api.schedule(&tid, &common::in_ms(0), "x").await;
     rx.wait_for(1, WAIT).await;
     let mut b = signed_in(&app, "acme", "ops@example.com").await;
-    let page = loop {
+    let page = common::eventually(WAIT, "the page shows the breaker open", async || {
         let page = b.get(&format!("/portal/targets/{tid}")).await;
         if page.body.contains("data-breaker=\"open\"") {
-            break page;
+            Ok(page)
+        } else {
+            Err(page.body)
         }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    };
+    })
+    .await;
     assert!(page.body.contains("id=\"reset-breaker\""), "{}", page.body);
     assert_eq!(message_state(&api, s(&m["messageId"])).await, "Scheduled");
 

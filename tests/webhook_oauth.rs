@@ -289,12 +289,15 @@ async fn a_failing_token_endpoint_is_retried_through_the_ladder() {
         .as_str()
         .unwrap()
         .to_string();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while api.attempts(&id).await.len() < 2 {
-        assert!(tokio::time::Instant::now() < deadline);
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let attempts = api.attempts(&id).await;
+    let attempts = common::eventually(Duration::from_secs(10), "two attempts", async || {
+        let attempts = api.attempts(&id).await;
+        if attempts.len() >= 2 {
+            Ok(attempts)
+        } else {
+            Err(attempts)
+        }
+    })
+    .await;
     assert_eq!(
         attempts[0]["outcome"], "RetryableFailure",
         "{}",

@@ -369,18 +369,16 @@ impl Api {
 
     /// Polls (cheaply, every 20 ms) until the message reaches `state`, or panics after `within`.
     pub async fn wait_for_state(&self, id: &str, state: &str, within: Duration) -> Value {
-        let deadline = tokio::time::Instant::now() + within;
-        loop {
+        let what = format!("message {id} reaches {state}");
+        eventually(within, &what, async || {
             let m = self.message(id).await;
             if m["state"] == state {
-                return m;
+                Ok(m)
+            } else {
+                Err(m)
             }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "message {id} did not reach {state} in {within:?}: {m}"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        })
+        .await
     }
 
     pub async fn attempts(&self, id: &str) -> Vec<Value> {
@@ -392,6 +390,27 @@ impl Api {
             .as_array()
             .unwrap()
             .clone()
+    }
+}
+
+/// Asks `check` every 20 ms until it answers `Ok`, and returns that; after
+/// `within` panics, naming `what` was awaited and the last `Err` answered.
+/// For what no event announces (a state in the store, a page).
+pub async fn eventually<T, E: std::fmt::Debug>(
+    within: Duration,
+    what: &str,
+    mut check: impl AsyncFnMut() -> Result<T, E>,
+) -> T {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        match check().await {
+            Ok(done) => return done,
+            Err(last) => assert!(
+                tokio::time::Instant::now() < deadline,
+                "not within {within:?}: {what}; last seen: {last:?}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
