@@ -12,7 +12,7 @@ use crate::{
     auth::tokens::TokenService,
     clock::{Clock, SystemClock},
     config::Config,
-    delivery::{aws::AwsClients, webhook::WebhookClient, Deliverer},
+    delivery::{aws::AwsClients, guard::GuardedResolver, webhook::WebhookClient, Deliverer},
     domain::retry::RetryPolicy,
     limits::{ApiLimits, SignInLimits},
     metrics, portal, retention,
@@ -188,10 +188,12 @@ pub async fn start_with(
             max_timeout,
             config.webhook.connect_timeout,
             config.webhook.allow_private_networks,
+            config.resolver.clone(),
         ),
         AwsClients::new(
             config.aws.timeout.min(max_timeout),
-            !config.webhook.allow_private_networks,
+            (!config.webhook.allow_private_networks)
+                .then(|| GuardedResolver::new(config.resolver.clone())),
             config.aws.allow_default_credentials,
         ),
         config.aws.sqs_batch,

@@ -13,7 +13,10 @@ use figment::{
 };
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::auth::sealing::{Sealer, SealingKey};
+use crate::{
+    auth::sealing::{Sealer, SealingKey},
+    delivery::resolver::Resolver,
+};
 
 /// The defaults compiled into the binary, identical to `config/default.toml`,
 /// so that the binary runs from any working directory.
@@ -38,6 +41,11 @@ pub struct Config {
     pub bulk: BulkConfig,
     #[serde(default)]
     pub schedules: SchedulesConfig,
+    /// Where the private-network guard looks names up: the system's
+    /// resolver. Not read from any file or variable; a test gives a fixed
+    /// table here, to judge names by answers it chooses.
+    #[serde(skip)]
+    pub resolver: Resolver,
 }
 
 /// Recurring schedules (API.md §12).

@@ -36,9 +36,9 @@ impl ClientKey {
 
 pub struct AwsClients {
     timeout: Duration,
-    /// Connect through the private-network guard (off only when
-    /// `webhook.allow_private_networks` lifts the rule).
-    guarded: bool,
+    /// Every connection resolves through the private-network guard (None
+    /// only when `webhook.allow_private_networks` lifts the rule).
+    guard: Option<guard::GuardedResolver>,
     /// Whether a target without credentials may use the server's own identity.
     allow_default_credentials: bool,
     sqs: Mutex<HashMap<ClientKey, aws_sdk_sqs::Client>>,
@@ -83,10 +83,14 @@ impl SqsEntry<'_> {
 }
 
 impl AwsClients {
-    pub fn new(timeout: Duration, guarded: bool, allow_default_credentials: bool) -> Self {
+    pub fn new(
+        timeout: Duration,
+        guard: Option<guard::GuardedResolver>,
+        allow_default_credentials: bool,
+    ) -> Self {
         Self {
             timeout,
-            guarded,
+            guard,
             allow_default_credentials,
             sqs: Mutex::default(),
             sns: Mutex::default(),
@@ -110,13 +114,13 @@ impl AwsClients {
         if let Some(endpoint) = &key.endpoint {
             loader = loader.endpoint_url(endpoint);
         }
-        if self.guarded {
+        if let Some(resolver) = &self.guard {
             // Every connection the SDK makes resolves through the guard.
             use aws_smithy_http_client::tls::{rustls_provider::CryptoMode, Provider};
             loader = loader.http_client(
                 aws_smithy_http_client::Builder::new()
                     .tls_provider(Provider::Rustls(CryptoMode::AwsLc))
-                    .build_with_resolver(guard::GuardedResolver),
+                    .build_with_resolver(resolver.clone()),
             );
         }
         if let Some((id, secret)) = &key.credentials {
@@ -165,9 +169,7 @@ impl AwsClients {
             ));
         }
         let url = endpoint.as_deref().and_then(|e| url::Url::parse(e).ok())?;
-        if !self.guarded {
-            return None;
-        }
+        self.guard.as_ref()?;
         guard::refuse_literal(&url).err().map(|refused| {
             Delivered::failure(AttemptOutcome::NonRetryableFailure, refused.to_string())
         })

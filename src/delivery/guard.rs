@@ -4,7 +4,8 @@
 //! target is created or changed, and again at every connection: the DNS
 //! answers themselves are judged, so a name that later resolves inside
 //! (DNS rebinding) is refused. Errors name the host the account wrote, never
-//! the address it resolved to.
+//! the address it resolved to. Names are looked up through a [`Resolver`]:
+//! the system's, or the fixed table a test gives.
 
 use std::{
     net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr},
@@ -13,6 +14,8 @@ use std::{
 
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use url::{Host, Url};
+
+use super::resolver::Resolver;
 
 /// Raised by the resolver or a literal check; the delivery classifiers find
 /// it in the error chain and make the attempt non-retryable.
@@ -94,6 +97,7 @@ fn is_localhost_name(name: &str) -> bool {
 /// Resolves a name and refuses the whole answer when any address in it is
 /// not public (a mixed answer would let the connector pick the bad one).
 pub async fn resolve_public(
+    names: &Resolver,
     host: &str,
 ) -> Result<Vec<IpAddr>, Box<dyn std::error::Error + Send + Sync>> {
     let refuse = || {
@@ -104,10 +108,7 @@ pub async fn resolve_public(
     if is_localhost_name(host) {
         return Err(refuse());
     }
-    let addrs: Vec<IpAddr> = tokio::net::lookup_host((host, 0))
-        .await?
-        .map(|a| a.ip())
-        .collect();
+    let addrs = names.lookup(host).await?;
     if addrs.iter().any(|ip| is_forbidden(*ip)) {
         return Err(refuse());
     }
@@ -116,12 +117,21 @@ pub async fn resolve_public(
 
 /// The guard as reqwest's resolver and the AWS SDK's.
 #[derive(Debug, Default, Clone)]
-pub struct GuardedResolver;
+pub struct GuardedResolver {
+    names: Resolver,
+}
+
+impl GuardedResolver {
+    pub fn new(names: Resolver) -> Self {
+        Self { names }
+    }
+}
 
 impl Resolve for GuardedResolver {
     fn resolve(&self, name: Name) -> Resolving {
+        let names = self.names.clone();
         Box::pin(async move {
-            let addrs = resolve_public(name.as_str()).await?;
+            let addrs = resolve_public(&names, name.as_str()).await?;
             Ok(Box::new(addrs.into_iter().map(|ip| SocketAddr::new(ip, 0))) as Addrs)
         })
     }
@@ -133,15 +143,15 @@ impl aws_smithy_runtime_api::client::dns::ResolveDns for GuardedResolver {
         name: &'a str,
     ) -> aws_smithy_runtime_api::client::dns::DnsFuture<'a> {
         aws_smithy_runtime_api::client::dns::DnsFuture::new(async move {
-            resolve_public(name)
+            resolve_public(&self.names, name)
                 .await
                 .map_err(aws_smithy_runtime_api::client::dns::ResolveDnsError::new)
         })
     }
 }
 
-pub fn resolver() -> Arc<GuardedResolver> {
-    Arc::new(GuardedResolver)
+pub fn resolver(names: &Resolver) -> Arc<GuardedResolver> {
+    Arc::new(GuardedResolver::new(names.clone()))
 }
 
 /// IP literals never reach a resolver: the connection-time check for them.
@@ -163,7 +173,7 @@ pub fn refuse_literal(url: &Url) -> Result<(), PrivateAddressRefused> {
 /// The check when a target is created or changed: an IP literal or a name
 /// that resolves now to a non-public address is refused. A name that does
 /// not resolve yet is accepted: the guard runs again at every connection.
-pub async fn check_url(url: &str) -> Result<(), PrivateAddressRefused> {
+pub async fn check_url(names: &Resolver, url: &str) -> Result<(), PrivateAddressRefused> {
     let Ok(url) = Url::parse(url) else {
         // Not a URL: the parser names that.
         return Ok(());
@@ -172,7 +182,7 @@ pub async fn check_url(url: &str) -> Result<(), PrivateAddressRefused> {
     let Some(Host::Domain(name)) = url.host() else {
         return Ok(());
     };
-    match resolve_public(name).await {
+    match resolve_public(names, name).await {
         Err(e) if e.is::<PrivateAddressRefused>() => Err(PrivateAddressRefused {
             host: name.to_string(),
         }),
@@ -275,16 +285,34 @@ mod tests {
         }
     }
 
+    /// A table whose answers the tests choose; `localhost` is given a public
+    /// answer, which the guard must not believe.
+    fn table() -> Resolver {
+        Resolver::fixed([
+            ("localhost", vec![ip("93.184.216.34")]),
+            ("api.localhost", vec![ip("93.184.216.34")]),
+            ("inside.test", vec![ip("10.0.0.5")]),
+            ("loopback6.test", vec![ip("::1")]),
+            ("metadata.test", vec![ip("::ffff:169.254.169.254")]),
+            ("mixed.test", vec![ip("93.184.216.34"), ip("192.168.1.1")]),
+            (
+                "outside.test",
+                vec![ip("93.184.216.34"), ip("2606:4700::1111")],
+            ),
+        ])
+    }
+
     #[tokio::test]
     async fn localhost_names_and_private_literals_are_refused_without_naming_an_address() {
+        let names = table();
         for url in [
             "http://localhost/",
             "http://LocalHost./",
             "http://api.localhost./",
         ] {
-            let err = check_url(url).await.unwrap_err().to_string();
+            let err = check_url(&names, url).await.unwrap_err().to_string();
             assert!(
-                !err.contains("127.0.0.1") && !err.contains("::1"),
+                !err.contains("127.0.0.1") && !err.contains("::1") && !err.contains("93.184"),
                 "{url}: {err}"
             );
         }
@@ -293,23 +321,63 @@ mod tests {
             "http://[::ffff:7f00:1]/",
             "http://2130706433/",
         ] {
-            assert!(check_url(url).await.is_err(), "{url}");
+            assert!(check_url(&names, url).await.is_err(), "{url}");
         }
-        check_url("https://93.184.216.34/").await.unwrap();
-        // A name that does not resolve now is judged at connection.
-        check_url("https://no-such-name.invalid/").await.unwrap();
+        check_url(&names, "https://93.184.216.34/").await.unwrap();
     }
 
     #[tokio::test]
-    async fn the_resolvers_refuse_loopback_names() {
-        let err = GuardedResolver
-            .resolve("localhost".parse().unwrap())
+    async fn a_name_is_judged_by_every_address_it_resolves_to() {
+        let names = table();
+        for host in [
+            "inside.test",
+            "loopback6.test",
+            "metadata.test",
+            "mixed.test",
+        ] {
+            let err = resolve_public(&names, host).await.unwrap_err();
+            let refused = find_refusal(err.as_ref()).unwrap_or_else(|| panic!("{host}: {err}"));
+            assert_eq!(refused.host, host);
+            for answer in ["10.0.0.5", "::1", "169.254", "192.168", "93.184"] {
+                assert!(!err.to_string().contains(answer), "{host}: {err}");
+            }
+            let url = format!("https://{host}/hook");
+            assert_eq!(check_url(&names, &url).await.unwrap_err().host, host);
+        }
+        assert_eq!(
+            resolve_public(&names, "outside.test").await.unwrap(),
+            [ip("93.184.216.34"), ip("2606:4700::1111")]
+        );
+        check_url(&names, "https://outside.test/hook")
             .await
-            .err()
             .unwrap();
-        assert!(find_refusal(err.as_ref()).is_some(), "{err}");
+        // A name that does not resolve is no refusal: it is accepted at
+        // creation and judged again at every connection.
+        let err = resolve_public(&names, "unknown.test").await.unwrap_err();
+        assert!(find_refusal(err.as_ref()).is_none(), "{err}");
+        check_url(&names, "https://unknown.test/").await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn both_resolvers_judge_the_answers_of_the_table_they_were_given() {
         use aws_smithy_runtime_api::client::dns::ResolveDns;
-        let err = GuardedResolver.resolve_dns("localhost").await.unwrap_err();
-        assert!(find_refusal(&err).is_some(), "{err}");
+        let guarded = GuardedResolver::new(table());
+        for host in ["localhost", "inside.test", "mixed.test"] {
+            let err = guarded.resolve(host.parse().unwrap()).await.err().unwrap();
+            assert!(find_refusal(err.as_ref()).is_some(), "{host}: {err}");
+            let err = guarded.resolve_dns(host).await.unwrap_err();
+            assert!(find_refusal(&err).is_some(), "{host}: {err}");
+        }
+        let addrs: Vec<IpAddr> = guarded
+            .resolve("outside.test".parse().unwrap())
+            .await
+            .unwrap()
+            .map(|a| a.ip())
+            .collect();
+        assert_eq!(addrs, [ip("93.184.216.34"), ip("2606:4700::1111")]);
+        assert_eq!(
+            guarded.resolve_dns("outside.test").await.unwrap(),
+            [ip("93.184.216.34"), ip("2606:4700::1111")]
+        );
     }
 }

@@ -5,6 +5,7 @@ pub mod guard;
 pub mod http1;
 pub mod oauth;
 pub mod policy;
+pub mod resolver;
 pub mod signing;
 pub mod webhook;
 

@@ -3,16 +3,18 @@
 //! account controls passes the private-network guard, and an SQS/SNS target
 //! brings its own AWS credentials unless the operator allows the server's.
 
-use super::guard;
+use super::{guard, resolver::Resolver};
 use crate::{
     config::Config,
     domain::target::{FieldError, TargetConfig},
 };
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct OutboundPolicy {
     pub allow_private_networks: bool,
     pub allow_default_credentials: bool,
+    /// Where the guard looks up the names it judges.
+    pub names: Resolver,
 }
 
 impl OutboundPolicy {
@@ -20,6 +22,7 @@ impl OutboundPolicy {
         Self {
             allow_private_networks: c.webhook.allow_private_networks,
             allow_default_credentials: c.aws.allow_default_credentials,
+            names: c.resolver.clone(),
         }
     }
 
@@ -45,7 +48,7 @@ impl OutboundPolicy {
         }
         if !self.allow_private_networks {
             for (field, url) in addresses {
-                if guard::check_url(url).await.is_err() {
+                if guard::check_url(&self.names, url).await.is_err() {
                     errors.push(FieldError::new(
                         field,
                         "is not a public address (loopback, private, link-local and other \

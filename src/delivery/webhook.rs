@@ -9,7 +9,7 @@ use hyper::{Method, Request};
 use reqwest::{header, redirect, Client, StatusCode};
 use tokio::time::Instant;
 
-use super::{guard, http1, oauth::ReceiverTokens, signing, Delivered};
+use super::{guard, http1, oauth::ReceiverTokens, resolver::Resolver, signing, Delivered};
 use crate::domain::{ids::MessageId, retry::AttemptOutcome, target::WebhookConfig};
 
 /// Bytes of the response kept in the attempt record.
@@ -46,12 +46,14 @@ pub struct WebhookClient {
 impl WebhookClient {
     /// `max_timeout` keeps every attempt inside its lease; opening a
     /// connection (to a receiver or its token endpoint) may take at most
-    /// `connect_timeout` of it.
+    /// `connect_timeout` of it. Unless `allow_private`, every name is looked
+    /// up in `names` and judged by the guard.
     pub fn new(
         default_timeout: Duration,
         max_timeout: Duration,
         connect_timeout: Duration,
         allow_private: bool,
+        names: Resolver,
     ) -> Self {
         let mut builder = Client::builder()
             .connect_timeout(connect_timeout)
@@ -63,11 +65,11 @@ impl WebhookClient {
             .pool_idle_timeout(Duration::from_secs(60))
             .pool_max_idle_per_host(512);
         if !allow_private {
-            builder = builder.dns_resolver(guard::resolver());
+            builder = builder.dns_resolver(guard::resolver(&names));
         }
         let client = builder.build().expect("a TLS-capable HTTP client builds");
         Self {
-            connections: http1::Connections::new(connect_timeout, allow_private),
+            connections: http1::Connections::new(connect_timeout, allow_private, names),
             tokens: ReceiverTokens::new(client),
             default_timeout,
             max_timeout,

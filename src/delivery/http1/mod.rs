@@ -24,7 +24,7 @@ use tokio::{net::TcpStream, time::Instant};
 use tokio_rustls::{rustls, TlsConnector};
 use url::{Host, Url};
 
-use super::guard;
+use super::{guard, resolver::Resolver};
 
 type Sender = http1::SendRequest<Full<Bytes>>;
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -74,6 +74,8 @@ pub struct Connections {
     tls: TlsConnector,
     connect_timeout: Duration,
     allow_private: bool,
+    /// Where the guard looks names up (unused while private networks are allowed).
+    names: Resolver,
     idle_timeout: Duration,
 }
 
@@ -93,10 +95,10 @@ pub struct Lent {
 }
 
 impl Connections {
-    pub fn new(connect_timeout: Duration, allow_private: bool) -> Self {
+    pub fn new(connect_timeout: Duration, allow_private: bool, names: Resolver) -> Self {
         let mut roots = rustls::RootCertStore::empty();
         roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-        Self::trusting(roots, connect_timeout, allow_private)
+        Self::trusting(roots, connect_timeout, allow_private, names)
     }
 
     /// Connections that trust these roots for https.
@@ -104,6 +106,7 @@ impl Connections {
         roots: rustls::RootCertStore,
         connect_timeout: Duration,
         allow_private: bool,
+        names: Resolver,
     ) -> Self {
         let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
             rustls::crypto::ring::default_provider(),
@@ -118,6 +121,7 @@ impl Connections {
             tls: TlsConnector::from(Arc::new(config)),
             connect_timeout,
             allow_private,
+            names,
             idle_timeout: IDLE_TIMEOUT,
         }
     }
@@ -246,7 +250,7 @@ impl Connections {
             _ if self.allow_private => tokio::net::lookup_host((host, origin.port))
                 .await?
                 .collect(),
-            _ => guard::resolve_public(host)
+            _ => guard::resolve_public(&self.names, host)
                 .await?
                 .into_iter()
                 .map(|ip| SocketAddr::new(ip, origin.port))

@@ -9,6 +9,7 @@ use tokio::{
 };
 
 use super::*;
+use crate::delivery::resolver::Resolver;
 
 /// A receiver that answers each request on a connection with 200 "ok",
 /// closing the connection after `per_connection` requests; it counts the
@@ -84,7 +85,7 @@ async fn failure(c: &Connections, origin: &Origin) -> SendError {
 /// receiver that closes each connection after `per_connection`.
 async fn connections_opened(per_connection: usize, requests: usize) -> usize {
     let (origin, accepted) = receiver(per_connection).await;
-    let c = Connections::new(Duration::from_secs(1), true);
+    let c = Connections::new(Duration::from_secs(1), true, Resolver::system());
     for _ in 0..requests {
         assert_eq!(exchange(&c, &origin).await, b"ok");
     }
@@ -105,8 +106,8 @@ async fn a_connection_the_receiver_closed_is_not_used_again() {
 async fn connections_idle_too_long_are_closed_whatever_their_origin() {
     let (first, _) = receiver(100).await;
     let (second, _) = receiver(100).await;
-    let c =
-        Connections::new(Duration::from_secs(1), true).with_idle_timeout(Duration::from_millis(50));
+    let c = Connections::new(Duration::from_secs(1), true, Resolver::system())
+        .with_idle_timeout(Duration::from_millis(50));
     exchange(&c, &first).await;
     assert_eq!(c.idle.lock().unwrap().by_origin[&first].len(), 1);
     tokio::time::sleep(Duration::from_millis(60)).await;
@@ -179,11 +180,11 @@ async fn https_is_spoken_to_a_receiver_whose_certificate_is_trusted_and_only_the
                 .unwrap(),
         )
         .unwrap();
-    let trusting = Connections::trusting(roots, Duration::from_secs(2), true);
+    let trusting = Connections::trusting(roots, Duration::from_secs(2), true, Resolver::system());
     assert_eq!(exchange(&trusting, &origin).await, b"ok");
 
     // The public roots do not include the test CA: no connection.
-    let public = Connections::new(Duration::from_secs(2), true);
+    let public = Connections::new(Duration::from_secs(2), true, Resolver::system());
     let err = failure(&public, &origin).await;
     assert!(matches!(err, SendError::Connect(_)), "{err:?}");
 }
@@ -196,7 +197,7 @@ async fn a_refused_connection_is_a_connect_error() {
     };
     let url = Url::parse(&format!("http://127.0.0.1:{port}/")).unwrap();
     let origin = Origin::of(&url).unwrap();
-    let c = Connections::new(Duration::from_secs(1), true);
+    let c = Connections::new(Duration::from_secs(1), true, Resolver::system());
     let err = failure(&c, &origin).await;
     assert!(matches!(err, SendError::Connect(_)), "{err:?}");
 }
@@ -209,7 +210,7 @@ async fn an_address_inside_written_in_the_url_is_refused_by_the_guard() {
         "http://[::ffff:10.0.0.1]:9/",
     ] {
         let origin = Origin::of(&Url::parse(url).unwrap()).unwrap();
-        let c = Connections::new(Duration::from_secs(1), false);
+        let c = Connections::new(Duration::from_secs(1), false, Resolver::system());
         let err = failure(&c, &origin).await;
         assert!(guard::find_refusal(&err).is_some(), "{url}: {err:?}");
     }
@@ -219,7 +220,22 @@ async fn an_address_inside_written_in_the_url_is_refused_by_the_guard() {
 async fn a_name_that_resolves_inside_is_refused_by_the_guard() {
     let url = Url::parse("http://localhost:9/").unwrap();
     let origin = Origin::of(&url).unwrap();
-    let c = Connections::new(Duration::from_secs(1), false);
+    let c = Connections::new(Duration::from_secs(1), false, Resolver::system());
     let err = failure(&c, &origin).await;
     assert!(guard::find_refusal(&err).is_some(), "{err:?}");
+}
+
+#[tokio::test]
+async fn a_name_whose_answer_is_inside_is_refused_before_any_connection() {
+    // The receiver listens on loopback; the table sends `inside.test` there.
+    let (receiver, accepted) = receiver(100).await;
+    let names = Resolver::fixed([("inside.test", vec!["127.0.0.1".parse().unwrap()])]);
+    let url = Url::parse(&format!("http://inside.test:{}/hook", receiver.port)).unwrap();
+    let origin = Origin::of(&url).unwrap();
+    let guarded = Connections::new(Duration::from_secs(1), false, names.clone());
+    let err = failure(&guarded, &origin).await;
+    let refused = guard::find_refusal(&err).unwrap_or_else(|| panic!("{err:?}"));
+    assert_eq!(refused.host, "inside.test");
+    assert!(!err.to_string().contains("127.0.0.1"), "{err}");
+    assert_eq!(accepted.load(Ordering::SeqCst), 0);
 }
