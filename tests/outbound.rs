@@ -6,9 +6,10 @@
 
 mod common;
 
-use std::time::Duration;
+use std::{net::IpAddr, time::Duration};
 
 use common::{in_ms, receiver::Receiver, Api, TestApp};
+use dispatch::delivery::resolver::Resolver;
 use reqwest::Response;
 use serde_json::{json, Value};
 
@@ -48,31 +49,29 @@ async fn deliver(api: &Api, target_id: &str, state: &str) -> Value {
     api.wait_for_state(id, state, Duration::from_secs(10)).await
 }
 
-/// This machine's host name and what its resolver answers for it: a
-/// loopback or private address (from /etc/hosts on Linux machines), so a
-/// name the guard can only refuse by its DNS answer.
-async fn private_name() -> (String, Vec<std::net::IpAddr>) {
-    let name = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
-        .expect("this test reads the machine's host name from /proc/sys/kernel/hostname")
-        .trim()
-        .to_string();
-    let answer: Vec<std::net::IpAddr> = tokio::net::lookup_host((name.as_str(), 0))
-        .await
-        .unwrap_or_else(|e| {
-            panic!("the host name {name} does not resolve ({e}): add it to /etc/hosts")
-        })
-        .map(|a| a.ip())
-        .collect();
-    assert!(
-        !answer.is_empty()
-            && answer
-                .iter()
-                .all(|ip| !dispatch::delivery::guard::is_public(*ip)),
-        "this test needs the host name {name} to resolve to a non-public address, not {answer:?}"
-    );
-    (name, answer)
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
 }
+
+/// The names these tests write, answered by a resolver the test controls
+/// (the machine's own DNS plays no part): `inside.test` answers loopback,
+/// where the tests' receivers listen, so a connection the guard let through
+/// would be seen; `private.test` a private address, `mixed.test` a public
+/// and a private one, `public.test` only public ones (never connected to).
+fn names() -> Resolver {
+    Resolver::fixed([
+        ("inside.test", vec![ip("127.0.0.1")]),
+        ("private.test", vec![ip("10.0.0.5")]),
+        ("mixed.test", vec![ip("93.184.216.34"), ip("192.168.1.20")]),
+        (
+            "public.test",
+            vec![ip("93.184.216.34"), ip("2606:4700::1111")],
+        ),
+    ])
+}
+
+/// The addresses `names()` answers that must never appear in an error.
+const ANSWERS: [&str; 5] = ["127.0.0.1", "10.0.0.5", "192.168", "93.184", "2606:"];
 
 /// Stores a target as it is, past the checks of the API: what a target
 /// whose name resolved to a public address at creation looks like once its
@@ -236,13 +235,19 @@ async fn a_new_token_url_or_aws_address_needs_its_secret_sent_again() {
 // The private-network guard, for every address
 // ---------------------------------------------------------------------------
 
-fn guarded(c: &mut dispatch::config::Config) {
-    c.webhook.allow_private_networks = false;
+/// Private networks refused (the default outside the tests), names
+/// resolved by `names`.
+fn guarded(names: &Resolver) -> impl FnOnce(&mut dispatch::config::Config) + '_ {
+    |c| {
+        c.webhook.allow_private_networks = false;
+        c.resolver = names.clone();
+    }
 }
 
 #[tokio::test]
 async fn every_address_an_account_controls_is_refused_on_private_networks() {
-    let app = TestApp::spawn_with(guarded).await;
+    let names = names();
+    let app = TestApp::spawn_with(guarded(&names)).await;
     let api = app.api("acme").await;
     let creds = json!({"accessKeyId": "AK", "secretAccessKey": "SK"});
     let cases = [
@@ -251,10 +256,26 @@ async fn every_address_an_account_controls_is_refused_on_private_networks() {
             "config.url",
         ),
         (
-            json!({"name": "h", "type": "webhook", "config": {"url": "https://example.com/",
+            json!({"name": "h", "type": "webhook", "config": {"url": "https://public.test/",
                 "auth": {"type": "oauth2ClientCredentials", "tokenUrl": "http://10.0.0.5/token",
                          "clientId": "c", "clientSecret": "s"}}}),
             "config.auth.tokenUrl",
+        ),
+        // Names, judged by what they resolve to.
+        (
+            json!({"name": "h", "type": "webhook", "config": {"url": "https://private.test/hook"}}),
+            "config.url",
+        ),
+        (
+            json!({"name": "h", "type": "webhook", "config": {"url": "https://public.test/",
+                "auth": {"type": "oauth2ClientCredentials", "tokenUrl": "https://inside.test/token",
+                         "clientId": "c", "clientSecret": "s"}}}),
+            "config.auth.tokenUrl",
+        ),
+        (
+            json!({"name": "q", "type": "sqs", "config": {"queueUrl": "https://sqs.us-east-1.amazonaws.com/1/q",
+                "region": "us-east-1", "endpointUrl": "https://mixed.test/", "credentials": creds}}),
+            "config.endpointUrl",
         ),
         (
             json!({"name": "q", "type": "sqs", "config": {"queueUrl": "https://sqs.us-east-1.amazonaws.com/1/q",
@@ -280,15 +301,15 @@ async fn every_address_an_account_controls_is_refused_on_private_networks() {
         let problem = assert_fields(api.post("/targets", body.clone()).await, &[field]).await;
         // The answer names the field, never an address a name resolved to.
         let text = problem.to_string();
-        assert!(
-            !text.contains("127.0.0.1") && !text.contains("::1"),
-            "{text}"
-        );
+        for answer in ANSWERS.iter().chain(&["::1"]) {
+            assert!(!text.contains(answer), "{text}");
+        }
     }
     let list: Value = api.get("/targets").await.json().await.unwrap();
     assert_eq!(list["items"], json!([]));
 
-    // A change onto a private address is refused the same way, and changes nothing.
+    // Public addresses, written or resolved, are accepted; a change onto a
+    // private address is refused the same way, and changes nothing.
     let t = created(
         api.post(
             "/targets",
@@ -299,105 +320,174 @@ async fn every_address_an_account_controls_is_refused_on_private_networks() {
     )
     .await;
     let one = format!("/targets/{}", id(&t));
-    assert_fields(
-        api.patch(
-            &one,
-            json!({"config": {"endpointUrl": "http://127.0.0.1:4566/", "credentials": creds}}),
+    for endpoint in ["http://127.0.0.1:4566/", "https://private.test/"] {
+        assert_fields(
+            api.patch(
+                &one,
+                json!({"config": {"endpointUrl": endpoint, "credentials": creds}}),
+            )
+            .await,
+            &["config.endpointUrl"],
         )
-        .await,
-        &["config.endpointUrl"],
-    )
-    .await;
+        .await;
+    }
     let shown: Value = api.get(&one).await.json().await.unwrap();
     assert_eq!(shown["config"]["endpointUrl"], "https://93.184.216.34/");
+    let p = api
+        .patch(
+            &one,
+            json!({"config": {"endpointUrl": "https://public.test/", "credentials": creds}}),
+        )
+        .await;
+    assert_eq!(p.status(), 200, "{:?}", p.text().await);
+    let hook = created(
+        api.post(
+            "/targets",
+            json!({"name": "h", "type": "webhook", "config": {"url": "https://public.test/hook"}}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(hook["config"]["url"], "https://public.test/hook");
     app.shutdown().await;
+}
+
+/// Delivers one message to `target_id` and checks it was refused by the
+/// guard at once, naming `host` and, when it is a name, none of the
+/// addresses it resolved to.
+async fn refused_at_connection(api: &Api, target_id: &str, host: &str, by_name: bool) {
+    let m = deliver(api, target_id, "DeadLetter").await;
+    let attempts = api.attempts(m["messageId"].as_str().unwrap()).await;
+    assert_eq!(
+        attempts.len(),
+        1,
+        "refused at once, not retried: {attempts:?}"
+    );
+    assert_eq!(attempts[0]["outcome"], "NonRetryableFailure");
+    let error = attempts[0]["error"].as_str().unwrap();
+    assert!(
+        error.contains(&format!("{host} is not a public address")),
+        "{host}: {error}"
+    );
+    if by_name {
+        for answer in ANSWERS.iter().chain(&["::1"]) {
+            assert!(!error.contains(answer), "{error}");
+        }
+    }
 }
 
 #[tokio::test]
 async fn a_name_that_resolves_inside_at_connection_time_is_refused_and_not_reported() {
-    let app = TestApp::spawn_with(guarded).await;
+    let names = names();
+    let app = TestApp::spawn_with(guarded(&names)).await;
     let api = app.api("acme").await;
+    // The receiver listens on loopback, where `inside.test` and `localhost`
+    // lead: had the guard let a connection through, it would count it.
     let rx = Receiver::start().await;
-    let port = rx
-        .url("/")
-        .split(':')
-        .nth(2)
-        .unwrap()
-        .trim_end_matches('/')
-        .to_string();
-    // The receiver listens on loopback; the stored targets name it by a
-    // name (judged from its DNS answer) and by an IP literal.
+    let port = rx.addr.port();
     let creds = json!({"accessKeyId": "AK", "secretAccessKey": "SK"});
-    // This machine's own name resolves inside too, by its DNS answer rather
-    // than its spelling: the resolvers must judge the answer.
-    let (host, answer) = private_name().await;
-    // (kind, config, whether the address is a name whose answer must stay unsaid)
+    // (kind, config as stored past the API's check, the host refused, whether it is a name)
     let cases = [
         (
             "webhook",
-            json!({"url": format!("http://{host}:{port}/hook")}),
+            json!({"url": format!("http://inside.test:{port}/hook")}),
+            "inside.test",
             true,
         ),
         (
             "sqs",
             json!({"queueUrl": "https://sqs.us-east-1.amazonaws.com/1/q",
-            "region": "us-east-1", "endpointUrl": format!("http://{host}:{port}/"), "credentials": creds}),
+            "region": "us-east-1", "endpointUrl": format!("http://inside.test:{port}/"), "credentials": creds}),
+            "inside.test",
+            true,
+        ),
+        (
+            "sns",
+            json!({"topicArn": "arn:aws:sns:us-east-1:123456789012:t",
+            "region": "us-east-1", "endpointUrl": format!("http://inside.test:{port}/"), "credentials": creds}),
+            "inside.test",
             true,
         ),
         (
             "webhook",
             json!({"url": format!("http://localhost:{port}/hook")}),
+            "localhost",
             true,
         ),
         (
             "webhook",
-            json!({"url": "https://example.com/",
+            json!({"url": format!("http://inside.test:{port}/hook"),
             "auth": {"type": "oauth2ClientCredentials", "tokenUrl": format!("http://localhost:{port}/token"),
                      "clientId": "c", "clientSecret": "s"}}),
+            "localhost",
             true,
         ),
         (
             "sqs",
             json!({"queueUrl": "https://sqs.us-east-1.amazonaws.com/1/q",
             "region": "us-east-1", "endpointUrl": format!("http://localhost:{port}/"), "credentials": creds}),
+            "localhost",
             true,
         ),
         (
             "sqs",
             json!({"queueUrl": "https://sqs.us-east-1.amazonaws.com/1/q",
             "region": "us-east-1", "endpointUrl": format!("http://127.0.0.1:{port}/"), "credentials": creds}),
+            "127.0.0.1",
             false,
         ),
-        (
-            "sns",
-            json!({"topicArn": "arn:aws:sns:us-east-1:123456789012:t",
-            "region": "us-east-1", "endpointUrl": format!("http://localhost:{port}/"), "credentials": creds}),
-            true,
-        ),
     ];
-    for (kind, config, by_name) in cases {
+    for (kind, config, host, by_name) in cases {
         let target_id = stored_directly(&app, "acme", kind, config.clone()).await;
-        let m = deliver(&api, &target_id, "DeadLetter").await;
-        let attempts = api.attempts(m["messageId"].as_str().unwrap()).await;
-        assert_eq!(
-            attempts.len(),
-            1,
-            "refused at once, not retried: {attempts:?}"
-        );
-        assert_eq!(attempts[0]["outcome"], "NonRetryableFailure");
-        let error = attempts[0]["error"].as_str().unwrap();
-        assert!(error.contains("not a public address"), "{config}: {error}");
-        if by_name {
-            assert!(
-                !error.contains("127.0.0.1") && !error.contains("::1"),
-                "{error}"
-            );
-            for ip in &answer {
-                assert!(!error.contains(&ip.to_string()), "{error}");
-            }
-        }
+        refused_at_connection(&api, &target_id, host, by_name).await;
     }
     assert_eq!(rx.count(), 0, "nothing reached the private address");
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_name_public_at_creation_that_later_resolves_inside_is_refused_at_connection() {
+    let names = Resolver::fixed([("rebind.test", vec![ip("93.184.216.34")])]);
+    let app = TestApp::spawn_with(guarded(&names)).await;
+    let api = app.api("acme").await;
+    let rx = Receiver::start().await;
+    let port = rx.addr.port();
+    let creds = json!({"accessKeyId": "AK", "secretAccessKey": "SK"});
+    let mut targets = Vec::new();
+    for (kind, config) in [
+        (
+            "webhook",
+            json!({"url": format!("http://rebind.test:{port}/hook")}),
+        ),
+        (
+            "sqs",
+            json!({"queueUrl": "https://sqs.us-east-1.amazonaws.com/1/q",
+                "region": "us-east-1", "endpointUrl": format!("http://rebind.test:{port}/"), "credentials": creds}),
+        ),
+        (
+            "webhook",
+            json!({"url": "https://rebind.test/hook",
+                "auth": {"type": "oauth2ClientCredentials", "tokenUrl": format!("http://rebind.test:{port}/token"),
+                         "clientId": "c", "clientSecret": "s"}}),
+        ),
+    ] {
+        // Public when the target is created: accepted.
+        let t = created(
+            api.post(
+                "/targets",
+                json!({"name": "r", "type": kind, "config": config}),
+            )
+            .await,
+        )
+        .await;
+        targets.push(id(&t));
+    }
+    // The record now points inside, where the receiver listens.
+    names.answer("rebind.test", vec![ip("127.0.0.1")]);
+    for target_id in &targets {
+        refused_at_connection(&api, target_id, "rebind.test", true).await;
+    }
+    assert_eq!(rx.count(), 0, "nothing reached the address inside");
     app.shutdown().await;
 }
 
@@ -473,20 +563,117 @@ async fn no_target_acts_with_the_servers_aws_identity_by_default() {
     app.shutdown().await;
 }
 
+/// The access key id the server's own AWS identity has in the test below.
+const SERVERS_KEY_ID: &str = "AKIASERVERSIDENTITY1";
+
 #[tokio::test]
 async fn the_operator_can_lend_the_servers_identity_on_purpose() {
-    let app = TestApp::spawn_with(|c| c.aws.allow_default_credentials = true).await;
-    let api = app.api("acme").await;
-    created(
+    // The server's identity comes from its environment, where the AWS SDK
+    // looks first: a `dispatch serve` process of its own has one.
+    let db = common::TestDb::new().await;
+    let (client_id, secret) = {
+        let store = common::open_any_store(&db.url).await;
+        store.ensure_account("acme").await.unwrap();
+        let (id, secret) = dispatch::auth::secrets::generate_client_credentials();
+        store
+            .create_client(&dispatch::store::ClientRecord {
+                client_id: id.clone(),
+                account: "acme".into(),
+                name: "test".into(),
+                secret_hash: dispatch::auth::secrets::hash_client_secret(&secret),
+                scopes: dispatch::auth::SCOPES
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect(),
+            })
+            .await
+            .unwrap();
+        (id, secret)
+    };
+    let mut server = tokio::process::Command::new(env!("CARGO_BIN_EXE_dispatch"))
+        .arg("serve")
+        .env("DATABASE_URL", &db.url)
+        .env("DISPATCH_SERVER__LISTEN", "127.0.0.1:0")
+        .env("DISPATCH_WEBHOOK__ALLOW_PRIVATE_NETWORKS", "true")
+        .env("DISPATCH_AWS__ALLOW_DEFAULT_CREDENTIALS", "true")
+        .env("DISPATCH_LOG__FORMAT", "json")
+        .env("RUST_LOG", "info")
+        .env("AWS_ACCESS_KEY_ID", SERVERS_KEY_ID)
+        .env("AWS_SECRET_ACCESS_KEY", "the-servers-secret")
+        .env_remove("AWS_SESSION_TOKEN")
+        .env_remove("AWS_PROFILE")
+        // Never the instance metadata service, whatever else fails.
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let base = serving_at(&mut server).await;
+    let http = reqwest::Client::new();
+    let token: Value = http
+        .post(format!("{base}/oauth/token"))
+        .basic_auth(&client_id, Some(&secret))
+        .form(&[("grant_type", "client_credentials")])
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let api = Api {
+        base,
+        http,
+        token: token["access_token"].as_str().unwrap().to_string(),
+    };
+
+    // A queue on a receiver that records what the SDK sends it.
+    let rx = Receiver::start().await;
+    let t = created(
         api.post(
             "/targets",
             json!({"name": "q", "type": "sqs", "config": {
-                "queueUrl": "https://sqs.us-east-1.amazonaws.com/123456789012/q", "region": "us-east-1"}}),
+                "queueUrl": "https://sqs.us-east-1.amazonaws.com/123456789012/q", "region": "us-east-1",
+                "endpointUrl": rx.url("/")}}),
         )
         .await,
     )
     .await;
-    app.shutdown().await;
+    assert!(
+        t["config"].get("credentials").is_none_or(Value::is_null),
+        "{t}"
+    );
+    api.schedule(&id(&t), &in_ms(0), "ping").await;
+    let sent = rx.wait_for(1, Duration::from_secs(20)).await;
+    let authorization = sent[0].header("authorization").unwrap_or_default();
+    assert!(
+        authorization.contains(&format!("Credential={SERVERS_KEY_ID}/")),
+        "signed with the server's identity: {authorization:?}"
+    );
+    server.start_kill().unwrap();
+    server.wait().await.unwrap();
+}
+
+/// Reads a `dispatch serve` process's JSON log until it says where it
+/// serves; returns its base URL. Keeps draining the log afterwards.
+async fn serving_at(server: &mut tokio::process::Child) -> String {
+    use tokio::io::AsyncBufReadExt;
+    let mut lines = tokio::io::BufReader::new(server.stderr.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    let addr = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            let entry: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
+            if let Some(addr) = entry["fields"]["addr"].as_str() {
+                return addr.to_string();
+            }
+            seen.push(line);
+        }
+        panic!("dispatch serve ended: {seen:?}");
+    })
+    .await
+    .expect("dispatch serve says where it serves within 30 s");
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    format!("http://{addr}")
 }
 
 // ---------------------------------------------------------------------------
@@ -604,18 +791,15 @@ async fn a_receivers_token_endpoint_cannot_make_dispatch_read_more_than_64_kib()
     .await;
     let m = api.schedule(&id(&t), &in_ms(0), "ping").await;
     let mid = m["messageId"].as_str().unwrap();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    let attempts = loop {
+    let attempts = common::eventually(Duration::from_secs(10), "an attempt", async || {
         let attempts = api.attempts(mid).await;
-        if !attempts.is_empty() {
-            break attempts;
+        if attempts.is_empty() {
+            Err(attempts)
+        } else {
+            Ok(attempts)
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no attempt was made"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    })
+    .await;
     let error = attempts[0]["error"].as_str().unwrap();
     assert!(error.contains("more than 65536 bytes"), "{error}");
     assert!(tokens.count() >= 1);
