@@ -104,13 +104,23 @@ async fn a_connection_the_receiver_closed_is_not_used_again() {
 
 #[tokio::test]
 async fn connections_idle_too_long_are_closed_whatever_their_origin() {
+    const IDLE: Duration = Duration::from_secs(5);
     let (first, _) = receiver(100).await;
     let (second, _) = receiver(100).await;
-    let c = Connections::new(Duration::from_secs(1), true, Resolver::system())
-        .with_idle_timeout(Duration::from_millis(50));
+    let c =
+        Connections::new(Duration::from_secs(1), true, Resolver::system()).with_idle_timeout(IDLE);
     exchange(&c, &first).await;
     assert_eq!(c.idle.lock().unwrap().by_origin[&first].len(), 1);
-    tokio::time::sleep(Duration::from_millis(60)).await;
+    // The first origin's connection has been idle longer than IDLE (and
+    // the last sweep is as old): set back their instants, not the clock.
+    {
+        let mut idle = c.idle.lock().unwrap();
+        let long_ago = Instant::now() - IDLE * 2;
+        idle.swept = Some(long_ago);
+        for (_, since) in idle.by_origin.get_mut(&first).unwrap() {
+            *since = long_ago;
+        }
+    }
     // Giving back a connection to another origin sweeps the first's.
     exchange(&c, &second).await;
     let idle = c.idle.lock().unwrap();
@@ -118,25 +128,50 @@ async fn connections_idle_too_long_are_closed_whatever_their_origin() {
     assert_eq!(idle.by_origin[&second].len(), 1);
 }
 
-/// A receiver over TLS with the certificate of `localhost` and
-/// 127.0.0.1 in `tests/fixtures/tls` (made with openssl: a test CA, and
-/// a P-256 leaf it signed, both valid until 2126), answering one request.
-async fn tls_receiver() -> Origin {
-    use rustls::pki_types::{pem::PemObject, CertificateDer, PrivateKeyDer};
-    let certs = vec![CertificateDer::from_pem_slice(include_bytes!(
-        "../../../tests/fixtures/tls/localhost.pem"
-    ))
-    .unwrap()];
-    let key =
-        PrivateKeyDer::from_pem_slice(include_bytes!("../../../tests/fixtures/tls/localhost.key"))
-            .unwrap();
+/// A test CA and a leaf it signed for `localhost` and 127.0.0.1, made now
+/// and valid from ten years before the test's clock to ten years after it,
+/// so that no date makes the test fail: (the CA, the leaf, the leaf's key).
+fn test_pki() -> (
+    rustls::pki_types::CertificateDer<'static>,
+    rustls::pki_types::CertificateDer<'static>,
+    rustls::pki_types::PrivateKeyDer<'static>,
+) {
+    use chrono::Datelike;
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+    let year = chrono::Utc::now().year();
+    let dated = |mut params: CertificateParams| {
+        params.not_before = rcgen::date_time_ymd(year - 10, 1, 1);
+        params.not_after = rcgen::date_time_ymd(year + 10, 1, 1);
+        params
+    };
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca = dated(CertificateParams::new(Vec::<String>::new()).unwrap());
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(DnType::CommonName, "Dispatch test CA");
+    let ca_cert = ca.self_signed(&ca_key).unwrap();
+    let leaf_key = KeyPair::generate().unwrap();
+    let leaf = dated(
+        CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()]).unwrap(),
+    );
+    let leaf_cert = leaf.signed_by(&leaf_key, &Issuer::new(ca, ca_key)).unwrap();
+    let key = rustls::pki_types::PrivatePkcs8KeyDer::from(leaf_key.serialize_der());
+    (ca_cert.der().clone(), leaf_cert.der().clone(), key.into())
+}
+
+/// A receiver over TLS with `certificate` and its `key`, answering one
+/// request on each connection.
+async fn tls_receiver(
+    certificate: rustls::pki_types::CertificateDer<'static>,
+    key: rustls::pki_types::PrivateKeyDer<'static>,
+) -> Origin {
     let config = rustls::ServerConfig::builder_with_provider(Arc::new(
         rustls::crypto::ring::default_provider(),
     ))
     .with_safe_default_protocol_versions()
     .unwrap()
     .with_no_client_auth()
-    .with_single_cert(certs, key)
+    .with_single_cert(vec![certificate], key)
     .unwrap();
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -171,15 +206,10 @@ async fn tls_receiver() -> Origin {
 
 #[tokio::test]
 async fn https_is_spoken_to_a_receiver_whose_certificate_is_trusted_and_only_then() {
-    use rustls::pki_types::{pem::PemObject, CertificateDer};
-    let origin = tls_receiver().await;
+    let (ca, certificate, key) = test_pki();
+    let origin = tls_receiver(certificate, key).await;
     let mut roots = rustls::RootCertStore::empty();
-    roots
-        .add(
-            CertificateDer::from_pem_slice(include_bytes!("../../../tests/fixtures/tls/ca.pem"))
-                .unwrap(),
-        )
-        .unwrap();
+    roots.add(ca).unwrap();
     let trusting = Connections::trusting(roots, Duration::from_secs(2), true, Resolver::system());
     assert_eq!(exchange(&trusting, &origin).await, b"ok");
 
