@@ -103,6 +103,16 @@ async fn deliver_one(api: &Api, rx: &Receiver, target_id: &str) -> Received {
     got[before].clone()
 }
 
+/// Returns once the clock is a millisecond past `instant` (RFC 3339), so
+/// that what is created next is created later.
+async fn until_the_clock_passes(instant: &str) {
+    let after =
+        chrono::DateTime::parse_from_rfc3339(instant).unwrap() + chrono::TimeDelta::milliseconds(1);
+    while chrono::Utc::now() < after {
+        tokio::task::yield_now().await;
+    }
+}
+
 fn webhook_body(url: &str) -> Value {
     json!({"name": "orders", "type": "webhook", "config": {"url": url}})
 }
@@ -389,9 +399,10 @@ async fn targets_are_listed_newest_first_in_pages_that_end_with_a_null_cursor() 
                 json!({"name": format!("t{i}"), "type": "webhook", "config": {"url": "https://example.com/"}}),
             )
             .await;
-        ids.push(id_of(&created(r).await));
+        let t = created(r).await;
+        ids.push(id_of(&t));
         // Distinct creation instants (milliseconds), so that the order is defined.
-        tokio::time::sleep(Duration::from_millis(3)).await;
+        until_the_clock_passes(t["createdAt"].as_str().unwrap()).await;
     }
 
     let all = ok_json(api.get("/targets").await).await;
@@ -849,9 +860,47 @@ async fn a_target_whose_messages_were_delivered_can_be_deleted() {
     let api = app.api("acme").await;
     let rx = Receiver::start().await;
     let t = api.webhook(&rx.url("/hook")).await;
-    deliver_one(&api, &rx, &id_of(&t)).await;
-    let r = api.delete(&format!("/targets/{}", id_of(&t))).await;
+    let other = api.webhook(&rx.url("/other")).await;
+    let one = format!("/targets/{}", id_of(&t));
+    for _ in 0..2 {
+        deliver_one(&api, &rx, &id_of(&t)).await;
+    }
+    // Every message of the target is Delivered: nothing holds it back.
+    let listed = ok_json(
+        api.get(&format!("/messages?targetId={}&limit=1000", id_of(&t)))
+            .await,
+    )
+    .await;
+    let states: Vec<&Value> = listed["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| &m["state"])
+        .collect();
+    assert_eq!(states, [&json!("Delivered"); 2], "{listed}");
+
+    let r = api.delete(&one).await;
     assert_eq!(r.status(), 204);
+    // Gone: not found, not listed, no message can be scheduled for it; the
+    // account's other target stays.
+    assert_problem(api.get(&one).await, 404).await;
+    let left: Vec<Value> = ok_json(api.get("/targets").await).await["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["targetId"].clone())
+        .collect();
+    assert_eq!(left, [other["targetId"].clone()]);
+    let r = api
+        .post(
+            "/messages",
+            json!({"targetId": id_of(&t), "deliveryTime": in_ms(1000), "payload": "x"}),
+        )
+        .await;
+    assert_eq!(
+        assert_problem(r, 400).await["errors"][0]["field"],
+        "targetId"
+    );
     app.shutdown().await;
 }
 
