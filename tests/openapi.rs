@@ -39,15 +39,41 @@ fn statuses(op: &Value) -> Vec<&str> {
         .collect()
 }
 
+/// The API's resources: every operation under them needs a token.
+const RESOURCES: [&str; 3] = ["/targets", "/messages", "/schedules"];
+
+/// Operations that read a JSON body, whatever else takes one.
+const JSON_BODIES: [(&str, &str); 10] = [
+    ("post", "/targets"),
+    ("patch", "/targets/{targetId}"),
+    ("post", "/messages"),
+    ("post", "/messages/batch"),
+    ("post", "/messages/redrive"),
+    ("post", "/messages/cancel"),
+    ("post", "/messages/replay"),
+    ("post", "/messages/{messageId}/reschedule"),
+    ("post", "/schedules"),
+    ("patch", "/schedules/{scheduleId}"),
+];
+
 #[tokio::test]
 async fn every_operation_lists_the_answers_its_extractors_can_give() {
     let doc = document().await;
-    let mut authenticated = 0;
+    let mut authenticated = std::collections::BTreeSet::new();
+    let mut with_path_ids = 0;
+    let mut json_bodies = std::collections::BTreeSet::new();
     for (path, method, op) in operations(&doc) {
         let codes = statuses(&op);
         let needs_token = op["security"].as_array().is_some_and(|s| !s.is_empty());
+        let resource = RESOURCES
+            .iter()
+            .any(|r| path == *r || path.starts_with(&format!("{r}/")));
+        assert_eq!(
+            needs_token, resource,
+            "{method} {path} needs a token: {resource}"
+        );
         if needs_token {
-            authenticated += 1;
+            authenticated.insert((method.clone(), path.clone()));
             for code in ["401", "403", "429"] {
                 assert!(
                     codes.contains(&code),
@@ -59,6 +85,7 @@ async fn every_operation_lists_the_answers_its_extractors_can_give() {
                 "{method} {path}"
             );
             if path.contains('{') {
+                with_path_ids += 1;
                 assert!(codes.contains(&"404"), "{method} {path} lacks 404");
             }
         }
@@ -66,6 +93,7 @@ async fn every_operation_lists_the_answers_its_extractors_can_give() {
             .as_object()
             .is_some_and(|c| c.keys().any(|k| k.contains("json")));
         if json_body {
+            json_bodies.insert((method.clone(), path.clone()));
             for code in ["400", "413", "415"] {
                 assert!(
                     codes.contains(&code),
@@ -74,10 +102,25 @@ async fn every_operation_lists_the_answers_its_extractors_can_give() {
             }
         }
     }
-    assert!(
-        authenticated >= 13,
-        "{authenticated} operations need a token"
-    );
+    // The loops above checked what the name says, not nothing: every
+    // resource's operations, those with ids in their path, and every
+    // operation known to read JSON.
+    for resource in RESOURCES {
+        for method in ["get", "post"] {
+            assert!(
+                authenticated.contains(&(method.to_string(), resource.to_string())),
+                "{method} {resource} is documented and needs a token: {authenticated:?}"
+            );
+        }
+    }
+    assert!(authenticated.len() >= 20, "{authenticated:?}");
+    assert!(with_path_ids >= 12, "{with_path_ids} operations take an id");
+    for (method, path) in JSON_BODIES {
+        assert!(
+            json_bodies.contains(&(method.to_string(), path.to_string())),
+            "{method} {path} reads JSON: {json_bodies:?}"
+        );
+    }
 }
 
 #[tokio::test]
