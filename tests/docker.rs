@@ -1,8 +1,11 @@
 //! What can be checked of `docker-compose.yml` and `Dockerfile` without a
-//! container engine: the compose file parses and its references resolve,
-//! its images carry tags that exist, the demo setup it runs is idempotent
-//! against a real store, and the Dockerfile copies paths that exist and
-//! gives the embedded store a directory its user can write.
+//! container engine or a registry: the compose file parses and its
+//! references resolve, its images are pinned (whether a tag exists only a
+//! registry can say, and the tests reach none), the demo setup it runs is
+//! idempotent against a real store, the image that builds has the Rust the
+//! crate needs and the image that runs the same Debian, and the Dockerfile
+//! copies paths that exist and gives the embedded store a directory its
+//! user can write.
 
 mod common;
 
@@ -73,13 +76,26 @@ fn the_compose_file_parses_and_every_reference_resolves() {
                 "{name} builds {context}"
             );
         }
-        if let Some(image) = s["image"].as_str() {
+    }
+}
+
+#[test]
+fn every_compose_image_is_pinned_and_moto_to_a_full_release() {
+    let doc = compose();
+    let mut images = 0;
+    for name in keys(&doc["services"]) {
+        if let Some(image) = doc["services"][name.as_str()]["image"].as_str() {
+            images += 1;
             let (_, tag) = image
                 .rsplit_once(':')
                 .unwrap_or_else(|| panic!("{image} has a tag"));
             assert_ne!(tag, "latest", "{name}: pin the image");
         }
     }
+    assert!(
+        images >= 3,
+        "postgres, moto and the AWS CLI are images: {images}"
+    );
     // moto publishes `latest` and full versions only: `moto:5` is no tag.
     let moto = doc["services"]["moto"]["image"].as_str().unwrap();
     let version = moto.rsplit_once(':').unwrap().1;
@@ -126,6 +142,61 @@ async fn the_demo_target_setup_run_twice_leaves_one_target() {
     assert_eq!(ids[0], ids[1], "the second run prints the first target");
     let store = common::open_any_store(&db.url).await;
     assert_eq!(store.list_targets("demo", None, 10).await.unwrap().len(), 1);
+}
+
+/// A release as numbers: `1.89` is [1, 89].
+fn release(text: &str) -> Vec<u32> {
+    text.split('.')
+        .map(|n| n.parse().unwrap_or_else(|_| panic!("{text} is a release")))
+        .collect()
+}
+
+/// The image of every `FROM` line, in order.
+fn stages(dockerfile: &str) -> Vec<&str> {
+    dockerfile
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("FROM "))
+        .map(|rest| rest.split_whitespace().next().unwrap())
+        .collect()
+}
+
+#[test]
+fn the_build_image_has_the_rust_the_crate_needs_and_runs_on_the_debian_it_built_for() {
+    let dockerfile = std::fs::read_to_string(repo("Dockerfile")).unwrap();
+    let images = stages(&dockerfile);
+    assert!(images.len() >= 2, "a build and a run stage: {images:?}");
+    // `rust:1-bookworm`: the newest 1.x, on Debian bookworm.
+    let build = images[0]
+        .strip_prefix("rust:")
+        .unwrap_or_else(|| panic!("the first stage builds with rust:, not {}", images[0]));
+    let (version, debian) = build
+        .split_once('-')
+        .unwrap_or_else(|| panic!("rust:{build} names its Debian release"));
+    let manifest = std::fs::read_to_string(repo("Cargo.toml")).unwrap();
+    let needed = manifest
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("rust-version = "))
+        .expect("Cargo.toml states its rust-version")
+        .trim_matches('"');
+    // A tag names the newest release that starts with it: enough when it
+    // matches the needed version as far as it goes, or is greater there.
+    let (have, need) = (release(version), release(needed));
+    let enough = have
+        .iter()
+        .zip(&need)
+        .find(|(h, n)| h != n)
+        .is_none_or(|(h, n)| h > n);
+    assert!(
+        enough,
+        "rust:{build} may be older than the rust-version {needed}"
+    );
+    // The binary links to the build image's glibc: it runs on the same release.
+    let run = images.last().unwrap();
+    let run_release = run
+        .strip_prefix("debian:")
+        .and_then(|tag| tag.split('-').next())
+        .unwrap_or_else(|| panic!("the run stage is a debian: image, not {run}"));
+    assert_eq!(run_release, debian, "built on {debian}, run on {run}");
 }
 
 #[test]
