@@ -252,9 +252,10 @@ fn optional_keys_read() -> Vec<(&'static str, Option<String>)> {
 }
 
 /// Every relative link in README.md and docs/*.md names a file that exists
-/// and, for a Markdown file, a heading it has.
+/// and, for a Markdown file, a heading it has; so does every `docs/…`
+/// citation in the code, configuration, scripts and container files.
 #[test]
-fn every_relative_link_points_at_what_exists() {
+fn every_relative_link_and_citation_points_at_what_exists() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut pages = vec![root.join("README.md")];
     for entry in std::fs::read_dir(root.join("docs")).unwrap() {
@@ -291,6 +292,38 @@ fn every_relative_link_points_at_what_exists() {
         checked > 30,
         "the pages link to each other ({checked} links)"
     );
+
+    let citation = regex::Regex::new(r"docs/([a-z]+\.md)(#[a-z0-9-]+)?").unwrap();
+    let mut cited = 0;
+    let mut sources = Vec::new();
+    for dir in ["src", "config", "scripts", "migrations"] {
+        files_under(&root.join(dir), &mut sources);
+    }
+    sources.push(root.join("Dockerfile"));
+    sources.push(root.join("docker-compose.yml"));
+    for source in &sources {
+        let Ok(text) = std::fs::read_to_string(source) else {
+            continue;
+        };
+        for cap in citation.captures_iter(&text) {
+            let anchor = cap.get(2).map_or("", |m| &m.as_str()[1..]);
+            let what = format!("{} cites {}", source.display(), &cap[0]);
+            exists(&root.join("docs").join(&cap[1]), anchor, &what);
+            cited += 1;
+        }
+    }
+    assert!(cited > 40, "the code cites the docs ({cited} citations)");
+}
+
+fn files_under(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            files_under(&path, out);
+        } else {
+            out.push(path);
+        }
+    }
 }
 
 fn exists(file: &Path, anchor: &str, what: &str) {
