@@ -1,4 +1,4 @@
-//! Deletes what API.md §7 says has expired, in batches, on an interval.
+//! Deletes what has expired (docs/api.md#retention), in batches, on an interval.
 //! Safe on several instances at once: each batch skips rows another holds.
 
 use std::sync::Arc;

@@ -1,4 +1,4 @@
-//! The materialiser of recurring schedules (API.md §12): it creates each
+//! The materialiser of recurring schedules (docs/api.md#recurring-schedules): it creates each
 //! run's message `schedules.ahead` before the run's instant, so that runs
 //! are delivered as punctually as any message, and moves each schedule's
 //! cursor past the runs it made. Runs older than `schedules.catch_up`

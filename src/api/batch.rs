@@ -74,7 +74,7 @@ pub struct BatchMessageIn {
     #[schema(value_type = Option<String>, min_length = 1, max_length = 255,
         pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$")]
     pub idempotency_key: Field<String>,
-    /// As `orderingKey` of `POST /messages` (API.md §10).
+    /// As `orderingKey` of `POST /messages` (docs/api.md#ordering-keys).
     #[schema(value_type = Option<String>, min_length = 1, max_length = 255, example = "order-1234",
         pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$")]
     pub ordering_key: Field<String>,

@@ -1,5 +1,5 @@
 //! `POST /messages/redrive`, `/messages/cancel`, `/messages/replay`
-//! (API.md §11): many messages at once, one transaction per 1,000.
+//! (docs/api.md#bulk-redrive-cancel-and-replay): many messages at once, one transaction per 1,000.
 
 use axum::{extract::State, Json};
 use serde::{Deserialize, Serialize};

@@ -1,4 +1,4 @@
-//! `/schedules` (API.md §12): create, list, get, merge-patch, pause, resume,
+//! `/schedules` (docs/api.md#recurring-schedules): create, list, get, merge-patch, pause, resume,
 //! delete. `schedules:` scopes are the `messages:` scopes.
 
 use axum::{

@@ -9,7 +9,7 @@ pub mod tokens;
 
 use std::{fmt, str::FromStr};
 
-/// What a token may do (API.md §2): a GET needs `<resource>:read`, every
+/// What a token may do (docs/api.md#scopes): a GET needs `<resource>:read`, every
 /// other method `<resource>:write`. A typo in a scope is a compile error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Scope {

@@ -1,4 +1,4 @@
-//! Encryption at rest (API.md §2): AES-256-GCM under a key the operator
+//! Encryption at rest (docs/operations.md#secrets-at-rest): AES-256-GCM under a key the operator
 //! configures, with a random 96-bit nonce per value. Each sealed value is
 //! stored beside the id of the key that sealed it (the first 8 hex digits of
 //! the key's SHA-256), so that values sealed under a previous key still open

@@ -48,7 +48,7 @@ pub struct Config {
     pub resolver: Resolver,
 }
 
-/// Recurring schedules (API.md §12).
+/// Recurring schedules (docs/api.md#recurring-schedules).
 #[derive(Debug, Clone, Deserialize, Serialize)]
 pub struct SchedulesConfig {
     /// Runs missed while no instance ran are made up on start when younger
@@ -73,7 +73,7 @@ impl Default for SchedulesConfig {
     }
 }
 
-/// Bulk redrive, cancel and replay (API.md §11).
+/// Bulk redrive, cancel and replay (docs/api.md#bulk-redrive-cancel-and-replay).
 #[derive(Debug, Clone, Deserialize, Serialize)]
 pub struct BulkConfig {
     /// A call matching more messages than this answers 400 and changes nothing.
@@ -223,7 +223,8 @@ pub struct PortalConfig {
     pub login_window: Duration,
 }
 
-/// Encryption of target secrets and token-signing keys at rest (API.md §2).
+/// Encryption of target secrets and token-signing keys at rest
+/// (docs/operations.md#secrets-at-rest).
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 pub struct SecretsConfig {
     /// 32 bytes in base64: what new secrets are sealed with.

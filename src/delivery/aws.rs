@@ -55,7 +55,7 @@ pub struct SqsEntry<'a> {
 }
 
 impl SqsEntry<'_> {
-    /// A FIFO queue's or topic's `MessageGroupId` (API.md §10): the
+    /// A FIFO queue's or topic's `MessageGroupId` (docs/api.md#sqs): the
     /// orderingKey, else the target's `messageGroupId`, else the targetId. A
     /// key that is not a valid group id (over 128 characters, or other than
     /// printable ASCII) is sent as `sha256:` and its digest in hex, the same
@@ -385,7 +385,7 @@ fn is_retryable_code(code: &str) -> bool {
     )
 }
 
-/// Classifies an SDK error per API.md §6: throttling, 5xx, network errors,
+/// Classifies an SDK error per docs/api.md#outcomes: throttling, 5xx, network errors,
 /// timeouts and expired credentials retry; a missing queue or topic, access
 /// denied, invalid parameters and too-large messages do not.
 fn classify<E, R>(service: &str, e: &SdkError<E, R>) -> Delivered

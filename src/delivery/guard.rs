@@ -1,4 +1,4 @@
-//! The outbound address guard (API.md §3): every address Dispatch connects
+//! The outbound address guard (docs/api.md#private-networks): every address Dispatch connects
 //! to on an account's behalf (a webhook `url`, `auth.tokenUrl`, an SQS/SNS
 //! `endpointUrl`) must be globally routable unicast. It is checked when a
 //! target is created or changed, and again at every connection: the DNS

@@ -25,7 +25,7 @@ use crate::{
     store::Claimed,
 };
 
-/// The JSON body every target receives (API.md §5).
+/// The JSON body every target receives (docs/api.md#delivery-formats).
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Envelope<'a> {

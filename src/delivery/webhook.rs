@@ -334,7 +334,7 @@ pub fn classify_status(status: StatusCode) -> AttemptOutcome {
 }
 
 fn classify_response(status: StatusCode, headers: &header::HeaderMap, excerpt: &[u8]) -> Delivered {
-    // Only a 429 or a 503 asks for a wait (RFC 9110 §10.2.3, API.md §9).
+    // Only a 429 or a 503 asks for a wait (RFC 9110 §10.2.3, docs/api.md#retry-after).
     let retry_after = match status {
         StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE => headers
             .get(header::RETRY_AFTER)

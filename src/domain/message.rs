@@ -1,4 +1,4 @@
-//! Messages and the state transitions of API.md §4.
+//! Messages and the state transitions of docs/api.md#states.
 //!
 //! | state | what moves a message there |
 //! | --- | --- |
@@ -49,7 +49,7 @@ impl State {
     }
 }
 
-/// An orderingKey (API.md §10): 1 to 255 characters, none of them a
+/// An orderingKey (docs/api.md#ordering-keys): 1 to 255 characters, none of them a
 /// control character (it travels in an HTTP header).
 pub fn parse_ordering_key(s: String) -> Result<String, &'static str> {
     let n = s.chars().count();
@@ -75,9 +75,9 @@ pub struct Message {
     pub cancelled_at: Option<DateTime<Utc>>,
     pub dead_lettered_at: Option<DateTime<Utc>>,
     pub last_error: Option<String>,
-    /// API.md §10: messages of one target and key go one at a time, in order.
+    /// docs/api.md#ordering-keys: messages of one target and key go one at a time, in order.
     pub ordering_key: Option<String>,
-    /// API.md §12: the schedule whose run made this message.
+    /// docs/api.md#recurring-schedules: the schedule whose run made this message.
     pub schedule_id: Option<ScheduleId>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,

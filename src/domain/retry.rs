@@ -1,4 +1,4 @@
-//! The retry ladder of API.md §6, as a pure function.
+//! The retry ladder of docs/api.md#the-ladder, as a pure function.
 //!
 //! A *round* is one attempt plus `immediate_retries` immediate retries. A
 //! *cycle* is `minute_rounds` rounds, each next round starting `minute_delay`

@@ -1,4 +1,4 @@
-//! What the API keeps in memory to resist abuse (API.md §2): failed token
+//! What the API keeps in memory to resist abuse (docs/api.md#abuse-limits): failed token
 //! requests per client id and per source address, and requests per client
 //! when `api.rate_limit` is set.
 

@@ -1,7 +1,8 @@
-//! A target's actions over a time range (API.md §11): replay what was
-//! delivered between two instants, and cancel what is due between two
-//! instants. Each is counted first and done only when confirmed, like the
-//! dead-letter redrive form.
+//! A target's actions over a time range
+//! (docs/api.md#bulk-redrive-cancel-and-replay): replay what was delivered
+//! between two instants, and cancel what is due between two instants. Each is
+//! counted first and done only when confirmed, like the dead-letter redrive
+//! form.
 
 use axum::{
     extract::{Path, Query, State},

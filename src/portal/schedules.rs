@@ -1,4 +1,4 @@
-//! Recurring schedules (API.md §12): the list with each schedule's next run,
+//! Recurring schedules (docs/api.md#recurring-schedules): the list with each schedule's next run,
 //! a form (create and edit) with a preview of the next five runs, pause,
 //! resume and delete. The form becomes the same JSON document the API
 //! takes, checked by the same rules; the preview works without script (a

@@ -1,4 +1,5 @@
-//! Bulk redrive, cancel and replay (API.md §11), for the API and the portal.
+//! Bulk redrive, cancel and replay
+//! (docs/api.md#bulk-redrive-cancel-and-replay), for the API and the portal.
 
 use super::{Service, ServiceError, ServiceResult};
 use crate::{

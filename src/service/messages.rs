@@ -30,7 +30,7 @@ pub struct ScheduleRequest {
     pub delivery_time: DateTime<Utc>,
     pub payload: Payload,
     pub idempotency_key: Option<IdempotencyKey>,
-    /// API.md §10: one at a time, in order, with the other messages of the
+    /// docs/api.md#ordering-keys: one at a time, in order, with the other messages of the
     /// target that carry the same key.
     pub ordering_key: Option<String>,
 }

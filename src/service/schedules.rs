@@ -1,4 +1,4 @@
-//! Recurring schedules (API.md §12): create, change, pause, resume, delete.
+//! Recurring schedules (docs/api.md#recurring-schedules): create, change, pause, resume, delete.
 //! The runs themselves are made by `crate::schedules` (the materialiser).
 
 use serde_json::Value;

@@ -1,6 +1,6 @@
-//! Bulk actions (API.md §11): redrive, cancel and replay over many messages,
-//! each applied one batch (one transaction) at a time, so that deliveries
-//! never wait behind a long one.
+//! Bulk actions (docs/api.md#bulk-redrive-cancel-and-replay): redrive, cancel
+//! and replay over many messages, each applied one batch (one transaction) at
+//! a time, so that deliveries never wait behind a long one.
 
 use chrono::{DateTime, Utc};
 

@@ -193,7 +193,7 @@ pub trait TargetStore: Send + Sync + 'static {
     async fn delete_target(&self, account: &str, id: &TargetId) -> StoreResult<DeleteTarget>;
 }
 
-/// Recurring schedules (API.md §12) and the messages of their runs.
+/// Recurring schedules (docs/api.md#recurring-schedules) and the messages of their runs.
 #[async_trait]
 pub trait ScheduleStore: Send + Sync + 'static {
     /// False when the target is not one of the account's.
@@ -418,7 +418,7 @@ pub trait DeliveryStore: Send + Sync + 'static {
     async fn purge_expired(&self, cutoffs: &Cutoffs, batch: u32) -> StoreResult<Purged>;
 }
 
-/// Gated targets (API.md §9: `flowControl`, `circuitBreaker`): their
+/// Gated targets (docs/api.md#flow-control-and-fairness: `flowControl`, `circuitBreaker`): their
 /// messages are claimed apart from the others, one target at a time under a
 /// lock on its row, as many as its gate admits; the breaker learns from the
 /// attempts' outcomes.

@@ -1,6 +1,7 @@
-//! What both backends share about gated targets (API.md §9): how a gate's
-//! row reads into the domain's `Gate`, and how a claim across gates is
-//! planned. The locking and the SQL are each backend's own.
+//! What both backends share about gated targets
+//! (docs/api.md#flow-control-and-fairness): how a gate's row reads into the
+//! domain's `Gate`, and how a claim across gates is planned. The locking and
+//! the SQL are each backend's own.
 
 use std::collections::BTreeMap;
 

@@ -1,4 +1,4 @@
-//! What both backends share about ordering keys (API.md §10): which message
+//! What both backends share about ordering keys (docs/api.md#ordering-keys): which message
 //! of a key is its head. Of a key's Scheduled messages exactly one is not
 //! `held`: the head, the only one any claim can take. After anything that
 //! changes a key's Scheduled messages (a new one, a result, a cancel, a

@@ -1,4 +1,4 @@
-//! What the schedule store takes and answers (API.md §12), beside the
+//! What the schedule store takes and answers (docs/api.md#recurring-schedules), beside the
 //! `ScheduleStore` capability.
 
 use chrono::{DateTime, Utc};

@@ -1,4 +1,4 @@
-//! Secrets at rest, the same in both stores (API.md §2).
+//! Secrets at rest, the same in both stores (docs/operations.md#secrets-at-rest).
 //!
 //! A target row keeps its configuration with the secrets masked and, beside
 //! it, the secrets alone sealed as one value (`sealed_secrets`) with the id

@@ -40,7 +40,7 @@ pub struct TargetOut {
     pub health: Option<HealthOut>,
 }
 
-/// A circuit breaker (API.md §9): `open`, its messages wait without
+/// A circuit breaker (docs/api.md#circuit-breaker): `open`, its messages wait without
 /// consuming attempts until `openUntil`; then one probe (`halfOpen`) decides.
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -114,9 +114,9 @@ pub struct MessageOut {
     #[schema(value_type = Option<String>, format = DateTime)]
     pub dead_lettered_at: Option<DateTime<Utc>>,
     pub last_error: Option<String>,
-    /// The message's orderingKey (API.md §10), if it has one.
+    /// The message's orderingKey (docs/api.md#ordering-keys), if it has one.
     pub ordering_key: Option<String>,
-    /// The schedule whose run made this message (API.md §12), if one did.
+    /// The schedule whose run made this message (docs/api.md#recurring-schedules), if one did.
     #[schema(example = "DI-S-aabbcc1122")]
     pub schedule_id: Option<String>,
     #[serde(with = "serde_ts")]
@@ -173,7 +173,7 @@ pub struct MessageIn {
     #[schema(value_type = String, required = true, example = "Hello, World!", max_length = 61440)]
     pub payload: Field<String>,
     /// Messages of one target with the same orderingKey are attempted one at
-    /// a time, in order of deliveryTime, then of creation (API.md §10).
+    /// a time, in order of deliveryTime, then of creation (docs/api.md#ordering-keys).
     #[schema(value_type = Option<String>, min_length = 1, max_length = 255, example = "order-1234",
         pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$")]
     pub ordering_key: Field<String>,

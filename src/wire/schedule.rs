@@ -1,4 +1,4 @@
-//! Schedules on the wire (API.md §12): what `POST /schedules` and a merge
+//! Schedules on the wire (docs/api.md#recurring-schedules): what `POST /schedules` and a merge
 //! patch read, and what every schedule endpoint answers.
 
 use chrono::{DateTime, Utc};
@@ -41,7 +41,7 @@ pub struct ScheduleIn {
     /// Each run's message's payload: at most 61,440 characters.
     #[schema(value_type = String, required = true, max_length = 61440, example = "{\"report\": \"daily\"}")]
     pub payload: Field<String>,
-    /// Each run's message's orderingKey (API.md §10).
+    /// Each run's message's orderingKey (docs/api.md#ordering-keys).
     #[schema(value_type = Option<String>, min_length = 1, max_length = 255)]
     pub ordering_key: Field<String>,
     /// No run before this instant (RFC 3339 with an offset).

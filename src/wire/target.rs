@@ -1,4 +1,4 @@
-//! A target as a client sends it (API.md §3). `TargetIn` is what a create
+//! A target as a client sends it (docs/api.md#targets). `TargetIn` is what a create
 //! body deserializes into, and what the stored target with a merge patch
 //! applied deserializes into: the document is generated from these types,
 //! and `parse` turns them into a `TargetSpec` by the domain's rules
@@ -81,7 +81,7 @@ pub struct WebhookConfigIn {
     pub limits: LimitsIn,
 }
 
-/// What any target's config may limit (API.md §9).
+/// What any target's config may limit (docs/api.md#flow-control-and-fairness).
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct LimitsIn {
@@ -217,7 +217,7 @@ pub struct TargetPatchIn;
 pub(super) const NUL: &str = "must not contain U+0000";
 
 /// Reads a target document (a create body, or a stored target with a merge
-/// patch applied) by the rules of API.md §3.
+/// patch applied) by the rules of docs/api.md#targets.
 pub fn parse(doc: &Value) -> Result<TargetSpec, Vec<FieldError>> {
     if !doc.is_object() {
         return Err(vec![FieldError::new("", "the body must be a JSON object")]);

@@ -1,4 +1,4 @@
-//! The ordered scenario (API.md §10): `--ordered-keys` keys of
+//! The ordered scenario (docs/api.md#ordering-keys): `--ordered-keys` keys of
 //! `--ordered-per-key` messages each, all due within a few milliseconds, for
 //! one webhook whose first attempt at every key's first message fails (a
 //! retryable 500). The receiver holds each request a millisecond, so that

@@ -1,10 +1,11 @@
-//! The redrive scenario (API.md §11): `--redrive` messages are delivered to
-//! a webhook that refuses them (400), so they become dead letters; then the
-//! steady scenario runs on another target and, two seconds into it, one
-//! `POST /messages/redrive` moves every dead letter back, due at once, to a
-//! webhook that now accepts them. It prints how long the call took and how
-//! long until all were delivered again, beside the steady messages' lateness
-//! while it ran (PostgreSQL only: it counts the dead letters in the database).
+//! The redrive scenario (docs/api.md#bulk-redrive-cancel-and-replay):
+//! `--redrive` messages are delivered to a webhook that refuses them (400),
+//! so they become dead letters; then the steady scenario runs on another
+//! target and, two seconds into it, one `POST /messages/redrive` moves every
+//! dead letter back, due at once, to a webhook that now accepts them. It
+//! prints how long the call took and how long until all were delivered again,
+//! beside the steady messages' lateness while it ran (PostgreSQL only: it
+//! counts the dead letters in the database).
 
 use std::{
     sync::{

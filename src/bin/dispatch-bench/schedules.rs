@@ -1,4 +1,4 @@
-//! The schedules scenario (API.md §12): `--schedules` schedules over
+//! The schedules scenario (docs/api.md#recurring-schedules): `--schedules` schedules over
 //! `--schedule-targets` targets, each `every: "1s"` for `--schedule-seconds`
 //! runs, their starts spread evenly over one second (so that as many runs
 //! fall due each second as there are schedules, a steady stream), all

@@ -2,7 +2,7 @@
 //! takes an idle connection (the one used last) or opens one, and gives it
 //! back once its response was read to the end. Opening one resolves the host
 //! through the private-network guard, so every connection is judged by the
-//! addresses it goes to (API.md §3).
+//! addresses it goes to (docs/api.md#private-networks).
 //!
 //! Each request costs one `send_request` on a connection already open: no
 //! per-request client, connector or URL to clone or parse (with reqwest a

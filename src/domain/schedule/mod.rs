@@ -1,4 +1,4 @@
-//! Recurring schedules (API.md §12): a target, a payload and a rule of runs.
+//! Recurring schedules (docs/api.md#recurring-schedules): a target, a payload and a rule of runs.
 //! Each run becomes one ordinary message, created a little ahead of its
 //! instant by the materialiser (`service::schedules::runner`), and then
 //! delivered and retried like any other.

@@ -1,4 +1,4 @@
-//! When a recurring schedule runs (API.md §12): a five-field cron
+//! When a recurring schedule runs (docs/api.md#recurring-schedules): a five-field cron
 //! expression read as wall-clock times in an IANA zone, or a fixed interval
 //! from an anchor, between an optional start and end.
 //!

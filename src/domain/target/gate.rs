@@ -1,7 +1,7 @@
-//! A target's gate (API.md §9): the limits its owner set (`flowControl`,
-//! `circuitBreaker`) and what they admit now. Pure: the stores keep a
-//! target's gate in one row, lock it while they claim, and ask this module
-//! how many of its due messages may start.
+//! A target's gate (docs/api.md#flow-control-and-fairness): the limits its
+//! owner set (`flowControl`, `circuitBreaker`) and what they admit now. Pure:
+//! the stores keep a target's gate in one row, lock it while they claim, and
+//! ask this module how many of its due messages may start.
 
 use chrono::{DateTime, TimeDelta, Utc};
 use serde::{Deserialize, Serialize};

@@ -1,4 +1,4 @@
-//! Targets and their configuration (API.md §3), parsed from JSON at the edge.
+//! Targets and their configuration (docs/api.md#targets), parsed from JSON at the edge.
 
 use std::collections::BTreeMap;
 
@@ -57,7 +57,7 @@ pub struct WebhookConfig {
     /// until its time is up; never shown in a response.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub previous_signing_secret: Option<PreviousSecret>,
-    /// `flowControl` and `circuitBreaker` (API.md §9).
+    /// `flowControl` and `circuitBreaker` (docs/api.md#flow-control-and-fairness).
     #[serde(flatten)]
     pub limits: Limits,
 }
@@ -171,7 +171,7 @@ pub struct TargetSpec {
 }
 
 impl TargetConfig {
-    /// What the owner limited (API.md §9).
+    /// What the owner limited (docs/api.md#flow-control-and-fairness).
     pub fn limits(&self) -> &Limits {
         match self {
             TargetConfig::Webhook(c) => &c.limits,

@@ -1,4 +1,4 @@
-//! The rules a target's configuration must meet (API.md §3), as plain
+//! The rules a target's configuration must meet (docs/api.md#targets), as plain
 //! functions: the wire layer reads a body and names each field, these say
 //! whether a value is allowed and why not.
 

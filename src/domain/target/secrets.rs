@@ -1,5 +1,4 @@
-//! What a change to a target does to its stored secrets (API.md §3, "A
-//! secret travels with its address").
+//! What a change to a target does to its stored secrets (docs/api.md#secrets-and-their-addresses).
 //!
 //! Secrets are write-only, so a client that edits a target cannot send them
 //! back: a secret left out of a merge patch, or sent back as `***`, keeps its

@@ -1,5 +1,5 @@
 //! A target's secrets apart from the rest of its configuration, so that a
-//! store can seal them (API.md §2) and keep the rest readable.
+//! store can seal them (docs/operations.md#secrets-at-rest) and keep the rest readable.
 
 use serde_json::{Map, Value};
 

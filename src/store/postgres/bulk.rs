@@ -1,8 +1,9 @@
-//! Bulk redrive, cancel and replay in the PostgreSQL store (API.md §11):
-//! one batch a transaction. A batch reads the ids it will change and their
-//! states without a lock, locks the ordering keys among them (before any
-//! row, as every writer of a key does), then changes each message only if
-//! it is still in the state it was read in, and is not in flight.
+//! Bulk redrive, cancel and replay in the PostgreSQL store
+//! (docs/api.md#bulk-redrive-cancel-and-replay): one batch a transaction. A
+//! batch reads the ids it will change and their states without a lock, locks
+//! the ordering keys among them (before any row, as every writer of a key
+//! does), then changes each message only if it is still in the state it was
+//! read in, and is not in flight.
 
 use chrono::{DateTime, Utc};
 use uuid::Uuid;

@@ -1,11 +1,11 @@
-//! Gated targets in the PostgreSQL store (API.md §9). A claim locks the rows
-//! of the gated targets that have due messages (SKIP LOCKED: another
-//! instance claiming one of them skips it), then, in a fresh statement that
-//! sees every lease committed before the lock was granted, counts their
-//! attempts in flight and takes what each gate admits. The index on leased
-//! gated messages bounds the count by the parallelism, and the per-target
-//! index bounds the claim by what it takes: a held-back backlog is never
-//! read.
+//! Gated targets in the PostgreSQL store
+//! (docs/api.md#flow-control-and-fairness). A claim locks the rows of the
+//! gated targets that have due messages (SKIP LOCKED: another instance
+//! claiming one of them skips it), then, in a fresh statement that sees every
+//! lease committed before the lock was granted, counts their attempts in
+//! flight and takes what each gate admits. The index on leased gated messages
+//! bounds the count by the parallelism, and the per-target index bounds the
+//! claim by what it takes: a held-back backlog is never read.
 
 use std::{collections::HashMap, time::Duration};
 

@@ -1,4 +1,4 @@
-//! Ordering keys in the PostgreSQL store (API.md §10). A key's head changes
+//! Ordering keys in the PostgreSQL store (docs/api.md#ordering-keys). A key's head changes
 //! only under a transaction-level advisory lock on the key, which every
 //! writer takes before it touches a row of the key (so two writers never
 //! wait for each other's rows in opposite orders). Claims take no such lock:

@@ -1,4 +1,4 @@
-//! Recurring schedules in the PostgreSQL store (API.md §12). The
+//! Recurring schedules in the PostgreSQL store (docs/api.md#recurring-schedules). The
 //! materialiser takes due schedules `FOR UPDATE SKIP LOCKED`, so two
 //! instances work on different schedules, and inserts each run's message
 //! `ON CONFLICT DO NOTHING` on the unique (schedule_id, schedule_run): one

@@ -1,6 +1,7 @@
-//! Bulk redrive, cancel and replay in the SQLite store (API.md §11): one
-//! batch a transaction on the single writer, each message changed only if
-//! it is still as it was read and not in flight.
+//! Bulk redrive, cancel and replay in the SQLite store
+//! (docs/api.md#bulk-redrive-cancel-and-replay): one batch a transaction on
+//! the single writer, each message changed only if it is still as it was read
+//! and not in flight.
 
 use chrono::{DateTime, Utc};
 

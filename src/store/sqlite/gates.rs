@@ -1,7 +1,8 @@
-//! Gated targets in the embedded SQLite store (API.md §9). Its one writer
-//! serialises claims, so a claim reads each gate, counts the attempts in
-//! flight and takes what the gate admits in one transaction; the indexes on
-//! gated messages bound what it reads by what it takes.
+//! Gated targets in the embedded SQLite store
+//! (docs/api.md#flow-control-and-fairness). Its one writer serialises claims,
+//! so a claim reads each gate, counts the attempts in flight and takes what
+//! the gate admits in one transaction; the indexes on gated messages bound
+//! what it reads by what it takes.
 
 use std::time::Duration;
 

@@ -1,4 +1,4 @@
-//! Ordering keys in the SQLite store (API.md §10). The embedded store has
+//! Ordering keys in the SQLite store (docs/api.md#ordering-keys). The embedded store has
 //! one writer connection, so a key's head changes inside each writing
 //! transaction with no further lock; what to flip is `ordering::settle`.
 

@@ -1,4 +1,4 @@
-//! Recurring schedules in the embedded store (API.md §12). Its one writer
+//! Recurring schedules in the embedded store (docs/api.md#recurring-schedules). Its one writer
 //! serialises the materialiser's passes with people's changes; the unique
 //! (schedule_id, schedule_run) still makes one message per run a property
 //! of the data, and each run's message goes in `ON CONFLICT DO NOTHING`.

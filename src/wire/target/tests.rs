@@ -1,4 +1,4 @@
-//! The target body read by the rules of API.md §3: each problem named.
+//! The target body read by the rules of docs/api.md#targets: each problem named.
 
 use serde_json::{json, Value};
 
