@@ -481,7 +481,11 @@ async fn a_queue_unreachable_mid_run_recovers_through_the_ladder() {
         .to_string();
     assert_eq!(app.running().sweeper.deliver_due_now().await, 1);
     let attempts = api.attempts(&id).await;
-    assert_eq!(attempts.len(), 2, "an attempt and its immediate retry: {attempts:?}");
+    assert_eq!(
+        attempts.len(),
+        2,
+        "an attempt and its immediate retry: {attempts:?}"
+    );
     assert!(
         attempts.iter().all(|a| a["outcome"] == "RetryableFailure"),
         "network errors are retryable: {attempts:?}"

@@ -1,10 +1,10 @@
-//! How SQS and SNS failures are classified (API.md §6), end to end: a
-//! message to a queue or topic whose endpoint (the stub) answers one class
-//! of failure, each attempt's outcome, status and error as recorded, and
-//! what the ladder makes of it. Throttling, 5xx, network errors, timeouts
-//! and expired credentials retry; a missing queue or topic, access denied,
-//! an invalid parameter and a message too large make a dead letter at once.
-//! A throttling answer's Retry-After sets the next attempt.
+//! How SQS and SNS failures are classified, end to end: a message to a queue
+//! or topic whose endpoint (the stub) answers one class of failure, each
+//! attempt's outcome, status and error as recorded, and what the ladder makes
+//! of it. Throttling, 5xx, network errors, timeouts and expired credentials
+//! retry; a missing queue or topic, access denied, an invalid parameter and a
+//! message too large make a dead letter at once. A throttling answer's
+//! Retry-After sets the next attempt.
 
 use super::*;
 use common::aws_stub::{Answer, AwsStub, Fault, Service};
@@ -215,7 +215,10 @@ async fn every_class_is_classified(service: Service) {
             Service::Sqs => "SendMessage",
             Service::Sns => "Publish",
         };
-        assert!(calls.iter().all(|c| c.action == action), "{what}: {calls:?}");
+        assert!(
+            calls.iter().all(|c| c.action == action),
+            "{what}: {calls:?}"
+        );
     }
     app.shutdown().await;
 }
@@ -329,11 +332,14 @@ async fn a_throttled_call_is_retried_after_its_retry_after(service: Service) {
     assert_eq!(attempts[1]["outcome"], "Success");
     assert_eq!(m["attemptCount"], 2);
     // Not the immediate retry of the ladder: a second later.
-    let gap = (time(&attempts[1]["startedAt"]) - time(&attempts[0]["finishedAt"]))
-        .num_milliseconds();
+    let gap =
+        (time(&attempts[1]["startedAt"]) - time(&attempts[0]["finishedAt"])).num_milliseconds();
     assert!(gap >= 1000, "retried {gap} ms after a Retry-After of 1 s");
     let between = (calls[1].at - calls[0].at).num_milliseconds();
-    assert!(between >= 1000, "the endpoint was called again after {between} ms");
+    assert!(
+        between >= 1000,
+        "the endpoint was called again after {between} ms"
+    );
     app.shutdown().await;
 }
 
@@ -415,7 +421,12 @@ async fn the_entries_of_an_sqs_batch_are_classified_each() {
             .await
             .unwrap();
         assert_eq!(claimed.len(), 2);
-        let results = app.running().sweeper.deliverer.deliver_batch(&claimed).await;
+        let results = app
+            .running()
+            .sweeper
+            .deliverer
+            .deliver_batch(&claimed)
+            .await;
         let calls = stub.calls(&queue);
         let called: Vec<&str> = calls.iter().map(|c| c.action.as_str()).collect();
         assert_eq!(called, actions, "{}", fault.code);

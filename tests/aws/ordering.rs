@@ -1,9 +1,9 @@
-//! An orderingKey on FIFO queues and topics (API.md §10): it is the
-//! `MessageGroupId` (before the target's `messageGroupId`, else the
-//! targetId), the messageId is the `MessageDeduplicationId`, and the key is
-//! also the `orderingKey` message attribute. Against moto, what a FIFO
-//! queue subscribed to a FIFO topic receives; against the stub, the exact
-//! request parameters of SendMessage, SendMessageBatch and Publish.
+//! An orderingKey on FIFO queues and topics: it is the `MessageGroupId`
+//! (before the target's `messageGroupId`, else the targetId), the messageId
+//! is the `MessageDeduplicationId`, and the key is also the `orderingKey`
+//! message attribute. Against moto, what a FIFO queue subscribed to a FIFO
+//! topic receives; against the stub, the exact request parameters of
+//! SendMessage, SendMessageBatch and Publish.
 
 use super::*;
 use common::aws_stub::{AwsStub, Call};
@@ -55,7 +55,9 @@ async fn an_ordering_key_is_the_sns_fifo_group_and_an_attribute() {
 fn sns_attribute(call: &Call, name: &str) -> Option<String> {
     let form = call.params.as_object().unwrap();
     let (key, _) = form.iter().find(|(k, v)| {
-        k.starts_with("MessageAttributes.entry.") && k.ends_with(".Name") && v.as_str() == Some(name)
+        k.starts_with("MessageAttributes.entry.")
+            && k.ends_with(".Name")
+            && v.as_str() == Some(name)
     })?;
     let value = key.replace(".Name", ".Value.StringValue");
     form.get(&value).and_then(Value::as_str).map(String::from)
@@ -90,15 +92,26 @@ async fn fifo_requests_carry_the_ordering_key_as_message_group_id() {
 
     let call = &stub.calls(&fifo_queue)[0];
     assert_eq!(call.action, "SendMessage");
-    assert_eq!(call.params["MessageGroupId"], "customer-7", "{:?}", call.params);
-    assert_eq!(call.params["MessageDeduplicationId"], on_fifo_queue.as_str());
+    assert_eq!(
+        call.params["MessageGroupId"], "customer-7",
+        "{:?}",
+        call.params
+    );
+    assert_eq!(
+        call.params["MessageDeduplicationId"],
+        on_fifo_queue.as_str()
+    );
     assert_eq!(
         call.params["MessageAttributes"]["orderingKey"]["StringValue"],
         "customer-7"
     );
 
     let call = &stub.calls(&plain_queue)[0];
-    assert!(call.params.get("MessageGroupId").is_none(), "{:?}", call.params);
+    assert!(
+        call.params.get("MessageGroupId").is_none(),
+        "{:?}",
+        call.params
+    );
     assert!(call.params.get("MessageDeduplicationId").is_none());
     assert_eq!(
         call.params["MessageAttributes"]["messageId"]["StringValue"],
@@ -111,8 +124,15 @@ async fn fifo_requests_carry_the_ordering_key_as_message_group_id() {
 
     let call = &stub.calls(&fifo_topic)[0];
     assert_eq!(call.action, "Publish");
-    assert_eq!(call.params["MessageGroupId"], "customer-7", "{:?}", call.params);
-    assert_eq!(call.params["MessageDeduplicationId"], on_fifo_topic.as_str());
+    assert_eq!(
+        call.params["MessageGroupId"], "customer-7",
+        "{:?}",
+        call.params
+    );
+    assert_eq!(
+        call.params["MessageDeduplicationId"],
+        on_fifo_topic.as_str()
+    );
     assert_eq!(
         sns_attribute(call, "orderingKey").as_deref(),
         Some("customer-7")
@@ -131,7 +151,12 @@ async fn fifo_requests_carry_the_ordering_key_as_message_group_id() {
         .await
         .unwrap();
     assert_eq!(claimed.len(), 2);
-    let results = app.running().sweeper.deliverer.deliver_batch(&claimed).await;
+    let results = app
+        .running()
+        .sweeper
+        .deliverer
+        .deliver_batch(&claimed)
+        .await;
     assert!(results
         .iter()
         .all(|d| d.outcome == dispatch::domain::retry::AttemptOutcome::Success));
