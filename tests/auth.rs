@@ -724,6 +724,8 @@ fn ec_key(kid: &str) -> SigningKeyPair {
 struct Jwks {
     keys: Arc<RwLock<Vec<Value>>>,
     fetches: Arc<AtomicUsize>,
+    /// When each fetch arrived.
+    fetched_at: Arc<std::sync::Mutex<Vec<std::time::Instant>>>,
     /// While set, the endpoint answers 503.
     down: Arc<std::sync::atomic::AtomicBool>,
     /// Characters of an extra member that pads the document.
@@ -734,6 +736,10 @@ struct Jwks {
 impl Jwks {
     async fn serve(keys: Vec<Value>) -> Self {
         async fn jwks(State(jwks): State<Jwks>) -> Result<Json<Value>, StatusCode> {
+            jwks.fetched_at
+                .lock()
+                .unwrap()
+                .push(std::time::Instant::now());
             jwks.fetches.fetch_add(1, Ordering::SeqCst);
             if jwks.down.load(Ordering::SeqCst) {
                 return Err(StatusCode::SERVICE_UNAVAILABLE);
@@ -748,6 +754,7 @@ impl Jwks {
         let this = Self {
             keys: Arc::new(RwLock::new(keys)),
             fetches: Arc::new(AtomicUsize::new(0)),
+            fetched_at: Arc::default(),
             down: Arc::default(),
             padding: Arc::default(),
             url: format!("http://{addr}/.well-known/jwks.json"),
@@ -765,6 +772,16 @@ impl Jwks {
 
     fn fetches(&self) -> usize {
         self.fetches.load(Ordering::SeqCst)
+    }
+
+    /// The time from each fetch to the next.
+    fn gaps(&self) -> Vec<Duration> {
+        self.fetched_at
+            .lock()
+            .unwrap()
+            .windows(2)
+            .map(|w| w[1] - w[0])
+            .collect()
     }
 }
 
@@ -966,13 +983,26 @@ async fn the_jwks_is_cached_and_fetched_again_when_a_token_names_a_new_key() {
     // The issuer rotates: a new key appears in its JWKS.
     let new = ec_key("2026-02");
     jwks.add(new.jwk.clone());
-    // The service may refuse to refetch more than once a second (a flood of
-    // unknown kids must not become a flood of JWKS requests).
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    // The set is fetched again for a token naming the new key, though not
+    // more than once a second (a flood of unknown kids must not become a
+    // flood of JWKS requests): until then the new key is refused.
     let new_token = ext_token(&new, &ext_claims("acme"));
-    let r = api_with(&app, &new_token).get("/targets").await;
-    assert_eq!(r.status(), 200, "{:?}", r.text().await);
-    assert_eq!(jwks.fetches(), 2);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = api_with(&app, &new_token).get("/targets").await;
+        if r.status() == 200 {
+            break;
+        }
+        assert_invalid_token(r).await;
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the new key was not fetched"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(jwks.fetches(), 2, "one fetch for the new key");
+    let gap = jwks.gaps()[0];
+    assert!(gap >= Duration::from_secs(1), "fetched again after {gap:?}");
     // The old key is still in the set and still works.
     assert_eq!(
         api_with(&app, &old_token).get("/targets").await.status(),

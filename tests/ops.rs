@@ -2,6 +2,8 @@
 //! document, and the answer to an unknown path.
 
 mod common;
+#[path = "ops/metrics.rs"]
+mod prometheus;
 
 use std::time::Duration;
 
@@ -12,8 +14,7 @@ use common::{
     TestApp,
 };
 use reqwest::Response;
-use serde_json::Value;
-use sqlx::{Connection, PgConnection};
+use serde_json::{json, Value};
 
 async fn get(app: &TestApp, path: &str) -> Response {
     app.http.get(app.url(path)).send().await.unwrap()
@@ -24,54 +25,6 @@ fn content_type(r: &Response) -> String {
         .get("content-type")
         .map(|v| v.to_str().unwrap().to_string())
         .unwrap_or_default()
-}
-
-/// The sum of every sample of `name` (all label sets) in Prometheus text.
-fn sample_sum(text: &str, name: &str) -> Option<f64> {
-    let mut found = None;
-    for line in text.lines().filter(|l| !l.starts_with('#')) {
-        let Some(rest) = line.strip_prefix(name) else {
-            continue;
-        };
-        if !(rest.starts_with(' ') || rest.starts_with('{')) {
-            continue;
-        }
-        let value = rest
-            .rsplit(' ')
-            .next()
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or_else(|| panic!("a sample value in {line:?}"));
-        *found.get_or_insert(0.0) += value;
-    }
-    found
-}
-
-async fn metrics_text(app: &TestApp) -> String {
-    let r = get(app, "/metrics").await;
-    assert_eq!(r.status(), 200);
-    let ct = content_type(&r);
-    assert!(ct.starts_with("text/plain"), "{ct}");
-    r.text().await.unwrap()
-}
-
-async fn alter_connections(app: &TestApp, allow: bool) {
-    let mut admin = PgConnection::connect(&common::pg_admin_url())
-        .await
-        .unwrap();
-    let name = &app.db.name;
-    sqlx::query(&format!(
-        "ALTER DATABASE {name} WITH ALLOW_CONNECTIONS {allow}"
-    ))
-    .execute(&mut admin)
-    .await
-    .unwrap();
-    if !allow {
-        sqlx::query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1")
-            .bind(name)
-            .execute(&mut admin)
-            .await
-            .unwrap();
-    }
 }
 
 #[tokio::test]
@@ -90,204 +43,55 @@ async fn the_readiness_probe_answers_200_without_a_token_when_the_database_answe
     app.shutdown().await;
 }
 
-#[tokio::test]
-async fn the_readiness_probe_answers_503_while_the_database_is_unreachable_and_recovers() {
-    let app = TestApp::spawn_postgres_with(|_| {}).await;
-    assert_eq!(get(&app, "/health/ready").await.status(), 200);
+/// What needs a PostgreSQL server itself (to break it).
+mod postgres {
+    use sqlx::{Connection, PgConnection};
 
-    alter_connections(&app, false).await;
-    let r = get(&app, "/health/ready").await;
-    let body = assert_problem(r, 503).await;
-    let text = body.to_string().to_lowercase();
-    assert!(
-        !text.contains("sqlx") && !text.contains("postgres://"),
-        "{body}"
-    );
-    // The process is still alive.
-    assert_eq!(get(&app, "/health/live").await.status(), 200);
+    use super::*;
 
-    alter_connections(&app, true).await;
-    let r = get(&app, "/health/ready").await;
-    assert_eq!(r.status(), 200, "{:?}", r.text().await);
-    app.shutdown().await;
-}
-
-#[tokio::test]
-async fn metrics_are_prometheus_text_that_counts_deliveries_and_dead_letters() {
-    let app = TestApp::spawn().await;
-    let api = app.api("acme").await;
-    // The recorder is process-wide: other tests may add to it, never take away.
-    let before = metrics_text(&app).await;
-    let count = |text: &str, name: &str| sample_sum(text, name).unwrap_or(0.0);
-
-    let ok = Receiver::start().await;
-    let t = api.webhook(&ok.url("/ok")).await;
-    let m = api
-        .schedule(t["targetId"].as_str().unwrap(), &in_ms(0), "hello")
-        .await;
-    api.wait_for_state(
-        m["messageId"].as_str().unwrap(),
-        "Delivered",
-        Duration::from_secs(5),
-    )
-    .await;
-
-    let refused = Receiver::start().await;
-    refused.always(Reply::status(410));
-    let t = api.webhook(&refused.url("/gone")).await;
-    let m = api
-        .schedule(t["targetId"].as_str().unwrap(), &in_ms(0), "bye")
-        .await;
-    api.wait_for_state(
-        m["messageId"].as_str().unwrap(),
-        "DeadLetter",
-        Duration::from_secs(5),
-    )
-    .await;
-
-    let after = metrics_text(&app).await;
-    for name in [
-        "dispatch_messages_scheduled_total",
-        "dispatch_messages_delivered_total",
-        "dispatch_messages_dead_lettered_total",
-    ] {
-        assert!(
-            after.contains(&format!("# TYPE {name} counter")),
-            "{name} is a counter:\n{after}"
-        );
-        assert!(
-            sample_sum(&after, name).is_some(),
-            "{name} missing:\n{after}"
-        );
-    }
-    assert!(
-        count(&after, "dispatch_messages_scheduled_total")
-            >= count(&before, "dispatch_messages_scheduled_total") + 2.0,
-        "two messages were scheduled:\n{after}"
-    );
-    assert!(
-        count(&after, "dispatch_messages_delivered_total")
-            >= count(&before, "dispatch_messages_delivered_total") + 1.0,
-        "one message was delivered:\n{after}"
-    );
-    assert!(
-        count(&after, "dispatch_messages_dead_lettered_total")
-            >= count(&before, "dispatch_messages_dead_lettered_total") + 1.0,
-        "one message became a dead letter:\n{after}"
-    );
-    let lateness = "dispatch_delivery_lateness_seconds";
-    assert!(
-        after.contains(&format!("# TYPE {lateness} histogram")),
-        "{lateness} is a histogram:\n{after}"
-    );
-    assert!(
-        count(&after, &format!("{lateness}_count"))
-            >= count(&before, &format!("{lateness}_count")) + 1.0,
-        "a lateness was observed:\n{after}"
-    );
-    assert!(
-        sample_sum(&after, &format!("{lateness}_bucket")).is_some(),
-        "{after}"
-    );
-    // The 410 was a failed attempt, counted by its outcome.
-    let failed = "dispatch_attempts_failed_total";
-    assert!(
-        after.contains(&format!("# TYPE {failed} counter")),
-        "{failed} is a counter:\n{after}"
-    );
-    let refused_attempts = format!("{failed}{{outcome=\"NonRetryableFailure\"}}");
-    assert!(
-        count(&after, &refused_attempts) >= count(&before, &refused_attempts) + 1.0,
-        "one attempt failed for good:\n{after}"
-    );
-    // Both attempts were timed, and the sweeper's claims measured.
-    for (histogram, moved_by) in [
-        ("dispatch_delivery_duration_seconds", 2.0),
-        ("dispatch_claim_batch_size", 1.0),
-    ] {
-        assert!(
-            after.contains(&format!("# TYPE {histogram} histogram")),
-            "{histogram} is a histogram:\n{after}"
-        );
-        assert!(
-            count(&after, &format!("{histogram}_count"))
-                >= count(&before, &format!("{histogram}_count")) + moved_by,
-            "{histogram} observed the attempts:\n{after}"
-        );
-    }
-    app.shutdown().await;
-}
-
-#[tokio::test]
-async fn a_message_scheduled_for_the_past_is_late_from_when_it_was_scheduled_not_from_then() {
-    let app = TestApp::spawn().await;
-    let api = app.api("acme").await;
-    let rx = Receiver::start().await;
-    let t = api.webhook(&rx.url("/hook")).await;
-    let lateness = "dispatch_delivery_lateness_seconds_sum";
-    let before = sample_sum(&metrics_text(&app).await, lateness).unwrap_or(0.0);
-    // A backfill: due in 2020, scheduled now.
-    let m = api
-        .schedule(
-            t["targetId"].as_str().unwrap(),
-            "2020-07-01T12:34:00Z",
-            "late",
-        )
-        .await;
-    api.wait_for_state(
-        m["messageId"].as_str().unwrap(),
-        "Delivered",
-        Duration::from_secs(5),
-    )
-    .await;
-    let added = sample_sum(&metrics_text(&app).await, lateness).unwrap() - before;
-    // Counted from 2020 it would add six years (about 1.9e8 s). Other tests
-    // of this binary deliver at the same time and add their own fractions.
-    assert!(
-        (0.0..60.0).contains(&added),
-        "{added} s of lateness for a message delivered at once"
-    );
-    app.shutdown().await;
-}
-
-#[tokio::test]
-async fn the_rows_retention_purges_are_counted_in_metrics() {
-    let app = TestApp::spawn_with(|c| {
-        c.retention.interval = Duration::from_millis(100);
-        c.retention.delivered = Duration::from_millis(100);
-    })
-    .await;
-    let api = app.api("acme").await;
-    let purged = "dispatch_retention_purged_total{kind=\"messages\"}";
-    let count = |text: &str| sample_sum(text, purged).unwrap_or(0.0);
-    let before = count(&metrics_text(&app).await);
-
-    let ok = Receiver::start().await;
-    let t = api.webhook(&ok.url("/ok")).await;
-    let m = api
-        .schedule(t["targetId"].as_str().unwrap(), &in_ms(0), "brief")
-        .await;
-    let id = m["messageId"].as_str().unwrap();
-    api.wait_for_state(id, "Delivered", Duration::from_secs(5))
-        .await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    loop {
-        let text = metrics_text(&app).await;
-        if count(&text) >= before + 1.0 {
-            assert!(
-                text.contains("# TYPE dispatch_retention_purged_total counter"),
-                "{text}"
-            );
-            break;
+    async fn alter_connections(app: &TestApp, allow: bool) {
+        let mut admin = PgConnection::connect(&common::pg_admin_url())
+            .await
+            .unwrap();
+        let name = &app.db.name;
+        sqlx::query(&format!(
+            "ALTER DATABASE {name} WITH ALLOW_CONNECTIONS {allow}"
+        ))
+        .execute(&mut admin)
+        .await
+        .unwrap();
+        if !allow {
+            sqlx::query(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1",
+            )
+            .bind(name)
+            .execute(&mut admin)
+            .await
+            .unwrap();
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the purge of the delivered message was not counted:\n{text}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert_problem(api.get(&format!("/messages/{id}")).await, 404).await;
-    app.shutdown().await;
+
+    #[tokio::test]
+    async fn the_readiness_probe_answers_503_while_the_database_is_unreachable_and_recovers() {
+        let app = TestApp::spawn_postgres_with(|_| {}).await;
+        assert_eq!(get(&app, "/health/ready").await.status(), 200);
+
+        alter_connections(&app, false).await;
+        let r = get(&app, "/health/ready").await;
+        let body = assert_problem(r, 503).await;
+        let text = body.to_string().to_lowercase();
+        assert!(
+            !text.contains("sqlx") && !text.contains("postgres://"),
+            "{body}"
+        );
+        // The process is still alive.
+        assert_eq!(get(&app, "/health/live").await.status(), 200);
+
+        alter_connections(&app, true).await;
+        let r = get(&app, "/health/ready").await;
+        assert_eq!(r.status(), 200, "{:?}", r.text().await);
+        app.shutdown().await;
+    }
 }
 
 #[tokio::test]
@@ -408,6 +212,7 @@ async fn purge_as_of(app: &TestApp, later: Duration) -> dispatch::store::Purged 
 
 #[tokio::test]
 async fn each_kind_of_row_is_purged_after_its_own_retention_period_and_not_before() {
+    let _metrics = prometheus::metrics_shared().await;
     const HOUR: u64 = 3600;
     // Four different periods, in an order unlike that of the config or the purge.
     let app = TestApp::spawn_with(|c| {

@@ -2,6 +2,7 @@
 //! and real HTTP receivers.
 #![allow(dead_code)]
 
+pub mod aws_stub;
 pub mod browser;
 pub mod moto;
 pub mod problem;

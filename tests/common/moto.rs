@@ -25,27 +25,52 @@ impl Moto {
             .local_addr()
             .unwrap()
             .port();
-        let child = tokio::process::Command::new(bin)
+        let mut child = tokio::process::Command::new(bin)
             .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
             .kill_on_drop(true)
             .spawn()
             .expect("moto_server starts");
         let url = format!("http://127.0.0.1:{port}");
-        for _ in 0..100 {
-            if tokio::net::TcpStream::connect(("127.0.0.1", port))
-                .await
-                .is_ok()
-            {
-                return Self {
-                    url,
-                    _child: Some(child),
-                };
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+        // The server says so when it listens ("Running on ..."); its output
+        // is read to the end, so that a full pipe never stops it.
+        let (lines, mut said) = tokio::sync::mpsc::unbounded_channel::<String>();
+        let outputs: [Box<dyn tokio::io::AsyncRead + Send + Unpin>; 2] = [
+            Box::new(child.stdout.take().expect("piped")),
+            Box::new(child.stderr.take().expect("piped")),
+        ];
+        for output in outputs {
+            let lines = lines.clone();
+            tokio::spawn(async move {
+                use tokio::io::AsyncBufReadExt;
+                let mut output = tokio::io::BufReader::new(output).lines();
+                while let Ok(Some(line)) = output.next_line().await {
+                    let _ = lines.send(line);
+                }
+            });
         }
-        panic!("moto server did not start on {url}");
+        drop(lines);
+        let listening = tokio::time::timeout(Duration::from_secs(30), async {
+            while let Some(line) = said.recv().await {
+                if line.contains("Running on") {
+                    return true;
+                }
+            }
+            false
+        })
+        .await;
+        assert!(
+            matches!(listening, Ok(true)),
+            "moto server did not start on {url}"
+        );
+        tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .unwrap_or_else(|e| panic!("moto server says it runs on {url}, but: {e}"));
+        Self {
+            url,
+            _child: Some(child),
+        }
     }
 }
 

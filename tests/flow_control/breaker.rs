@@ -9,22 +9,51 @@ fn millis_between(a: DateTime<Utc>, b: DateTime<Utc>) -> i64 {
     (b - a).num_milliseconds()
 }
 
+/// What the messages of `ids` have been attempted, in all.
+async fn attempts_of(api: &Api, ids: &[String]) -> u64 {
+    let mut n = 0;
+    for id in ids {
+        n += api.message(id).await["attemptCount"].as_u64().unwrap();
+    }
+    n
+}
+
+fn transitions(meter: &Meter) -> [f64; 3] {
+    ["open", "halfOpen", "closed"]
+        .map(|state| meter.read(&format!("{BREAKER}{{state=\"{state}\"}}")))
+}
+
+const BREAKER: &str = "dispatch_circuit_breaker_transitions_total";
+
 #[tokio::test]
 async fn the_breaker_opens_waits_probes_doubles_and_closes() {
+    let _metrics = metrics_alone().await;
     let app = TestApp::spawn_with(|c| {
         c.retry.minute_delay = Duration::from_millis(100);
     })
     .await;
+    let meter = Meter::of(&app);
+    let counted_before = transitions(&meter);
     let api = app.api("acme").await;
     let rx = Receiver::start().await;
-    rx.always(Reply::status(500));
+    // Each probe is held until the test has seen the breaker half open.
+    let (first_probe, second_probe) =
+        (common::receiver::Gate::new(), common::receiver::Gate::new());
+    rx.then([
+        Reply::status(500),
+        Reply::status(500),
+        Reply::status(500),
+        Reply::status(500).held_until(&first_probe),
+        Reply::status(200).held_until(&second_probe),
+    ]);
+    rx.always(Reply::status(200));
     let t = api
         .webhook_with(
             &rx.url("/b"),
             // One at a time, so that no attempt is in flight when it opens
             // (those end as they may: an open breaker starts nothing new).
             json!({
-                "circuitBreaker": {"failures": 3, "cooldown": "300ms"},
+                "circuitBreaker": {"failures": 3, "cooldown": "1s"},
                 "flowControl": {"parallelism": 1}
             }),
         )
@@ -39,31 +68,52 @@ async fn the_breaker_opens_waits_probes_doubles_and_closes() {
         let m = api.schedule(&target, &in_ms(0), &i.to_string()).await;
         ids.push(m["messageId"].as_str().unwrap().to_string());
     }
-    // Three failures open it: nothing more is attempted until the probe.
-    let first = rx.wait_for(4, WAIT).await;
-    let third = first[2].at;
-    let probe = first[3].at;
+    // Opens: three failures in a row, open for the cooldown from the third.
+    let third = rx.wait_for(3, WAIT).await[2].at;
+    let health = wait_for_health(&api, &target, |h| h["state"] != "closed").await;
+    assert_eq!(health["state"], "open", "{health}");
+    assert_eq!(health["consecutiveFailures"], 3, "{health}");
+    // openUntil is shown to the millisecond, cut: 1 ms of margin.
+    let until = time(&health["openUntil"]);
     assert!(
-        millis_between(third, probe) >= 300,
-        "the probe came {} ms after the third failure; the cooldown is 300 ms",
+        millis_between(third, until) >= 999,
+        "open until {} ms after the third failure; the cooldown is 1 s",
+        millis_between(third, until)
+    );
+    // Waits, then probes: one attempt, after the cooldown, half open while
+    // it runs, and nothing else attempted meanwhile.
+    let probe = rx.wait_for(4, WAIT).await[3].at;
+    assert!(
+        millis_between(third, probe) >= 1000,
+        "the probe came {} ms after the third failure; the cooldown is 1 s",
         millis_between(third, probe)
     );
-    // The probe failed: open again, for twice as long.
-    rx.always(Reply::status(200));
+    wait_for_health(&api, &target, |h| h["state"] == "halfOpen").await;
+    assert_eq!(rx.count(), 4, "one probe at a time");
+    assert_eq!(attempts_of(&api, &ids).await, 3, "waiting costs no attempt");
+    // Doubles: the probe failed, open again for twice the cooldown.
+    first_probe.open();
     let health = wait_for_health(&api, &target, |h| {
         h["state"] == "open" && h["consecutiveFailures"] == 4
     })
     .await;
-    // openUntil is shown to the millisecond, cut: 1 ms of margin.
     let until = time(&health["openUntil"]);
     assert!(
-        millis_between(probe, until) >= 599,
+        millis_between(probe, until) >= 1999,
         "reopened until {} ms after the probe",
         millis_between(probe, until)
     );
-    let second_probe = rx.wait_for(5, WAIT).await[4].at;
-    assert!(millis_between(probe, second_probe) >= 600);
-    // It succeeded: closed, and the waiting messages go.
+    let probe_again = rx.wait_for(5, WAIT).await[4].at;
+    assert!(
+        millis_between(probe, probe_again) >= 2000,
+        "probed again {} ms after the first probe",
+        millis_between(probe, probe_again)
+    );
+    wait_for_health(&api, &target, |h| h["state"] == "halfOpen").await;
+    assert_eq!(rx.count(), 5, "one probe at a time");
+    assert_eq!(attempts_of(&api, &ids).await, 4);
+    // Closes: the probe succeeded, and the waiting messages go.
+    second_probe.open();
     for id in &ids {
         api.wait_for_state(id, "Delivered", WAIT).await;
     }
@@ -71,34 +121,24 @@ async fn the_breaker_opens_waits_probes_doubles_and_closes() {
     assert_eq!(health["consecutiveFailures"], 0);
     // Waiting consumed no attempts: 3 failures, 2 probes, 2 deliveries.
     assert_eq!(rx.count(), 7);
-    let attempts: usize = futures::future::join_all(ids.iter().map(|id| api.attempts(id)))
-        .await
-        .iter()
-        .map(Vec::len)
-        .sum();
-    assert_eq!(attempts, 7);
-    let metrics = app
-        .http
-        .get(format!("{}/metrics", app.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    for state in ["open", "halfOpen", "closed"] {
-        assert!(
-            metrics.contains(&format!(
-                "dispatch_circuit_breaker_transitions_total{{state=\"{state}\"}}"
-            )),
-            "{state} counted"
-        );
-    }
+    assert_eq!(attempts_of(&api, &ids).await, 7);
     app.shutdown().await;
+    let counted = transitions(&meter);
+    let moved: Vec<f64> = counted
+        .iter()
+        .zip(counted_before)
+        .map(|(after, before)| after - before)
+        .collect();
+    assert_eq!(
+        moved,
+        [2.0, 2.0, 1.0],
+        "opened twice, half open twice, closed once (open, halfOpen, closed)"
+    );
 }
 
 #[tokio::test]
 async fn final_answers_do_not_open_the_breaker_and_targets_without_one_show_no_health() {
+    let _metrics = metrics_shared().await;
     let app = TestApp::spawn().await;
     let api = app.api("acme").await;
     let rx = Receiver::start().await;
