@@ -264,11 +264,14 @@ mod postgres {
 
     /// One attempt in flight per instance, no claims ahead: an instance
     /// holds at most two messages (one in flight, one waiting for the
-    /// slot), so the other instance finds the heads of the other keys.
+    /// slot), so the other instance finds the heads of the other keys. No
+    /// attempt times out while the test holds the answers.
     fn one_at_a_time(c: &mut dispatch::config::Config) {
         c.sweeper.concurrency = 1;
         c.sweeper.claim_ahead = Duration::ZERO;
         c.sweeper.poll_interval = Duration::from_millis(200);
+        c.webhook.timeout = Duration::from_secs(60);
+        c.sweeper.lease = Duration::from_secs(90);
     }
 
     #[tokio::test]
@@ -309,8 +312,10 @@ mod postgres {
             .map(|i| i["message"]["messageId"].as_str().unwrap().to_string())
             .collect();
         // Two requests held open together: each instance has one slot, so
-        // each instance sent one of them.
+        // each instance sent one of them. (Within 20 s, far less than the
+        // attempts' timeout: no retry of a timed-out attempt counts.)
         let both = rx.wait_for(2, WAIT).await;
+        assert_eq!(rx.max_concurrent(), 2);
         assert_ne!(
             both[0].header("dispatch-ordering-key"),
             both[1].header("dispatch-ordering-key"),

@@ -133,7 +133,14 @@ async fn migrate_applies_the_schema() {
     assert_eq!(after.tables, expected_tables);
     let expected: Vec<(i64, String, bool, Vec<u8>)> = migrator
         .iter()
-        .map(|m| (m.version, m.description.to_string(), true, m.checksum.to_vec()))
+        .map(|m| {
+            (
+                m.version,
+                m.description.to_string(),
+                true,
+                m.checksum.to_vec(),
+            )
+        })
         .collect();
     assert_eq!(
         after.applied.len(),
