@@ -7,6 +7,8 @@ mod common;
 mod clients;
 #[path = "cli/embedded_admin.rs"]
 mod embedded_admin;
+#[path = "cli/lifecycle.rs"]
+mod lifecycle;
 
 use std::{process::Stdio, time::Duration};
 
@@ -275,81 +277,6 @@ async fn logs_written_to_a_pipe_are_plain_text_or_json_as_configured() {
             assert!(serving.contains(" INFO "), "{serving}");
         }
     }
-}
-
-#[tokio::test]
-async fn migrate_applies_the_schema() {
-    let db = TestDb::new().await;
-    let out = dispatch()
-        .arg("migrate")
-        .env("DATABASE_URL", &db.url)
-        .output()
-        .await
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    // The schema is there: the store answers without migrating again.
-    let store = common::open_any_store(&db.url).await;
-    assert_eq!(store.count_clients().await.unwrap(), 0);
-    assert!(store.signing_keys().await.unwrap().len() == 1);
-}
-
-#[tokio::test]
-async fn sigterm_lets_attempts_in_flight_finish_and_records_them() {
-    // Two processes on one database: PostgreSQL, whatever the store under test.
-    let api_app = TestApp::spawn_postgres_with(|c| c.sweeper.enabled = false).await;
-    let rx = Receiver::start().await;
-    rx.always(Reply::status(200).delay(Duration::from_millis(700)));
-    let api = api_app.api("acme").await;
-    let target = api.webhook(&rx.url("/hook")).await["targetId"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let mut ids = Vec::new();
-    for i in 0..5 {
-        ids.push(
-            api.schedule(&target, &in_ms(-1), &format!("m{i}")).await["messageId"]
-                .as_str()
-                .unwrap()
-                .to_string(),
-        );
-    }
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let mut worker = dispatch()
-        .arg("serve")
-        .env("DATABASE_URL", &api_app.db.url)
-        .env("DISPATCH_SERVER__LISTEN", format!("127.0.0.1:{port}"))
-        .env("DISPATCH_WEBHOOK__ALLOW_PRIVATE_NETWORKS", "true")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    rx.wait_for(5, Duration::from_secs(20)).await;
-    let pid = worker.id().unwrap();
-    assert!(std::process::Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status()
-        .unwrap()
-        .success());
-    let status = tokio::time::timeout(Duration::from_secs(10), worker.wait())
-        .await
-        .expect("it exits")
-        .unwrap();
-    assert!(status.success(), "a graceful stop exits 0: {status:?}");
-    // The attempts under way at SIGTERM finished and were recorded before exit.
-    for id in &ids {
-        let m = api.message(id).await;
-        assert_eq!(m["state"], "Delivered", "{m}");
-    }
-    assert_eq!(rx.count(), 5);
-    api_app.shutdown().await;
 }
 
 #[tokio::test]

@@ -1,16 +1,22 @@
 //! Several instances, crashes, database outages, retention: nothing is lost.
-//! These run on PostgreSQL whatever DISPATCH_TEST_STORE says: several
-//! instances on one database is what PostgreSQL is for.
+//! What needs several instances on one database, or a database server to
+//! cut, is in `mod postgres`; the rest runs on the store under test.
 
 mod common;
+#[path = "resilience/postgres.rs"]
+mod postgres;
 
-use std::{collections::HashMap, process::Stdio, sync::Arc, time::Duration};
+use std::{collections::HashMap, future::Future, process::Stdio, sync::Arc, time::Duration};
 
 use common::{
-    free_port, in_ms, proxy::Proxy, receiver::Receiver, receiver::Reply, Api, TestApp, TestDb,
+    free_port, in_ms,
+    proxy::Proxy,
+    receiver::{Gate, Receiver, Reply},
+    Api, Backend, TestApp, TestDb,
 };
 use futures::{stream, StreamExt};
 use serde_json::Value;
+use tokio::io::AsyncBufReadExt;
 
 /// Schedules `n` messages for `target` at `at`, 16 requests at a time; returns their ids.
 async fn schedule_many(api: &Api, target: &str, at: &str, n: usize) -> Vec<String> {
@@ -58,245 +64,76 @@ async fn count_in_state(api: &Api, state: &str) -> usize {
     }
 }
 
-async fn wait_until_all_delivered(api: &Api, n: usize, within: Duration) {
+/// Asks `check` every 50 ms until it answers `Ok`, or panics after
+/// `within` with its last answer. For what only a query shows (readiness,
+/// how many messages are in a state): nothing announces those.
+async fn poll_until<F, Fut>(within: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<(), String>>,
+{
     let deadline = tokio::time::Instant::now() + within;
     loop {
-        let delivered = count_in_state(api, "Delivered").await;
-        if delivered == n {
-            return;
-        }
+        let why = match check().await {
+            Ok(()) => return,
+            Err(why) => why,
+        };
         assert!(
             tokio::time::Instant::now() < deadline,
-            "only {delivered} of {n} delivered within {within:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// `dispatch_messages_delivered_total` as an instance's `/metrics` reports it.
-async fn delivered_total(base: &str) -> f64 {
-    let text = reqwest::get(format!("{base}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| l.strip_prefix("dispatch_messages_delivered_total"))
-        .filter(|rest| rest.starts_with(' ') || rest.starts_with('{'))
-        .map(|rest| rest.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
-        .sum()
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn two_instances_deliver_2000_due_messages_each_exactly_once() {
-    // Each instance may have 32 attempts in flight, and each attempt takes
-    // 50 ms: one instance alone would need 3 s, so both must take part.
-    let concurrency = 32;
-    let a = TestApp::spawn_postgres_with(|c| c.sweeper.concurrency = concurrency).await;
-    // The second instance is its own process: the metrics recorder is one per
-    // process, so its /metrics counts its deliveries and nothing else.
-    let b_port = free_port();
-    let b_base = format!("http://127.0.0.1:{b_port}");
-    let mut b = tokio::process::Command::new(env!("CARGO_BIN_EXE_dispatch"))
-        .arg("serve")
-        .env("DATABASE_URL", &a.db.url)
-        .env("DISPATCH_SERVER__LISTEN", format!("127.0.0.1:{b_port}"))
-        .env("DISPATCH_WEBHOOK__ALLOW_PRIVATE_NETWORKS", "true")
-        .env("DISPATCH_SWEEPER__CONCURRENCY", concurrency.to_string())
-        .env("DISPATCH_SWEEPER__POLL_INTERVAL", "1s")
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("the dispatch binary starts");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let ready = reqwest::get(format!("{b_base}/health/ready")).await;
-        if ready.is_ok_and(|r| r.status() == 200) {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the second instance became ready"
+            "not within {within:?}: {why}"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert_eq!(delivered_total(&b_base).await, 0.0);
-
-    let rx = Receiver::start().await;
-    rx.always(Reply::status(200).delay(Duration::from_millis(50)));
-    let api = a.api("acme").await;
-    let target = api.webhook(&rx.url("/hook")).await["targetId"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    // Far enough ahead that scheduling finishes first; then all fall due together.
-    let ids = schedule_many(&api, &target, &in_ms(4_000), 2_000).await;
-    rx.wait_for(2_000, Duration::from_secs(60)).await;
-    wait_until_all_delivered(&api, 2_000, Duration::from_secs(30)).await;
-    let seen = arrivals(&rx);
-    assert_eq!(seen.len(), 2_000, "every message arrives");
-    let twice: Vec<_> = seen.iter().filter(|(_, &n)| n > 1).collect();
-    assert!(
-        twice.is_empty(),
-        "no message is delivered twice while its lease holds: {twice:?}"
-    );
-    assert!(ids.iter().all(|id| seen.contains_key(id)));
-    // Each message arrived once, from one of the two: what the second did not
-    // deliver, the first did.
-    let by_b = delivered_total(&b_base).await;
-    assert!(
-        by_b > 0.0 && by_b < 2_000.0,
-        "both instances delivered: the second {by_b} of 2000, the first the rest"
-    );
-    b.start_kill().unwrap();
-    b.wait().await.unwrap();
-    a.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_crash_with_attempts_in_flight_loses_no_message() {
-    // The API instance does not deliver; a separate process does, and is killed.
-    let api_app = TestApp::spawn_postgres_with(|c| c.sweeper.enabled = false).await;
-    let rx = Receiver::start().await;
-    rx.always(Reply::status(200).delay(Duration::from_millis(400)));
-    let api = api_app.api("acme").await;
-    let target = api.webhook(&rx.url("/hook")).await["targetId"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let ids = schedule_many(&api, &target, &in_ms(-1_000), 300).await;
-
-    let mut worker = tokio::process::Command::new(env!("CARGO_BIN_EXE_dispatch"))
-        .arg("serve")
-        .env("DATABASE_URL", &api_app.db.url)
-        .env(
-            "DISPATCH_SERVER__LISTEN",
-            format!("127.0.0.1:{}", free_port()),
-        )
-        .env("DISPATCH_WEBHOOK__ALLOW_PRIVATE_NETWORKS", "true")
-        .env("DISPATCH_WEBHOOK__TIMEOUT", "1s")
-        .env("DISPATCH_SWEEPER__LEASE", "2s")
-        .env("DISPATCH_SWEEPER__CONCURRENCY", "50")
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("the dispatch binary starts");
-    // Kill it abruptly while attempts are under way.
-    rx.wait_for(60, Duration::from_secs(30)).await;
-    worker.start_kill().unwrap();
-    worker.wait().await.unwrap();
-    let before = arrivals(&rx).len();
-    assert!(
-        before < 300,
-        "the crash came before everything was delivered ({before})"
-    );
-
-    // Another instance takes over once the leases expire.
-    let survivor = TestApp::spawn_on(api_app.db.clone(), |c| {
-        c.sweeper.lease = Duration::from_secs(2);
-        c.webhook.timeout = Duration::from_secs(1);
+async fn wait_until_all_delivered(api: &Api, n: usize, within: Duration) {
+    poll_until(within, || async {
+        match count_in_state(api, "Delivered").await {
+            delivered if delivered == n => Ok(()),
+            delivered => Err(format!("{delivered} of {n} delivered")),
+        }
     })
-    .await;
-    wait_until_all_delivered(&api, 300, Duration::from_secs(60)).await;
-    let seen = arrivals(&rx);
-    assert!(
-        ids.iter().all(|id| seen.contains_key(id)),
-        "every message reached the receiver"
-    );
-    survivor.shutdown().await;
-    api_app.shutdown().await;
+    .await
 }
 
-/// The test database, reached through a proxy that can be cut.
-async fn proxied_db() -> (Arc<TestDb>, Proxy, String) {
-    let db = Arc::new(TestDb::postgres().await);
-    let parsed = url::Url::parse(&db.url).unwrap();
-    let upstream = format!(
-        "{}:{}",
-        parsed.host_str().unwrap(),
-        parsed.port().unwrap_or(5432)
-    );
-    let proxy = Proxy::start(upstream).await;
-    let mut proxied = parsed.clone();
-    proxied.set_host(Some("127.0.0.1")).unwrap();
-    proxied.set_port(Some(proxy.addr.port())).unwrap();
-    (db, proxy, proxied.to_string())
-}
-
-async fn ready_status(app: &TestApp) -> u16 {
-    app.http
-        .get(app.url("/health/ready"))
-        .send()
+/// `dispatch serve` on `db_url` in a process of its own, with `env`, once
+/// it says it is serving (listener bound, sweeper started); and its base URL.
+async fn serve_process(db_url: &str, env: &[(&str, &str)]) -> (tokio::process::Child, String) {
+    let port = free_port();
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_dispatch"));
+    command
+        .arg("serve")
+        .env("DATABASE_URL", db_url)
+        .env("DISPATCH_SERVER__LISTEN", format!("127.0.0.1:{port}"))
+        .env("DISPATCH_WEBHOOK__ALLOW_PRIVATE_NETWORKS", "true")
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    let mut child = command.spawn().expect("the dispatch binary starts");
+    let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let serving = async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if line.contains("dispatch is serving") {
+                return;
+            }
+        }
+        panic!("the process exited before serving");
+    };
+    tokio::time::timeout(Duration::from_secs(30), serving)
         .await
-        .unwrap()
-        .status()
-        .as_u16()
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_database_outage_makes_the_service_unready_and_loses_nothing() {
-    let (db, proxy, proxied_url) = proxied_db().await;
-    let app = TestApp::spawn_on(db, |c| c.database.url = proxied_url).await;
-    let rx = Receiver::start().await;
-    rx.always(Reply::status(200).delay(Duration::from_millis(300)));
-    let api = app.api("acme").await;
-    let target = api.webhook(&rx.url("/hook")).await["targetId"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let now = schedule_many(&api, &target, &in_ms(-10), 20).await;
-    let later = schedule_many(&api, &target, &in_ms(1_500), 20).await;
-    assert_eq!(ready_status(&app).await, 200);
-
-    // Cut while the first attempts are in flight: their results cannot be recorded yet.
-    rx.wait_for(1, Duration::from_secs(10)).await;
-    proxy.cut();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while ready_status(&app).await != 503 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "readiness never reported the outage"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let r = api
-        .post(
-            "/messages",
-            serde_json::json!({"targetId": target, "deliveryTime": in_ms(0), "payload": "x"}),
-        )
-        .await;
-    // Writes during the outage answer 503.
-    common::problem::assert_problem(r, 503).await;
-    // The outage lasts past the later messages' due time.
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
-    proxy.restore();
-
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-    while ready_status(&app).await != 200 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the service did not recover by itself"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    wait_until_all_delivered(&api, 40, Duration::from_secs(40)).await;
-    let seen = arrivals(&rx);
-    assert!(
-        now.iter().chain(&later).all(|id| seen.contains_key(id)),
-        "every message reached the receiver"
-    );
-    app.shutdown().await;
+        .expect("it serves within 30 s");
+    // Keep reading, so that it never blocks on a full pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    (child, format!("http://127.0.0.1:{port}"))
 }
 
 #[tokio::test]
 async fn retention_purges_what_expired_and_keeps_the_rest() {
-    let app = TestApp::spawn_postgres_with(|c| {
+    let app = TestApp::spawn_with(|c| {
         c.sweeper.enabled = false;
         c.retention.interval = Duration::from_secs(3600); // driven by hand below
         c.retention.delivered = Duration::from_millis(200);
@@ -350,15 +187,16 @@ async fn retention_purges_what_expired_and_keeps_the_rest() {
     assert_eq!(api.message(&retrying).await["state"], "Scheduled");
     assert!(!api.attempts(&retrying).await.is_empty());
 
-    // Retention ages (compressed to 200 ms) are measured on the wall clock
-    // that purge_once reads: wait until they have passed (a lower bound only).
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // A second on, the retention ages (compressed to 200 ms) have passed.
+    let later =
+        dispatch::clock::ManualClock::new(chrono::Utc::now() + chrono::TimeDelta::seconds(1));
     let store = app.store();
     let retention = app.running().state.config.retention.clone();
-    // Two instances purging at once: SKIP LOCKED keeps them out of each other's way.
+    // Two purges at once (as on two instances): neither takes what the
+    // other purges (on PostgreSQL, SKIP LOCKED keeps them apart).
     let (p1, p2) = tokio::join!(
-        dispatch::retention::purge_once(store.as_ref(), &retention),
-        dispatch::retention::purge_once(store.as_ref(), &retention)
+        dispatch::retention::purge_as_of(store.as_ref(), &retention, &later),
+        dispatch::retention::purge_as_of(store.as_ref(), &retention, &later)
     );
     let (p1, p2) = (p1.unwrap(), p2.unwrap());
     assert_eq!(
@@ -383,7 +221,7 @@ async fn retention_purges_what_expired_and_keeps_the_rest() {
 
 #[tokio::test]
 async fn a_message_whose_stored_target_is_unreadable_is_dead_lettered_and_the_rest_delivered() {
-    let app = TestApp::spawn_postgres_with(|c| c.sweeper.enabled = false).await;
+    let app = TestApp::spawn_with(|c| c.sweeper.enabled = false).await;
     let rx = Receiver::start().await;
     let api = app.api("acme").await;
     let good = api.webhook(&rx.url("/good")).await["targetId"]
@@ -403,13 +241,38 @@ async fn a_message_whose_stored_target_is_unreadable_is_dead_lettered_and_the_re
         .unwrap()
         .to_string();
     // As after a manual edit or an incompatible upgrade: the config no longer parses.
-    let store = common::open_store(&app.db.url).await;
-    sqlx::query("UPDATE targets SET config = '{}'::jsonb WHERE id = $1")
-        .bind(&broken)
-        .execute(store.pool())
-        .await
-        .unwrap();
-    app.running().sweeper.deliver_due_now().await;
+    let message_id = bad.trim_start_matches("DI-M-");
+    let (kind, detail): (String, Option<String>) = match common::backend() {
+        Backend::Postgres => {
+            let store = common::open_store(&app.db.url).await;
+            sqlx::query("UPDATE targets SET config = '{}'::jsonb WHERE id = $1")
+                .bind(&broken)
+                .execute(store.pool())
+                .await
+                .unwrap();
+            app.running().sweeper.deliver_due_now().await;
+            sqlx::query_as("SELECT kind, detail FROM message_events WHERE message_id = $1::uuid")
+                .bind(message_id)
+                .fetch_one(store.pool())
+                .await
+                .unwrap()
+        }
+        Backend::Sqlite => {
+            use sqlx::Connection;
+            let mut c = sqlx::SqliteConnection::connect(&app.db.url).await.unwrap();
+            sqlx::query("UPDATE targets SET config = '{}' WHERE id = ?")
+                .bind(&broken)
+                .execute(&mut c)
+                .await
+                .unwrap();
+            app.running().sweeper.deliver_due_now().await;
+            sqlx::query_as("SELECT kind, detail FROM message_events WHERE message_id = ?")
+                .bind(message_id)
+                .fetch_one(&mut c)
+                .await
+                .unwrap()
+        }
+    };
     assert_eq!(
         api.message(&ok).await["state"],
         "Delivered",
@@ -418,12 +281,6 @@ async fn a_message_whose_stored_target_is_unreadable_is_dead_lettered_and_the_re
     let m = api.message(&bad).await;
     assert_eq!(m["state"], "DeadLetter", "{m}");
     assert!(m["lastError"].as_str().unwrap().contains("corrupt"), "{m}");
-    let (kind, detail): (String, Option<String>) =
-        sqlx::query_as("SELECT kind, detail FROM message_events WHERE message_id = $1::uuid")
-            .bind(bad.trim_start_matches("DI-M-"))
-            .fetch_one(store.pool())
-            .await
-            .unwrap();
     assert_eq!(kind, "DeadLettered", "its history says so");
     assert_eq!(detail.as_deref(), m["lastError"].as_str());
     assert_eq!(rx.count(), 1);

@@ -10,6 +10,10 @@
 //! never called, and this crate denies dead code: it does not compile. A
 //! check named there but not defined does not compile either.
 //!
+//! Both backends run in one binary, whatever `DISPATCH_TEST_STORE` says:
+//! `scripts/test` runs this suite once, in its PostgreSQL half; when it
+//! runs only its embedded half, `--skip postgres::` leaves the SQLite checks.
+//!
 //! Each test gets a fresh store: the factory's future yields `(guard,
 //! Arc<dyn Store>)`, and the guard (a database, a temporary directory) lives
 //! until the test ends.

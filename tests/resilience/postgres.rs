@@ -1,0 +1,312 @@
+//! What only PostgreSQL does: several instances on one database (sharing
+//! the work, taking over from a killed one, waking each other with
+//! `NOTIFY`), and a database server that becomes unreachable.
+
+use super::*;
+
+/// `dispatch_messages_delivered_total` as an instance's `/metrics` reports it.
+async fn delivered_total(base: &str) -> f64 {
+    let text = reqwest::get(format!("{base}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.strip_prefix("dispatch_messages_delivered_total"))
+        .filter(|rest| rest.starts_with(' ') || rest.starts_with('{'))
+        .map(|rest| rest.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_instances_deliver_2000_due_messages_each_exactly_once() {
+    // Each instance has 32 attempts in flight at most and claims nothing
+    // ahead of its time, so it holds at most 64 messages (32 more waiting
+    // for a slot): neither can take the whole burst. No attempt times out
+    // while the test holds the answers (see below).
+    let concurrency = 32;
+    let a = TestApp::spawn_postgres_with(|c| {
+        c.sweeper.concurrency = concurrency;
+        c.sweeper.claim_ahead = Duration::ZERO;
+        c.webhook.timeout = Duration::from_secs(60);
+        c.sweeper.lease = Duration::from_secs(90);
+    })
+    .await;
+    // The second instance is its own process: the metrics recorder is one per
+    // process, so its /metrics counts its deliveries and nothing else.
+    let (mut b, b_base) = serve_process(
+        &a.db.url,
+        &[
+            ("DISPATCH_SWEEPER__CONCURRENCY", &concurrency.to_string()),
+            ("DISPATCH_SWEEPER__CLAIM_AHEAD", "0s"),
+            ("DISPATCH_SWEEPER__POLL_INTERVAL", "1s"),
+            ("DISPATCH_WEBHOOK__TIMEOUT", "60s"),
+            ("DISPATCH_SWEEPER__LEASE", "90s"),
+        ],
+    )
+    .await;
+    assert_eq!(delivered_total(&b_base).await, 0.0);
+
+    // Every answer waits until more attempts are under way at once than one
+    // instance may have: both instances are sending. (Within 30 s, far less
+    // than the attempts' timeout: no retry of a timed-out attempt counts.)
+    let rx = Receiver::start().await;
+    let gate = Gate::new();
+    rx.always(
+        Reply::status(200)
+            .delay(Duration::from_millis(50))
+            .held_until(&gate),
+    );
+    let api = a.api("acme").await;
+    let target = api.webhook(&rx.url("/hook")).await["targetId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // Far enough ahead that scheduling finishes first; then all fall due together.
+    let ids = schedule_many(&api, &target, &in_ms(4_000), 2_000).await;
+    rx.wait_for(concurrency as usize + 1, Duration::from_secs(30))
+        .await;
+    assert!(rx.max_concurrent() > concurrency as usize);
+    gate.open();
+    rx.wait_for(2_000, Duration::from_secs(60)).await;
+    wait_until_all_delivered(&api, 2_000, Duration::from_secs(30)).await;
+    let seen = arrivals(&rx);
+    assert_eq!(seen.len(), 2_000, "every message arrives");
+    let twice: Vec<_> = seen.iter().filter(|(_, &n)| n > 1).collect();
+    assert!(
+        twice.is_empty(),
+        "no message is delivered twice while its lease holds: {twice:?}"
+    );
+    assert!(ids.iter().all(|id| seen.contains_key(id)));
+    // Each message arrived once, from one of the two: what the second did not
+    // deliver, the first did.
+    let by_b = delivered_total(&b_base).await;
+    assert!(
+        by_b > 0.0 && by_b < 2_000.0,
+        "both instances delivered: the second {by_b} of 2000, the first the rest"
+    );
+    b.start_kill().unwrap();
+    b.wait().await.unwrap();
+    a.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_crash_with_attempts_in_flight_loses_no_message() {
+    // The API instance does not deliver; a separate process does, and is killed.
+    let api_app = TestApp::spawn_postgres_with(|c| c.sweeper.enabled = false).await;
+    let rx = Receiver::start().await;
+    rx.always(Reply::status(200).delay(Duration::from_millis(400)));
+    let api = api_app.api("acme").await;
+    let target = api.webhook(&rx.url("/hook")).await["targetId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let ids = schedule_many(&api, &target, &in_ms(-1_000), 300).await;
+
+    let (mut worker, _) = serve_process(
+        &api_app.db.url,
+        &[
+            ("DISPATCH_WEBHOOK__TIMEOUT", "1s"),
+            ("DISPATCH_SWEEPER__LEASE", "2s"),
+            ("DISPATCH_SWEEPER__CONCURRENCY", "50"),
+        ],
+    )
+    .await;
+    // Kill it abruptly while attempts are under way.
+    rx.wait_for(60, Duration::from_secs(30)).await;
+    worker.start_kill().unwrap();
+    worker.wait().await.unwrap();
+    let killed = chrono::Utc::now();
+    let before: HashMap<String, usize> = arrivals(&rx);
+    assert!(
+        before.len() < 300,
+        "the crash came before everything was delivered ({})",
+        before.len()
+    );
+
+    // Another instance takes over once the leases expire.
+    let survivor = TestApp::spawn_on(api_app.db.clone(), |c| {
+        c.sweeper.lease = Duration::from_secs(2);
+        c.webhook.timeout = Duration::from_secs(1);
+    })
+    .await;
+    wait_until_all_delivered(&api, 300, Duration::from_secs(60)).await;
+    let seen = arrivals(&rx);
+    assert!(
+        ids.iter().all(|id| seen.contains_key(id)),
+        "every message reached the receiver"
+    );
+    // Twice only what was in flight at the kill: its answer may have come
+    // and not been recorded.
+    let twice: Vec<&String> = seen
+        .iter()
+        .filter(|(_, &n)| n > 1)
+        .map(|(id, _)| id)
+        .collect();
+    assert!(
+        twice.iter().all(|id| before.contains_key(*id)),
+        "sent twice though not in flight at the kill: {twice:?}"
+    );
+    // The contract's bound: what the killed instance held but had not
+    // attempted is attempted by another within 5 s of the kill.
+    let bound = killed + chrono::TimeDelta::seconds(5);
+    let late: Vec<String> = rx
+        .received()
+        .iter()
+        .filter(|r| r.at > bound)
+        .map(|r| r.json()["messageId"].as_str().unwrap().to_string())
+        .filter(|id| !before.contains_key(id))
+        .collect();
+    assert!(late.is_empty(), "first attempted after {bound}: {late:?}");
+    survivor.shutdown().await;
+    api_app.shutdown().await;
+}
+
+/// The test database, reached through a proxy that can be cut.
+async fn proxied_db() -> (Arc<TestDb>, Proxy, String) {
+    let db = Arc::new(TestDb::postgres().await);
+    let parsed = url::Url::parse(&db.url).unwrap();
+    let upstream = format!(
+        "{}:{}",
+        parsed.host_str().unwrap(),
+        parsed.port().unwrap_or(5432)
+    );
+    let proxy = Proxy::start(upstream).await;
+    let mut proxied = parsed.clone();
+    proxied.set_host(Some("127.0.0.1")).unwrap();
+    proxied.set_port(Some(proxy.addr.port())).unwrap();
+    (db, proxy, proxied.to_string())
+}
+
+/// Waits until `/health/ready` answers `status`.
+async fn ready_becomes(app: &TestApp, status: u16, within: Duration) {
+    poll_until(within, || async {
+        let now = app
+            .http
+            .get(app.url("/health/ready"))
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16();
+        match now {
+            s if s == status => Ok(()),
+            s => Err(format!("readiness answers {s}, not {status}")),
+        }
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_database_outage_makes_the_service_unready_and_loses_nothing() {
+    let (db, proxy, proxied_url) = proxied_db().await;
+    let app = TestApp::spawn_on(db, |c| c.database.url = proxied_url).await;
+    let rx = Receiver::start().await;
+    rx.always(Reply::status(200).delay(Duration::from_millis(300)));
+    let api = app.api("acme").await;
+    let target = api.webhook(&rx.url("/hook")).await["targetId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let now = schedule_many(&api, &target, &in_ms(-10), 20).await;
+    let later_due = chrono::Utc::now() + chrono::TimeDelta::milliseconds(1_500);
+    let later = schedule_many(
+        &api,
+        &target,
+        &dispatch::domain::time::format(&later_due),
+        20,
+    )
+    .await;
+    ready_becomes(&app, 200, Duration::ZERO).await;
+
+    // Cut while the first attempts are in flight: their results cannot be recorded yet.
+    rx.wait_for(1, Duration::from_secs(10)).await;
+    proxy.cut();
+    ready_becomes(&app, 503, Duration::from_secs(10)).await;
+    let r = api
+        .post(
+            "/messages",
+            serde_json::json!({"targetId": target, "deliveryTime": in_ms(0), "payload": "x"}),
+        )
+        .await;
+    // Writes during the outage answer 503.
+    common::problem::assert_problem(r, 503).await;
+    // The outage lasts past the later messages' due time: a wait for an
+    // instant of the clock, which only a sleep does.
+    if let Ok(left) = (later_due - chrono::Utc::now()).to_std() {
+        tokio::time::sleep(left + Duration::from_millis(100)).await;
+    }
+    proxy.restore();
+
+    ready_becomes(&app, 200, Duration::from_secs(15)).await;
+    wait_until_all_delivered(&api, 40, Duration::from_secs(40)).await;
+    let seen = arrivals(&rx);
+    assert!(
+        now.iter().chain(&later).all(|id| seen.contains_key(id)),
+        "every message reached the receiver"
+    );
+    app.shutdown().await;
+}
+
+/// Waits until an instance on `db` LISTENs for wake-ups: a session of that
+/// database whose last statement was the LISTEN.
+async fn listening(db: &TestDb) -> usize {
+    use sqlx::Connection;
+    let mut c = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    let n: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND query ILIKE 'LISTEN %'",
+    )
+    .bind(&db.name)
+    .fetch_one(&mut c)
+    .await
+    .unwrap();
+    n as usize
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_message_scheduled_on_one_instance_wakes_the_sweeper_of_another() {
+    // Far beyond the window in which delivery is expected below: only a
+    // wake-up from the other instance can make it in time.
+    const POLL: Duration = Duration::from_secs(60);
+    const WINDOW: Duration = Duration::from_secs(5);
+    let db = Arc::new(TestDb::postgres().await);
+    let b = TestApp::spawn_on(db.clone(), |c| c.sweeper.poll_interval = POLL).await;
+    poll_until(Duration::from_secs(10), || async {
+        match listening(&db).await {
+            1 => Ok(()),
+            n => Err(format!("{n} sessions listening")),
+        }
+    })
+    .await;
+    // The instance that takes the requests delivers nothing (and so does
+    // not listen either).
+    let a = TestApp::spawn_on(db.clone(), |c| c.sweeper.enabled = false).await;
+    let rx = Receiver::start().await;
+    let api = a.api("acme").await;
+    let target = api.webhook(&rx.url("/hook")).await["targetId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(listening(&db).await, 1, "only the delivering instance");
+
+    // Due now.
+    let now = api.schedule(&target, &in_ms(0), "now").await;
+    let got = rx.wait_for(1, WINDOW).await;
+    assert_eq!(got[0].json()["messageId"], now["messageId"]);
+
+    // Due a few hundred milliseconds ahead: woken, it holds the message for
+    // its instant.
+    let soon_at = chrono::Utc::now() + chrono::TimeDelta::milliseconds(400);
+    let soon = api
+        .schedule(&target, &dispatch::domain::time::format(&soon_at), "soon")
+        .await;
+    let got = rx.wait_for(2, WINDOW).await;
+    assert_eq!(got[1].json()["messageId"], soon["messageId"]);
+    assert!(got[1].at >= soon_at, "not before its time");
+    let bound = soon_at + chrono::TimeDelta::from_std(WINDOW).unwrap();
+    assert!(got[1].at <= bound, "arrived {}, after {bound}", got[1].at);
+    b.shutdown().await;
+    a.shutdown().await;
+}
