@@ -1,4 +1,4 @@
-//! Authentication and authorisation (API.md §2): the client credentials
+//! Authentication and authorisation (docs/api.md#authentication): the client credentials
 //! grant, bearer token checks, scopes, account isolation, an external issuer
 //! with a JWKS, and hashed client secrets.
 

@@ -1,4 +1,4 @@
-//! Bulk redrive, cancel and replay (API.md §11) through the API: thousands
+//! Bulk redrive, cancel and replay (docs/api.md#bulk-redrive-cancel-and-replay) through the API: thousands
 //! of messages in batches while deliveries go on, only the caller's, with
 //! the filters checked and `bulk.max` kept.
 

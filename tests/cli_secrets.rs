@@ -1,4 +1,4 @@
-//! Secrets at rest through the binary (API.md §2): targets created with a
+//! Secrets at rest through the binary (docs/operations.md#secrets-at-rest): targets created with a
 //! key are stored sealed, `dispatch secrets rotate` moves them to a new key,
 //! and `serve` says when secrets are stored unencrypted.
 

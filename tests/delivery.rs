@@ -1,4 +1,4 @@
-//! Webhook delivery (API.md §5, §6): the request format and its signature,
+//! Webhook delivery (docs/api.md#delivery-formats, #retries): the request format and its signature,
 //! the classification of responses and errors, attempt records, the retry
 //! ladder and its timing, disabled targets, and the private-network guard at
 //! connection time.

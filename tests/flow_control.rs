@@ -1,4 +1,4 @@
-//! Flow control toward receivers (API.md §9): a receiver's Retry-After is
+//! Flow control toward receivers (docs/api.md#flow-control-and-fairness): a receiver's Retry-After is
 //! honoured up to `retry.max_retry_after` and kept on the attempt, a
 //! connection that cannot be opened fails after `webhook.connect_timeout`,
 //! not after the attempt's whole timeout, one hanging target does not hold

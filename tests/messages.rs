@@ -1,4 +1,4 @@
-//! The `/messages` API (API.md §4): scheduling and its validation, reading,
+//! The `/messages` API (docs/api.md#messages): scheduling and its validation, reading,
 //! listing and paging, attempts, cancel, reschedule, idempotency keys, and a
 //! cancel racing an attempt under way.
 

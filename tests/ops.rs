@@ -1,4 +1,4 @@
-//! Operations (API.md §8): health probes, Prometheus metrics, the OpenAPI
+//! Operations (docs/operations.md#health-and-readiness): health probes, Prometheus metrics, the OpenAPI
 //! document, and the answer to an unknown path.
 
 mod common;

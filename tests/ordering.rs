@@ -1,4 +1,4 @@
-//! Ordering keys (API.md §10) through the API, with real receivers: the
+//! Ordering keys (docs/api.md#ordering-keys) through the API, with real receivers: the
 //! messages of one target and key are attempted one at a time, in order of
 //! delivery time and then creation, each waiting while an earlier one is
 //! Scheduled (retries included); keys never hold each other back; the key

@@ -1,4 +1,4 @@
-//! Tenant safety on the outbound side (API.md §3): a secret travels only
+//! Tenant safety on the outbound side (docs/api.md#private-networks): a secret travels only
 //! with its address, every address an account controls passes the
 //! private-network guard at creation, at change and at every connection,
 //! no target acts with the server's own AWS identity, and headers and

@@ -1,4 +1,4 @@
-//! Targets (API.md §3): create, validate, list, get, merge-patch, enable,
+//! Targets (docs/api.md#targets): create, validate, list, get, merge-patch, enable,
 //! disable, delete; write-only secrets; the private-network guard; and the
 //! request conventions of §1 (content type, malformed JSON, body limit).
 

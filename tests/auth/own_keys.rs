@@ -1,4 +1,4 @@
-//! Tokens naming a key id this server does not know (API.md §2): they cost
+//! Tokens naming a key id this server does not know (docs/api.md#tokens): they cost
 //! at most one reload of the signing keys a second, for the whole server.
 
 use super::*;

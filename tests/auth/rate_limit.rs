@@ -1,4 +1,4 @@
-//! `api.rate_limit` (API.md §2): requests a second per client, bursts of
+//! `api.rate_limit` (docs/api.md#abuse-limits): requests a second per client, bursts of
 //! twice that; beyond, 429 problem+json with Retry-After.
 
 use super::*;

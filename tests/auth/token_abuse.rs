@@ -1,4 +1,4 @@
-//! POST /oauth/token under abuse (API.md §2): failed attempts per client id
+//! POST /oauth/token under abuse (docs/api.md#abuse-limits): failed attempts per client id
 //! and per address answer 429 with Retry-After; an unknown client id and a
 //! wrong secret answer alike; secrets stored as argon2 still verify.
 

@@ -1,4 +1,4 @@
-//! `dispatch clients list` and `dispatch clients revoke` (API.md §2).
+//! `dispatch clients list` and `dispatch clients revoke` (docs/operations.md#commands).
 
 use std::{sync::Arc, time::Instant};
 

@@ -1,4 +1,4 @@
-//! The one checker of RFC 9457 problem answers (API.md §1), used by every
+//! The one checker of RFC 9457 problem answers (docs/api.md#errors), used by every
 //! suite, so that every error the API answers is held to the same contract:
 //! the HTTP status, `Content-Type: application/problem+json`, and the members
 //! `type`, `title`, `status` (equal to the HTTP status) and `detail`, plus a

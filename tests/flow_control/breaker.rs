@@ -1,4 +1,4 @@
-//! The circuit breaker (API.md §9): open after `failures` consecutive
+//! The circuit breaker (docs/api.md#circuit-breaker): open after `failures` consecutive
 //! retryable failures, messages waiting without consuming attempts, one probe
 //! after the cooldown, the cooldown doubled by a failed probe, closed by a
 //! success; `health` on the target.

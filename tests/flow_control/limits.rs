@@ -1,4 +1,4 @@
-//! `flowControl` (API.md §9): parallelism across every instance, a rate per
+//! `flowControl` (docs/api.md#per-target-limits): parallelism across every instance, a rate per
 //! sliding period, held-back messages Scheduled and unattempted, leaving in
 //! delivery-time order, and a PATCH that takes effect at once.
 

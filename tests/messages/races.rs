@@ -1,4 +1,4 @@
-//! A cancel or reschedule racing an attempt (API.md §4): it answers 409
+//! A cancel or reschedule racing an attempt (docs/api.md#cancelling-and-rescheduling): it answers 409
 //! while an attempt holds the message's lease, the attempt then completes;
 //! an attempt that has delivered wins over a later cancel; a cancel that
 //! comes first wins, and an attempt's late result never undoes it. Each

@@ -1,5 +1,5 @@
-//! The portal's views of ordering keys and its range actions (API.md §10,
-//! §11): a keyed message shows its key and the message it waits for, the
+//! The portal's views of ordering keys and its range actions (docs/api.md#ordering-keys,
+//! #bulk-redrive-cancel-and-replay): a keyed message shows its key and the message it waits for, the
 //! list filters by key, and a target's deliveries are replayed, or its
 //! messages cancelled, over a time range, counted first.
 

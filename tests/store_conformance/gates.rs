@@ -1,4 +1,4 @@
-//! Gated targets (`GateStore`, API.md §9): a target with `flowControl` or a
+//! Gated targets (`GateStore`, docs/api.md#flow-control-and-fairness): a target with `flowControl` or a
 //! circuit breaker has its messages claimed only through its gate: as many
 //! as its parallelism (counting leases of every claimer) and its rate over a
 //! sliding period admit; none while its breaker is open, then one probe.

@@ -106,7 +106,7 @@ async fn the_largest_payload_reads_back_exactly(store: Arc<dyn Store>) {
 }
 
 async fn a_payload_with_a_nul_character_reads_back_exactly(store: Arc<dyn Store>) {
-    // API.md §4: `payload` is any JSON-embeddable string; "\u0000" is one.
+    // docs/api.md#scheduling-a-message: `payload` is any JSON-embeddable string; "\u0000" is one.
     let t = add_target(&*store, ACME).await;
     let now = time::now();
     let text = "before\u{0}after \u{1f} \u{7f}".to_string();

@@ -183,7 +183,7 @@ async fn several_attempts_in_one_record_are_all_stored_in_order(store: Arc<dyn S
 }
 
 async fn attempt_texts_with_a_nul_character_are_stored_with_it_replaced(store: Arc<dyn Store>) {
-    // A receiver's body is decoded lossily as UTF-8 (API.md §6), and U+0000
+    // A receiver's body is decoded lossily as UTF-8 (docs/api.md#attempt-records), and U+0000
     // is valid UTF-8: a body with a NUL byte must not make the record fail.
     // Every store keeps attempt texts with U+0000 replaced by U+FFFD (text
     // columns of PostgreSQL cannot hold it), the same on every backend.

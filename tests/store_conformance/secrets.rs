@@ -1,5 +1,5 @@
 //! Secrets (`SecretStore`): the token-signing keys, and secrets at rest
-//! (API.md §2). The sealing checks open one database several times with
+//! (docs/operations.md#secrets-at-rest). The sealing checks open one database several times with
 //! different keys, and read the raw columns to see what the database really
 //! holds (see `sealing`).
 
