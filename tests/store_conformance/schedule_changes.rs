@@ -32,7 +32,10 @@ async fn every_second_made_ahead(store: &dyn Store, start: DateTime<Utc>) -> (Ta
     insert_schedule(store, &s).await;
     let c = config(Duration::from_secs(5), Duration::from_secs(3600));
     materialise(store, start, &c).await.unwrap();
-    assert_eq!(runs_of(store, &s).await, (0..=5).map(|n| start + secs(n)).collect::<Vec<_>>());
+    assert_eq!(
+        runs_of(store, &s).await,
+        (0..=5).map(|n| start + secs(n)).collect::<Vec<_>>()
+    );
     (t, s)
 }
 
@@ -95,14 +98,22 @@ async fn pausing_cancels_the_runs_made_ahead_and_a_paused_schedule_makes_none(
     let now = start + ms(500);
     let paused = save_restarted(&*store, &s, now, |p| p.paused = true).await;
     assert_eq!(paused.next_run_at, None);
-    assert_eq!(runs_of(&*store, &s).await, [start], "the run that fell due stays");
+    assert_eq!(
+        runs_of(&*store, &s).await,
+        [start],
+        "the run that fell due stays"
+    );
     let cancelled = cancelled_of(&*store, &s).await;
     assert_eq!(
         instants(&cancelled),
         (1..=5).map(|n| start + secs(n)).collect::<Vec<_>>(),
         "those ahead of now are cancelled, and still listed"
     );
-    assert_eq!(message_ids(&cancelled), message_ids(&made[1..]), "the same messages");
+    assert_eq!(
+        message_ids(&cancelled),
+        message_ids(&made[1..]),
+        "the same messages"
+    );
     assert_cancelled_at(&*store, &cancelled, now).await;
     // A withdrawn run is no run: the last run stays the one that fell due,
     // at the withdrawn runs' instants and after them.
@@ -117,9 +128,13 @@ async fn pausing_cancels_the_runs_made_ahead_and_a_paused_schedule_makes_none(
     let now = start + ms(10_500);
     let resumed = save_restarted(&*store, &s, now, |r| r.paused = false).await;
     assert_eq!(resumed.next_run_at, Some(start + secs(11)));
-    materialise(&*store, now, &config(Duration::ZERO, Duration::from_secs(3600)))
-        .await
-        .unwrap();
+    materialise(
+        &*store,
+        now,
+        &config(Duration::ZERO, Duration::from_secs(3600)),
+    )
+    .await
+    .unwrap();
     assert_eq!(runs_of(&*store, &s).await, [start]);
     materialise(&*store, start + secs(11), &c).await.unwrap();
     assert_eq!(runs_of(&*store, &s).await[1], start + secs(11));
@@ -196,7 +211,11 @@ async fn deleting_a_schedule_cancels_the_runs_ahead_and_keeps_those_that_fell_du
     let now = start + secs(1);
     assert!(store.delete_schedule(ACME, &s.id, now).await.unwrap());
     assert!(!store.delete_schedule(ACME, &s.id, now).await.unwrap());
-    assert!(store.get_schedule(ACME, &s.id, start).await.unwrap().is_none());
+    assert!(store
+        .get_schedule(ACME, &s.id, start)
+        .await
+        .unwrap()
+        .is_none());
     assert_eq!(runs_of(&*store, &s).await, [start, start + secs(1)]);
     let cancelled = cancelled_of(&*store, &s).await;
     assert_eq!(
