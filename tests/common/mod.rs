@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod browser;
+pub mod calendar;
 pub mod moto;
 pub mod problem;
 pub mod proxy;
