@@ -1,17 +1,21 @@
 //! Recurring schedules (API.md §12) through the API, with a real receiver:
 //! each run is one message with its scheduleId, delivered at the run's
-//! instant; daylight saving and calendar edges as the contract states them
-//! (the run instants are asserted through `nextRunAt`, from `startAt`s in
-//! the future, each computed from the clock: the next spring-forward night,
-//! the next 29 February); pause, resume, patch and delete, and the runs
-//! they withdraw (`withdrawn`); another account's schedules answer 404; two
-//! instances on one PostgreSQL database make one message per run
+//! instant; rules refused, and daylight saving and calendar edges as the
+//! contract states them (`rules`: run instants asserted through `nextRunAt`
+//! from `startAt`s in the future, each found from today); pause, resume,
+//! patch and delete, and the runs they withdraw (`withdrawn`); runs missed
+//! while no instance ran (`missed`); another account's schedules answer
+//! 404; two instances on one PostgreSQL database make one message per run
 //! (`postgres`, left out where there is no PostgreSQL).
 
 mod common;
 
+#[path = "schedules/missed.rs"]
+mod missed;
 #[path = "schedules/postgres.rs"]
 mod postgres;
+#[path = "schedules/rules.rs"]
+mod rules;
 #[path = "schedules/withdrawn.rs"]
 mod withdrawn;
 
@@ -177,187 +181,6 @@ async fn a_schedule_every_second_makes_one_message_per_run_delivered_at_the_run(
         "lastRunAt is never ahead of now"
     );
     assert!(ms(&got["nextRunAt"]) > last);
-}
-
-#[tokio::test]
-async fn invalid_rules_and_zones_answer_400_naming_the_field_and_create_nothing() {
-    let app = TestApp::spawn().await;
-    let api = app.api("acme").await;
-    let other = app.api("globex").await;
-    let rx = Receiver::start().await;
-    let t = target(&api, &rx).await;
-    let foreign = target(&other, &rx).await;
-    let base = json!({"targetId": t, "payload": "x"});
-    let new_year = calendar::next_new_year(Utc::now());
-    let without_offset = new_year.naive_utc().format("%Y-%m-%dT%H:%M:%S").to_string();
-    let with = |extra: Value| {
-        let mut b = base.clone();
-        for (k, v) in extra.as_object().unwrap() {
-            b[k] = v.clone();
-        }
-        b
-    };
-    for (body, field) in [
-        (with(json!({"cron": "61 * * * *"})), "cron"),
-        (with(json!({"cron": "* * * *"})), "cron"),
-        (with(json!({"cron": "* * * * * *"})), "cron"),
-        (with(json!({"cron": "0 0 30 2 *"})), "cron"),
-        (with(json!({"cron": "0 9 * * FUNDAY"})), "cron"),
-        (with(json!({"every": "500ms"})), "every"),
-        (with(json!({"every": "soon"})), "every"),
-        (with(json!({"every": "1m", "cron": "* * * * *"})), "every"),
-        (with(json!({})), "cron"),
-        (
-            with(json!({"every": "1m", "timeZone": "Europe/Atlantis"})),
-            "timeZone",
-        ),
-        (
-            with(json!({"every": "1m", "timeZone": "CEST+2"})),
-            "timeZone",
-        ),
-        (
-            with(json!({"every": "1m", "startAt": without_offset})),
-            "startAt",
-        ),
-        (
-            with(
-                json!({"every": "1m", "startAt": format(&(new_year + TimeDelta::days(1))),
-                        "endAt": format(&new_year)}),
-            ),
-            "endAt",
-        ),
-        (
-            with(json!({"every": "1m", "targetId": foreign})),
-            "targetId",
-        ),
-        (
-            with(json!({"every": "1m", "targetId": "DI-T-0000000000"})),
-            "targetId",
-        ),
-        (
-            with(json!({"every": "1m", "orderingKey": ""})),
-            "orderingKey",
-        ),
-        (with(json!({"every": "1m", "payload": 5})), "payload"),
-    ] {
-        assert_invalid(api.post("/schedules", body.clone()).await, field).await;
-    }
-    let list: Value = api.get("/schedules").await.json().await.unwrap();
-    assert_eq!(list["items"], json!([]), "nothing was created");
-}
-
-/// The run instants of the contract's examples, asserted where a person
-/// reads them: `nextRunAt` of a schedule starting in the future. Each
-/// instant is found from today: the next Saturday, the next nights Berlin
-/// springs forward and falls back (from the zone database), the next 29
-/// February, the next 1 April.
-#[tokio::test]
-async fn daylight_saving_and_calendar_edges_run_at_the_instants_the_contract_states() {
-    let app = TestApp::spawn().await;
-    let api = app.api("acme").await;
-    let rx = Receiver::start().await;
-    let t = target(&api, &rx).await;
-    let (tokyo, berlin) = (Tz::Asia__Tokyo, Tz::Europe__Berlin);
-    // Two days on, so that every start below is in the future.
-    let from = Utc::now() + TimeDelta::days(2);
-    let day = |d: chrono::NaiveDate, n: i64| d + TimeDelta::days(n);
-
-    // Weekdays 09:30 in Tokyo (UTC+9), from a Saturday: the Monday.
-    let saturday = calendar::next_weekday(from, Weekday::Sat);
-    let weekdays = (midnight(saturday), wall(tokyo, day(saturday, 2), 9, 30));
-    // Berlin springs forward: 02:30 does not exist that night and runs at
-    // the first instant after the gap, which is when the clocks jump.
-    let spring = next_spring_forward(berlin, from);
-    assert!(
-        berlin
-            .from_local_datetime(&spring.day.and_hms_opt(2, 30, 0).unwrap())
-            .earliest()
-            .is_none(),
-        "02:30 falls in the gap on {}",
-        spring.day
-    );
-    let gap = (calendar::utc(day(spring.day, -1), 12, 0), spring.at);
-    // And falls back: 02:30 happens twice and runs once, at its first
-    // occurrence (summer time, the earlier instant).
-    let fall = next_fall_back(berlin, from);
-    let twice = berlin.from_local_datetime(&fall.day.and_hms_opt(2, 30, 0).unwrap());
-    let (first, second) = match twice {
-        chrono::LocalResult::Ambiguous(a, b) => (a.with_timezone(&Utc), b.with_timezone(&Utc)),
-        other => panic!("02:30 happens twice on {}: {other:?}", fall.day),
-    };
-    assert!(first < second);
-    let repeated = (calendar::utc(day(fall.day, -1), 12, 0), first);
-    // The next leap day, from the 1st of January of a year that has none.
-    let plain_year = (from.year() + 1..)
-        .find(|y| !calendar::is_leap(*y))
-        .unwrap();
-    let leap_year = (plain_year..).find(|y| calendar::is_leap(*y)).unwrap();
-    let leap_day = (
-        midnight(chrono::NaiveDate::from_ymd_opt(plain_year, 1, 1).unwrap()),
-        calendar::utc(
-            chrono::NaiveDate::from_ymd_opt(leap_year, 2, 29).unwrap(),
-            0,
-            0,
-        ),
-    );
-    // The 31st of months that have one: from 1 April (30 days), 31 May.
-    let april = calendar::next_date(from, 4, 1);
-    let month_end = (
-        midnight(april),
-        calendar::utc(
-            chrono::NaiveDate::from_ymd_opt(april.year(), 5, 31).unwrap(),
-            12,
-            0,
-        ),
-    );
-    for (cron, zone, (start, next)) in [
-        ("30 9 * * MON-FRI", tokyo, weekdays),
-        ("30 2 * * *", berlin, gap),
-        ("30 2 * * *", berlin, repeated),
-        ("0 0 29 2 *", Tz::UTC, leap_day),
-        ("0 12 31 * *", Tz::UTC, month_end),
-    ] {
-        let s = create(
-            &api,
-            json!({"targetId": t, "cron": cron, "timeZone": zone.name(),
-                   "startAt": format(&start), "payload": "x"}),
-        )
-        .await;
-        assert_eq!(
-            ms(&s["nextRunAt"]),
-            next.timestamp_millis(),
-            "{cron} in {zone} from {start}: {s}"
-        );
-        assert_eq!(s["cron"], cron);
-        assert_eq!(s["timeZone"], zone.name());
-    }
-    // The day after the repeated 02:30 runs once, at 02:30 winter time.
-    let s = create(
-        &api,
-        json!({"targetId": t, "cron": "30 2 * * *", "timeZone": "Europe/Berlin",
-               "startAt": format(&(first + TimeDelta::milliseconds(1))), "payload": "x"}),
-    )
-    .await;
-    assert_eq!(
-        ms(&s["nextRunAt"]),
-        wall(berlin, day(fall.day, 1), 2, 30).timestamp_millis()
-    );
-    // After endAt: no run left.
-    let new_year = calendar::next_new_year(from);
-    let s = create(
-        &api,
-        json!({"targetId": t, "every": "1h", "startAt": format(&new_year),
-               "endAt": format(&(new_year + TimeDelta::minutes(30))), "payload": "x"}),
-    )
-    .await;
-    assert_eq!(ms(&s["nextRunAt"]), new_year.timestamp_millis());
-    let s = create(
-        &api,
-        json!({"targetId": t, "every": "1h", "startAt": "2020-01-01T00:00:00Z",
-               "endAt": "2020-01-02T00:00:00Z", "payload": "x"}),
-    )
-    .await;
-    assert_eq!(s["nextRunAt"], Value::Null, "ended before it was created");
 }
 
 #[tokio::test]
@@ -620,106 +443,4 @@ async fn another_accounts_schedules_answer_404_and_lists_page_and_filter_by_targ
         403,
     )
     .await;
-}
-
-/// A run that fell due while no instance ran: made up on start when it is
-/// younger than `schedules.catch_up`, skipped when older. The schedule is
-/// made through the API; with its instance stopped, its first run is put
-/// two seconds in the past through the store (the state a run falling due
-/// while nothing ran leaves: a cursor behind now), rather than waiting with
-/// no instance running, which a slow stop would have spoiled.
-/// Also the instance started after, which must outlive the checks that
-/// wait for its deliveries.
-async fn restart_after_a_missed_run(catch_up: Duration) -> (Value, Vec<Value>, Receiver, TestApp) {
-    let first = TestApp::spawn().await;
-    let api = first.api("acme").await;
-    let rx = Receiver::start().await;
-    rx.always(Reply::status(200));
-    let t = target(&api, &rx).await;
-    let s = create(
-        &api,
-        json!({"targetId": t, "every": "1h", "payload": "x",
-               "startAt": format(&(Utc::now() + TimeDelta::hours(1)))}),
-    )
-    .await;
-    let id = s["scheduleId"].as_str().unwrap().to_string();
-    let sid: dispatch::domain::ids::ScheduleId = id.parse().unwrap();
-    let db = Arc::clone(&first.db);
-    first.shutdown().await;
-    let now = dispatch::domain::time::truncate_ms(Utc::now());
-    let missed = now - TimeDelta::seconds(2);
-    {
-        let mut config = dispatch::config::Config::defaults();
-        config.database.url = db.url.clone();
-        let (store, ..) = dispatch::app::open_store_admin(&config)
-            .await
-            .unwrap()
-            .into_parts();
-        let mut behind = store
-            .get_schedule("acme", &sid, now)
-            .await
-            .unwrap()
-            .unwrap();
-        behind.start_at = Some(missed);
-        behind.next_run_at = Some(missed);
-        behind.revision += 1;
-        behind.updated_at = now;
-        assert_eq!(
-            store.save_schedule(&behind, true, now).await.unwrap(),
-            dispatch::store::SaveSchedule::Saved
-        );
-    }
-    let second = TestApp::spawn_on(db, |c| c.schedules.catch_up = catch_up).await;
-    let api = second.api("acme").await;
-    // Until the first pass has moved the schedule's cursor past the run.
-    let (store, sid) = (second.store(), &sid);
-    eventually("a pass moved the cursor past the missed run", || {
-        let store = store.clone();
-        async move {
-            let s = store.get_schedule("acme", sid, Utc::now()).await.unwrap();
-            s.unwrap().next_run_at.filter(|c| *c > missed)
-        }
-    })
-    .await;
-    let got: Value = api
-        .get(&format!("/schedules/{id}"))
-        .await
-        .json()
-        .await
-        .unwrap();
-    let messages = messages_of(&api, &id).await;
-    (got, messages, rx, second)
-}
-
-#[tokio::test]
-async fn a_run_missed_while_no_instance_ran_is_made_up_on_start_within_the_catch_up_window() {
-    let (s, messages, rx, _running) = restart_after_a_missed_run(Duration::from_secs(3600)).await;
-    assert_eq!(messages.len(), 1, "{messages:?}");
-    assert_eq!(messages[0]["deliveryTime"], s["lastRunAt"]);
-    assert_eq!(messages[0]["deliveryTime"], s["startAt"], "the missed run");
-    rx.wait_for(1, WAIT).await;
-}
-
-#[tokio::test]
-async fn a_run_missed_longer_ago_than_the_catch_up_window_is_skipped() {
-    let (s, messages, rx, running) = restart_after_a_missed_run(Duration::from_millis(300)).await;
-    assert_eq!(messages, Vec::<Value>::new(), "skipped");
-    assert_eq!(s["lastRunAt"], Value::Null);
-    // Nor is it made later: the next pass finds nothing due.
-    assert_eq!(
-        pass_at(&running, Utc::now(), Duration::from_secs(5))
-            .await
-            .created,
-        0
-    );
-    assert_eq!(
-        messages_of(
-            &running.api("acme").await,
-            s["scheduleId"].as_str().unwrap()
-        )
-        .await
-        .len(),
-        0
-    );
-    assert_eq!(rx.count(), 0);
 }
