@@ -530,8 +530,23 @@ async fn a_reschedule_keeps_what_is_typed_and_an_empty_field_is_not_now() {
         "a delivery a minute ahead is watched"
     );
     b.set_value("#reschedule-at-tz", "America/New_York").await;
-    // Past the page's one-second reload.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Past the page's reload, one second after it loaded: a timer set now
+    // for a second fires after the page's own (timers of one page fire in
+    // the order they fall due), and the page it runs on is still this one
+    // (a reload would end the script, and the mark with the page).
+    b.mark_page().await;
+    b.client
+        .execute_async(
+            "const done = arguments[arguments.length - 1]; setTimeout(() => done(true), 1000);",
+            Vec::new(),
+        )
+        .await
+        .expect("the page reloaded under the script");
+    assert_eq!(
+        b.js("return window.__dispatchOldPage === true;").await,
+        json!(true),
+        "the page reloaded"
+    );
     assert_eq!(b.value("#reschedule-at-tz").await, "America/New_York");
     assert!(
         b.text("[data-watch]").await.contains("Refreshing stopped"),
@@ -1122,14 +1137,19 @@ async fn a_schedule_is_made_with_a_live_preview_of_its_runs_and_its_runs_link_ba
     b.fill("#f-name", "Berlin nightly").await;
     b.fill("#f-cron", "30 2 * * *").await;
     b.fill("#f-timeZone", "Europe/Berlin").await;
-    b.set_value("#f-startAt", "2027-03-27T12:00:00").await;
-    // No button pressed: the preview follows, and shows the spring-forward
-    // night's run at 03:00 CEST.
-    b.wait_text(
-        "#preview ol.runs li:nth-child(1) time",
-        "2027-03-28 03:00:00 Europe/Berlin",
-    )
-    .await;
+    // From the eve of Berlin's next spring-forward night.
+    let berlin = chrono_tz::Tz::Europe__Berlin;
+    let spring = common::calendar::next_spring_forward(berlin, Utc::now() + TimeDelta::days(2));
+    let eve = spring.day - TimeDelta::days(1);
+    b.set_value("#f-startAt", &format!("{eve}T12:00:00")).await;
+    // No button pressed: the preview follows, and shows that night's run
+    // (02:30 does not exist) at the instant the clocks jump, 03:00 CEST.
+    let first_run = format!(
+        "{} Europe/Berlin",
+        spring.at.with_timezone(&berlin).format("%Y-%m-%d %H:%M:%S")
+    );
+    b.wait_text("#preview ol.runs li:nth-child(1) time", &first_run)
+        .await;
     b.screenshot_full("schedule-form").await;
     b.fill("#f-cron", "61 2 * * *").await;
     b.wait_text("#preview ul.error li code", "cron").await;
@@ -1143,7 +1163,7 @@ async fn a_schedule_is_made_with_a_live_preview_of_its_runs_and_its_runs_link_ba
     assert!(b
         .text("table#schedules tbody tr")
         .await
-        .contains("2027-03-28 03:00:00 Europe/Berlin"));
+        .contains(&first_run));
     b.screenshot_full("schedules").await;
     b.click_and_wait("table#schedules button").await;
     assert!(b

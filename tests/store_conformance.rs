@@ -126,6 +126,8 @@ mod recording;
 mod redrive;
 #[path = "store_conformance/retention.rs"]
 mod retention;
+#[path = "store_conformance/schedule_changes.rs"]
+mod schedule_changes;
 #[path = "store_conformance/schedules.rs"]
 mod schedules;
 #[path = "store_conformance/search.rs"]

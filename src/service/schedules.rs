@@ -36,8 +36,10 @@ impl Service {
     }
 
     /// A JSON merge patch (RFC 7396) on the schedule's document (see
-    /// `wire::schedule::merge`). Runs go on from now under the new rule:
-    /// those created ahead of their time are made again.
+    /// `wire::schedule::merge`). A change of what its runs are (`RUN_FIELDS`)
+    /// makes them go on from now under the new rule: those created ahead of
+    /// their time are cancelled and made again. A change of its name alone
+    /// leaves its runs as they are.
     pub async fn update_schedule(
         &self,
         account: &AccountId,
@@ -73,12 +75,24 @@ impl Service {
         .await
     }
 
+    /// Its runs made ahead of their time are cancelled; the messages of
+    /// those that fell due stay as they are.
     pub async fn delete_schedule(&self, account: &AccountId, id: &ScheduleId) -> ServiceResult<()> {
-        if self.store.delete_schedule(account, id, self.now()).await? {
-            Ok(())
-        } else {
-            Err(ServiceError::NotFound)
+        let current = self
+            .store
+            .get_schedule(account, id, self.now())
+            .await?
+            .ok_or(ServiceError::NotFound)?;
+        let deleted = {
+            let _no_claims_ahead = self.wake.held.gate.write().await;
+            self.take_back_held(&current).await?;
+            self.store.delete_schedule(account, id, self.now()).await?
+        };
+        if !deleted {
+            return Err(ServiceError::NotFound);
         }
+        self.after_withdrawal(&current);
+        Ok(())
     }
 
     async fn change_schedule(
@@ -101,12 +115,29 @@ impl Service {
                 return Ok(current);
             }
             changed.revision = current.revision + 1;
-            changed.updated_at = truncate_ms(now);
-            changed.restart_at(now);
-            match self.store.save_schedule(&changed, now).await? {
+            let restart = changes_runs(&changed, &current);
+            let saved = if restart {
+                // What this instance claimed ahead goes back first, so the
+                // runs it holds are cancelled too (as a cancel takes a held
+                // message back), and nothing is claimed ahead meanwhile.
+                let _no_claims_ahead = self.wake.held.gate.write().await;
+                self.take_back_held(&current).await?;
+                let now = self.now();
+                changed.updated_at = truncate_ms(now);
+                changed.restart_at(now);
+                self.store.save_schedule(&changed, true, now).await?
+            } else {
+                changed.updated_at = truncate_ms(now);
+                changed.next_run_at = current.next_run_at;
+                self.store.save_schedule(&changed, false, now).await?
+            };
+            match saved {
                 SaveSchedule::Saved => {
-                    self.wake.schedules();
-                    // The last run as of now: runs ahead of now are gone.
+                    if restart {
+                        self.after_withdrawal(&current);
+                        self.wake.schedules();
+                    }
+                    // The last run as of now: runs ahead of now are not runs yet.
                     changed.last_run_at = current.last_run_at;
                     return Ok(changed);
                 }
@@ -119,9 +150,53 @@ impl Service {
         }
         Err(ServiceError::Conflict(Conflict::ChangedMeanwhile))
     }
+
+    /// The messages this instance claimed ahead of their time for the
+    /// schedule's target go back to the store, due as before, so that a
+    /// withdrawal that follows cancels the schedule's among them; the others
+    /// are claimed again. The caller holds the held messages' gate.
+    async fn take_back_held(&self, s: &Schedule) -> ServiceResult<()> {
+        let back: Vec<_> = self
+            .wake
+            .held
+            .take_target(&s.target_id)
+            .into_iter()
+            .map(|c| (c.id, c.lease_token))
+            .collect();
+        Ok(self.give_back(&back).await?)
+    }
+
+    /// After runs were withdrawn (cancelled): as after a cancel, the next
+    /// message of their orderingKey may go now.
+    fn after_withdrawal(&self, withdrawn_from: &Schedule) {
+        if withdrawn_from.ordering_key.is_some() {
+            self.wake.now();
+        }
+    }
 }
+
+/// The fields of a schedule's document that decide its runs: a change of
+/// any makes the runs go on from now, and withdraws those made ahead of
+/// their time. Its name decides nothing of them.
+const RUN_FIELDS: [&str; 9] = [
+    "cron",
+    "every",
+    "timeZone",
+    "startAt",
+    "endAt",
+    "targetId",
+    "payload",
+    "orderingKey",
+    "paused",
+];
 
 /// Nothing a person sets differs.
 fn same_schedule(a: &Schedule, b: &Schedule) -> bool {
     wire::document(a) == wire::document(b)
+}
+
+/// A field that decides the runs differs.
+fn changes_runs(a: &Schedule, b: &Schedule) -> bool {
+    let (a, b) = (wire::document(a), wire::document(b));
+    RUN_FIELDS.iter().any(|f| a[f] != b[f])
 }

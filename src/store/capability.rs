@@ -218,13 +218,22 @@ pub trait ScheduleStore: Send + Sync + 'static {
     ) -> StoreResult<Vec<Schedule>>;
 
     /// A person's change (patch, pause, resume), saved only over
-    /// `s.revision - 1`: every field a person sets, `paused`, the cursor and
-    /// `updated_at`. The runs created ahead of their time that have not yet
-    /// fallen due (after `now`) are removed, so what was saved decides them.
-    async fn save_schedule(&self, s: &Schedule, now: DateTime<Utc>) -> StoreResult<SaveSchedule>;
+    /// `s.revision - 1`: every field a person sets, `paused` and
+    /// `updated_at`. With `restart` (the change decides the runs anew) the
+    /// cursor becomes `s.next_run_at`, and the runs created ahead of their
+    /// time that have not yet fallen due (after `now`) are withdrawn: each is
+    /// cancelled as a cancel does and stays listed under the schedule, and
+    /// the schedule as saved makes its own message for each of its instants.
+    /// Without it the cursor and the runs made stay as they are.
+    async fn save_schedule(
+        &self,
+        s: &Schedule,
+        restart: bool,
+        now: DateTime<Utc>,
+    ) -> StoreResult<SaveSchedule>;
 
-    /// False when unknown in the account. Its runs' messages stay, but
-    /// those made ahead of their time that have not yet fallen due.
+    /// False when unknown in the account. Its runs' messages stay; those
+    /// made ahead of their time that have not yet fallen due are cancelled.
     async fn delete_schedule(
         &self,
         account: &str,

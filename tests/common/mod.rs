@@ -4,6 +4,7 @@
 
 pub mod aws_stub;
 pub mod browser;
+pub mod calendar;
 pub mod moto;
 pub mod problem;
 pub mod proxy;

@@ -34,8 +34,20 @@ async fn a_schedule_is_previewed_created_listed_paused_resumed_edited_and_delete
     assert!(form.body.contains("id=\"f-cron\""));
     assert!(form.body.contains("Next 5 runs"));
     let csrf = form.csrf();
-    // The preview button shows the runs and saves nothing: Berlin's
-    // spring-forward night, 02:30 runs at 03:00 CEST (01:00 UTC).
+    // The preview button shows the runs and saves nothing: from the eve of
+    // Berlin's next spring-forward night, 02:30 (which does not exist that
+    // night) runs at the instant the clocks jump, 03:00 summer time.
+    let berlin = chrono_tz::Tz::Europe__Berlin;
+    let from = chrono::Utc::now() + chrono::TimeDelta::days(2);
+    let spring = common::calendar::next_spring_forward(berlin, from);
+    let eve = spring.day - chrono::TimeDelta::days(1);
+    let start_local = format!("{eve}T12:00:00");
+    let start = common::calendar::wall(berlin, eve, 12, 0);
+    let first_run = spring.at.format("%Y-%m-%dT%H:%M:%SZ").to_string();
+    let first_run_shown = format!(
+        "{} Europe/Berlin",
+        spring.at.with_timezone(&berlin).format("%Y-%m-%d %H:%M:%S")
+    );
     let fields = |extra: &[(&'static str, &'static str)]| {
         let mut f: Vec<(&str, String)> = vec![
             ("csrf", csrf.clone()),
@@ -45,7 +57,7 @@ async fn a_schedule_is_previewed_created_listed_paused_resumed_edited_and_delete
             ("cron", "30 2 * * *".into()),
             ("every", "1h".into()),
             ("timeZone", "Europe/Berlin".into()),
-            ("startAt", "2027-03-27T12:00:00".into()),
+            ("startAt", start_local.clone()),
             ("endAt", "".into()),
             ("payload", "{\"job\": \"nightly\"}".into()),
             ("orderingKey", "".into()),
@@ -65,11 +77,11 @@ async fn a_schedule_is_previewed_created_listed_paused_resumed_edited_and_delete
     .await;
     assert_eq!(p.status, 200);
     assert!(
-        p.body.contains("datetime=\"2027-03-28T01:00:00Z\""),
-        "{}",
+        p.body.contains(&format!("datetime=\"{first_run}\"")),
+        "{first_run}: {}",
         p.body
     );
-    assert!(p.body.contains("2027-03-28 03:00:00 Europe/Berlin"));
+    assert!(p.body.contains(&first_run_shown), "{first_run_shown}");
     let list: Value = api.get("/schedules").await.json().await.unwrap();
     assert_eq!(list["items"], json!([]), "a preview saves nothing");
 
@@ -102,14 +114,15 @@ async fn a_schedule_is_previewed_created_listed_paused_resumed_edited_and_delete
     assert_eq!(got["cron"], "30 2 * * *");
     assert_eq!(got["timeZone"], "Europe/Berlin");
     assert_eq!(
-        got["startAt"], "2027-03-27T11:00:00Z",
+        got["startAt"],
+        dispatch::domain::time::format(&start),
         "read in the schedule's zone"
     );
     assert_eq!(got["payload"], "{\"job\": \"nightly\"}");
 
     let list = b.get("/portal/schedules").await;
     assert!(list.body.contains(&format!("data-schedule=\"{id}\"")));
-    assert!(list.body.contains("2027-03-28 03:00:00 Europe/Berlin"));
+    assert!(list.body.contains(&first_run_shown));
     let csrf = list.csrf();
     let p = b
         .post(&format!("/portal/schedules/{id}/pause"), &[("csrf", &csrf)])
@@ -141,7 +154,7 @@ async fn a_schedule_is_previewed_created_listed_paused_resumed_edited_and_delete
     let page = b.get(&format!("/portal/schedules/{id}")).await;
     assert!(page.body.contains("value=\"30 2 * * *\""));
     assert!(
-        page.body.contains("value=\"2027-03-27T12:00:00\""),
+        page.body.contains(&format!("value=\"{start_local}\"")),
         "start shown in its zone"
     );
     let p = post(

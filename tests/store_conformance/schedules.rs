@@ -1,8 +1,9 @@
 //! Schedules (`ScheduleStore`): the materialiser's passes make each run's
 //! message once and move the cursor; catch-up skips runs older than its
-//! window; pause, change and delete remove the runs made ahead of their
-//! time; racing passes make one message per run; keyed runs keep their
-//! key's order; another account's schedules are invisible.
+//! window; a save over a stale revision changes nothing; racing passes make
+//! one message per run; keyed runs keep their key's order; another account's
+//! schedules are invisible. What a change does to the runs made ahead of
+//! their time is in `schedule_changes`.
 
 use dispatch::{
     config::SchedulesConfig,
@@ -18,16 +19,14 @@ use crate::support::*;
 checks!(
     a_pass_makes_each_due_run_once_and_moves_the_cursor,
     runs_older_than_the_catch_up_window_are_skipped_younger_ones_made_up,
-    pausing_removes_the_runs_made_ahead_and_a_paused_schedule_makes_none,
     a_save_over_a_stale_revision_or_for_an_unknown_target_changes_nothing,
-    deleting_a_schedule_keeps_the_runs_that_fell_due,
     racing_passes_make_one_message_per_run,
     passes_on_clocks_that_disagree_make_one_message_per_run,
     a_keyed_schedules_runs_go_one_at_a_time,
     another_accounts_schedules_are_invisible,
 );
 
-fn every(target: &Target, period: &str, created: DateTime<Utc>) -> Schedule {
+pub(crate) fn every(target: &Target, period: &str, created: DateTime<Utc>) -> Schedule {
     let mut s = Schedule {
         id: ScheduleId::new(),
         account: target.account.clone(),
@@ -50,7 +49,7 @@ fn every(target: &Target, period: &str, created: DateTime<Utc>) -> Schedule {
     s
 }
 
-fn config(ahead: Duration, catch_up: Duration) -> SchedulesConfig {
+pub(crate) fn config(ahead: Duration, catch_up: Duration) -> SchedulesConfig {
     SchedulesConfig {
         catch_up,
         ahead,
@@ -59,32 +58,43 @@ fn config(ahead: Duration, catch_up: Duration) -> SchedulesConfig {
 }
 
 /// Whole milliseconds, as the stores keep them.
-fn t0() -> DateTime<Utc> {
+pub(crate) fn t0() -> DateTime<Utc> {
     dispatch::domain::time::truncate_ms(time::now())
 }
 
-async fn runs_of(store: &dyn Store, s: &Schedule) -> Vec<DateTime<Utc>> {
+/// The schedule's messages, oldest run first.
+pub(crate) async fn messages_of(store: &dyn Store, s: &Schedule) -> Vec<Message> {
     let filter = MessageFilter {
         schedule_id: Some(s.id.clone()),
         ..MessageFilter::default()
     };
-    let mut runs: Vec<DateTime<Utc>> = store
+    let mut all = store
         .list_messages(&s.account, &filter, None, 1000)
         .await
-        .unwrap()
+        .unwrap();
+    for m in &all {
+        assert_eq!(m.schedule_id.as_ref(), Some(&s.id));
+    }
+    all.sort_by_key(|m| (m.delivery_time, m.state == State::Cancelled));
+    all
+}
+
+/// The instants of the schedule's live runs (its messages not Cancelled,
+/// all Scheduled here), oldest first.
+pub(crate) async fn runs_of(store: &dyn Store, s: &Schedule) -> Vec<DateTime<Utc>> {
+    messages_of(store, s)
+        .await
         .into_iter()
+        .filter(|m| m.state != State::Cancelled)
         .inspect(|m| {
-            assert_eq!(m.schedule_id.as_ref(), Some(&s.id));
             assert_eq!(m.payload.as_str(), s.payload.as_str());
             assert_eq!(m.state, State::Scheduled);
         })
         .map(|m| m.delivery_time)
-        .collect();
-    runs.sort();
-    runs
+        .collect()
 }
 
-async fn insert(store: &dyn Store, s: &Schedule) {
+pub(crate) async fn insert(store: &dyn Store, s: &Schedule) {
     assert!(store.insert_schedule(s).await.unwrap());
 }
 
@@ -145,53 +155,6 @@ async fn runs_older_than_the_catch_up_window_are_skipped_younger_ones_made_up(
     assert_eq!(got.next_run_at, Some(now + TimeDelta::minutes(10)));
 }
 
-async fn pausing_removes_the_runs_made_ahead_and_a_paused_schedule_makes_none(
-    store: Arc<dyn Store>,
-) {
-    let t = add_target(&*store, ACME).await;
-    let start = t0();
-    let s = every(&t, "1s", start);
-    insert(&*store, &s).await;
-    let c = config(Duration::from_secs(5), Duration::from_secs(3600));
-    materialise(&*store, start, &c).await.unwrap();
-    assert_eq!(runs_of(&*store, &s).await.len(), 6);
-    let now = start + ms(500);
-    let mut paused = store.get_schedule(ACME, &s.id, now).await.unwrap().unwrap();
-    paused.paused = true;
-    paused.revision += 1;
-    paused.restart_at(now);
-    assert_eq!(paused.next_run_at, None);
-    assert_eq!(
-        store.save_schedule(&paused, now).await.unwrap(),
-        SaveSchedule::Saved
-    );
-    assert_eq!(
-        runs_of(&*store, &s).await,
-        [start],
-        "the run that fell due stays; those ahead of now go"
-    );
-    let none = materialise(&*store, start + secs(10), &c).await.unwrap();
-    assert_eq!(none.created, 0);
-    // Resumed: from then on, nothing made up.
-    let now = start + ms(10_500);
-    let mut resumed = store.get_schedule(ACME, &s.id, now).await.unwrap().unwrap();
-    resumed.paused = false;
-    resumed.revision += 1;
-    resumed.restart_at(now);
-    assert_eq!(resumed.next_run_at, Some(start + secs(11)));
-    store.save_schedule(&resumed, now).await.unwrap();
-    materialise(
-        &*store,
-        now,
-        &config(Duration::ZERO, Duration::from_secs(3600)),
-    )
-    .await
-    .unwrap();
-    assert_eq!(runs_of(&*store, &s).await, [start]);
-    materialise(&*store, start + secs(11), &c).await.unwrap();
-    assert_eq!(runs_of(&*store, &s).await[1], start + secs(11));
-}
-
 async fn a_save_over_a_stale_revision_or_for_an_unknown_target_changes_nothing(
     store: Arc<dyn Store>,
 ) {
@@ -204,13 +167,13 @@ async fn a_save_over_a_stale_revision_or_for_an_unknown_target_changes_nothing(
     changed.name = "renamed".into();
     changed.revision = s.revision + 2;
     assert_eq!(
-        store.save_schedule(&changed, start).await.unwrap(),
+        store.save_schedule(&changed, true, start).await.unwrap(),
         SaveSchedule::Stale
     );
     changed.revision = s.revision + 1;
     changed.target_id = theirs.id.clone();
     assert_eq!(
-        store.save_schedule(&changed, start).await.unwrap(),
+        store.save_schedule(&changed, true, start).await.unwrap(),
         SaveSchedule::UnknownTarget
     );
     let got = store
@@ -223,7 +186,7 @@ async fn a_save_over_a_stale_revision_or_for_an_unknown_target_changes_nothing(
     assert_eq!(got.revision, s.revision);
     changed.target_id = t.id.clone();
     assert_eq!(
-        store.save_schedule(&changed, start).await.unwrap(),
+        store.save_schedule(&changed, true, start).await.unwrap(),
         SaveSchedule::Saved
     );
     let got = store
@@ -235,35 +198,6 @@ async fn a_save_over_a_stale_revision_or_for_an_unknown_target_changes_nothing(
         (got.name.as_str(), got.revision),
         ("renamed", s.revision + 1)
     );
-}
-
-async fn deleting_a_schedule_keeps_the_runs_that_fell_due(store: Arc<dyn Store>) {
-    let t = add_target(&*store, ACME).await;
-    let start = t0();
-    let s = every(&t, "1s", start);
-    insert(&*store, &s).await;
-    let c = config(Duration::from_secs(3), Duration::from_secs(3600));
-    materialise(&*store, start + secs(1), &c).await.unwrap();
-    assert_eq!(runs_of(&*store, &s).await.len(), 5);
-    assert!(store
-        .delete_schedule(ACME, &s.id, start + secs(1))
-        .await
-        .unwrap());
-    assert!(!store
-        .delete_schedule(ACME, &s.id, start + secs(1))
-        .await
-        .unwrap());
-    assert_eq!(
-        store
-            .get_schedule(ACME, &s.id, start)
-            .await
-            .unwrap()
-            .map(|s| s.id),
-        None
-    );
-    assert_eq!(runs_of(&*store, &s).await, [start, start + secs(1)]);
-    let none = materialise(&*store, start + secs(10), &c).await.unwrap();
-    assert_eq!(none.created, 0);
 }
 
 async fn racing_passes_make_one_message_per_run(store: Arc<dyn Store>) {
@@ -361,7 +295,7 @@ async fn another_accounts_schedules_are_invisible(store: Arc<dyn Store>) {
     stolen.target_id = theirs.id.clone();
     stolen.revision += 1;
     assert_eq!(
-        store.save_schedule(&stolen, start).await.unwrap(),
+        store.save_schedule(&stolen, true, start).await.unwrap(),
         SaveSchedule::NotFound
     );
     let listed = store

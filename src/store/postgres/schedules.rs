@@ -4,7 +4,9 @@
 //! `ON CONFLICT DO NOTHING` on the unique (schedule_id, schedule_run): one
 //! message per run holds even if a cursor were ever read stale. A person's
 //! change locks the schedule's row too, so it waits for a pass under way and
-//! then removes what that pass created ahead of its time.
+//! then withdraws what that pass created ahead of its time: those messages
+//! are cancelled, never removed (nothing the API has shown vanishes but by
+//! retention), and give up their run's instant to the schedule as it is now.
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -79,11 +81,19 @@ impl TryFrom<ScheduleRow> for Schedule {
 }
 
 impl PgStore {
-    /// Removes the schedule's runs created ahead of their time that have not
-    /// fallen due (after `now`, never attempted, not in flight), keeping its
-    /// key's order. The schedule's row must be locked in `tx`; `key` is the
-    /// target and orderingKey its runs were made with.
-    async fn drop_runs_ahead(
+    /// Withdraws the schedule's runs made ahead of their instant: those
+    /// after `now` still Scheduled, never attempted and under no lease are
+    /// cancelled as a cancel does (`cancelled_at`, an entry in
+    /// their history, their key's order settled). They stay the schedule's
+    /// messages, listed under it, but give up their run's instant (their
+    /// `schedule_run` is cleared), as do its runs after `now` that were
+    /// cancelled before: the schedule as it is now makes its own message for
+    /// each of its instants, one live message per run. A run held under
+    /// another instance's lease (claimed ahead) keeps its instant and is
+    /// delivered, as a cancel meeting that lease answers 409. The stored last
+    /// run goes back to the latest run left. The schedule's row must be locked
+    /// in `tx`; `key` is the target and orderingKey its runs were made with.
+    async fn withdraw_runs_ahead(
         &self,
         tx: &mut sqlx::Transaction<'static, sqlx::Postgres>,
         id: &str,
@@ -92,15 +102,31 @@ impl PgStore {
     ) -> StoreResult<()> {
         let keys = distinct_keys(key);
         ordering::lock_keys(tx, &keys).await?;
-        sqlx::query(
-            "DELETE FROM messages WHERE schedule_id = $1 AND schedule_run > $2 AND state = 'Scheduled' \
-               AND attempt_count = 0 AND lease_token IS NULL",
-        )
-        .bind(id)
-        .bind(now)
-        .execute(&mut **tx)
-        .await
-        .map_err(map_err)?;
+        for statement in [
+            "UPDATE messages SET schedule_run = NULL \
+             WHERE schedule_id = $1 AND schedule_run > $2 AND state = 'Cancelled'",
+            "WITH withdrawn AS ( \
+               UPDATE messages SET state = 'Cancelled', cancelled_at = $2, next_attempt_at = NULL, \
+                 claim_at = NULL, lease_token = NULL, held = false, updated_at = $2, schedule_run = NULL \
+               WHERE schedule_id = $1 AND schedule_run > $2 AND state = 'Scheduled' AND attempt_count = 0 \
+                 AND (lease_token IS NULL OR claim_at <= $2) \
+               RETURNING id, account) \
+             INSERT INTO message_events (message_id, at, kind, from_state, account) \
+             SELECT id, $2, 'Cancelled', 'Scheduled', account FROM withdrawn",
+            "UPDATE schedules s SET last_run_at = COALESCE( \
+               (SELECT max(m.schedule_run) FROM messages m WHERE m.schedule_id = s.id AND m.schedule_run > $2), \
+               CASE WHEN s.last_run_at <= $2 THEN s.last_run_at \
+                 ELSE (SELECT max(m.schedule_run) FROM messages m \
+                       WHERE m.schedule_id = s.id AND m.schedule_run <= $2) END) \
+             WHERE s.id = $1",
+        ] {
+            sqlx::query(statement)
+                .bind(id)
+                .bind(now)
+                .execute(&mut **tx)
+                .await
+                .map_err(map_err)?;
+        }
         ordering::settle_keys(tx, &keys).await
     }
 }
@@ -194,7 +220,12 @@ impl ScheduleStore for PgStore {
         rows.into_iter().map(Schedule::try_from).collect()
     }
 
-    async fn save_schedule(&self, s: &Schedule, now: DateTime<Utc>) -> StoreResult<SaveSchedule> {
+    async fn save_schedule(
+        &self,
+        s: &Schedule,
+        restart: bool,
+        now: DateTime<Utc>,
+    ) -> StoreResult<SaveSchedule> {
         let mut tx = self.begin().await?;
         let current: Option<(i64, String, Option<String>)> = sqlx::query_as(
             "SELECT revision, target_id, ordering_key FROM schedules WHERE id = $1 AND account = $2 FOR UPDATE",
@@ -210,23 +241,27 @@ impl ScheduleStore for PgStore {
         if revision != s.revision - 1 {
             return Ok(SaveSchedule::Stale);
         }
-        self.drop_runs_ahead(
-            &mut tx,
-            s.id.as_str(),
-            key.as_deref().map(|k| (target.as_str(), k)),
-            now,
-        )
-        .await?;
+        if restart {
+            self.withdraw_runs_ahead(
+                &mut tx,
+                s.id.as_str(),
+                key.as_deref().map(|k| (target.as_str(), k)),
+                now,
+            )
+            .await?;
+        }
         let saved = bind_columns(
             sqlx::query(
                 "UPDATE schedules SET target_id = t.id, name = $4, cron = $5, every = $6, time_zone = $7, \
                    payload = $8, ordering_key = $9, start_at = $10, end_at = $11, paused = $12, \
-                   next_run_at = $13, revision = $14, updated_at = $15 \
+                   next_run_at = CASE WHEN $16 THEN $13 ELSE schedules.next_run_at END, \
+                   revision = $14, updated_at = $15 \
                  FROM targets t WHERE schedules.id = $1 AND t.id = $3 AND t.account = $2",
             ),
             s,
         )
         .bind(s.updated_at)
+        .bind(restart)
         .execute(&mut *tx)
         .await
         .map_err(map_err)?
@@ -256,7 +291,7 @@ impl ScheduleStore for PgStore {
         let Some((target, key)) = current else {
             return Ok(false);
         };
-        self.drop_runs_ahead(
+        self.withdraw_runs_ahead(
             &mut tx,
             id.as_str(),
             key.as_deref().map(|k| (target.as_str(), k)),

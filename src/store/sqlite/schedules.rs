@@ -2,6 +2,7 @@
 //! serialises the materialiser's passes with people's changes; the unique
 //! (schedule_id, schedule_run) still makes one message per run a property
 //! of the data, and each run's message goes in `ON CONFLICT DO NOTHING`.
+//! A change withdraws the runs made ahead as the PostgreSQL store does.
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -74,24 +75,50 @@ impl TryFrom<ScheduleRow> for Schedule {
     }
 }
 
-/// Removes the schedule's runs created ahead of their time that have not
-/// fallen due (after `now`, never attempted, not in flight), keeping its
-/// key's order; `key` is the target and orderingKey its runs were made with.
-async fn drop_runs_ahead(
+/// Which of a schedule's messages (`?1`) a change at `?2` withdraws: its
+/// runs after then, Scheduled, never attempted and under no lease.
+const WITHDRAWN: &str = "schedule_id = ?1 AND schedule_run > ?2 AND state = 'Scheduled' \
+     AND attempt_count = 0 AND (lease_token IS NULL OR claim_at <= ?2)";
+
+/// Withdraws the schedule's runs made ahead of their instant: cancelled as
+/// a cancel does, still listed, giving up their instant to the schedule as
+/// it is now, as its runs after `now` cancelled before do; the last run goes
+/// back to the latest left (see the PostgreSQL store). `key` is the target
+/// and orderingKey its runs were made with.
+async fn withdraw_runs_ahead(
     conn: &mut sqlx::SqliteConnection,
     id: &str,
     key: Option<(&str, &str)>,
     now: DateTime<Utc>,
 ) -> StoreResult<()> {
-    sqlx::query(
-        "DELETE FROM messages WHERE schedule_id = ? AND schedule_run > ? AND state = 'Scheduled' \
-           AND attempt_count = 0 AND lease_token IS NULL",
-    )
-    .bind(id)
-    .bind(ms(now))
-    .execute(&mut *conn)
-    .await
-    .map_err(map_err)?;
+    for statement in [
+        "UPDATE messages SET schedule_run = NULL \
+         WHERE schedule_id = ?1 AND schedule_run > ?2 AND state = 'Cancelled'"
+            .to_string(),
+        format!(
+            "INSERT INTO message_events (message_id, at, kind, from_state, account) \
+             SELECT id, ?2, 'Cancelled', 'Scheduled', account FROM messages WHERE {WITHDRAWN}"
+        ),
+        format!(
+            "UPDATE messages SET state = 'Cancelled', cancelled_at = ?2, next_attempt_at = NULL, \
+               claim_at = NULL, lease_token = NULL, held = 0, updated_at = ?2, schedule_run = NULL \
+             WHERE {WITHDRAWN}"
+        ),
+        "UPDATE schedules SET last_run_at = COALESCE( \
+           (SELECT max(m.schedule_run) FROM messages m WHERE m.schedule_id = ?1 AND m.schedule_run > ?2), \
+           CASE WHEN last_run_at <= ?2 THEN last_run_at \
+             ELSE (SELECT max(m.schedule_run) FROM messages m \
+                   WHERE m.schedule_id = ?1 AND m.schedule_run <= ?2) END) \
+         WHERE id = ?1"
+            .to_string(),
+    ] {
+        sqlx::query(&statement)
+            .bind(id)
+            .bind(ms(now))
+            .execute(&mut *conn)
+            .await
+            .map_err(map_err)?;
+    }
     ordering::settle_keys(conn, &distinct_keys(key)).await
 }
 
@@ -187,7 +214,12 @@ impl ScheduleStore for SqliteStore {
         rows.into_iter().map(Schedule::try_from).collect()
     }
 
-    async fn save_schedule(&self, s: &Schedule, now: DateTime<Utc>) -> StoreResult<SaveSchedule> {
+    async fn save_schedule(
+        &self,
+        s: &Schedule,
+        restart: bool,
+        now: DateTime<Utc>,
+    ) -> StoreResult<SaveSchedule> {
         let mut tx = self.begin().await?;
         let current: Option<(i64, String, Option<String>)> = sqlx::query_as(
             "SELECT revision, target_id, ordering_key FROM schedules WHERE id = ? AND account = ?",
@@ -213,23 +245,27 @@ impl ScheduleStore for SqliteStore {
         if known.is_none() {
             return Ok(SaveSchedule::UnknownTarget);
         }
-        drop_runs_ahead(
-            &mut tx,
-            s.id.as_str(),
-            key.as_deref().map(|k| (target.as_str(), k)),
-            now,
-        )
-        .await?;
+        if restart {
+            withdraw_runs_ahead(
+                &mut tx,
+                s.id.as_str(),
+                key.as_deref().map(|k| (target.as_str(), k)),
+                now,
+            )
+            .await?;
+        }
         bind_columns(
             sqlx::query(
                 "UPDATE schedules SET target_id = ?3, name = ?4, cron = ?5, every = ?6, time_zone = ?7, \
                    payload = ?8, ordering_key = ?9, start_at = ?10, end_at = ?11, paused = ?12, \
-                   next_run_at = ?13, revision = ?14, updated_at = ?15 \
+                   next_run_at = CASE WHEN ?16 THEN ?13 ELSE next_run_at END, revision = ?14, \
+                   updated_at = ?15 \
                  WHERE id = ?1 AND account = ?2",
             ),
             s,
         )
         .bind(ms(s.updated_at))
+        .bind(restart)
         .execute(&mut *tx)
         .await
         .map_err(map_err)?;
@@ -255,7 +291,7 @@ impl ScheduleStore for SqliteStore {
         let Some((target, key)) = current else {
             return Ok(false);
         };
-        drop_runs_ahead(
+        withdraw_runs_ahead(
             &mut tx,
             id.as_str(),
             key.as_deref().map(|k| (target.as_str(), k)),
