@@ -1,4 +1,4 @@
-//! Recurring schedules (API.md §12) through the API, with a real receiver:
+//! Recurring schedules (docs/api.md#recurring-schedules) through the API, with a real receiver:
 //! each run is one message with its scheduleId, delivered at the run's
 //! instant; rules refused, and daylight saving and calendar edges as the
 //! contract states them (`rules`: run instants asserted through `nextRunAt`

@@ -1,4 +1,4 @@
-//! The portal's schedules (API.md §12): a form that previews the next five
+//! The portal's schedules (docs/api.md#recurring-schedules): a form that previews the next five
 //! runs without saving, creates and edits through the API's rules (errors
 //! named at their field), the list with each next run, pause, resume and
 //! delete, and a run's message linking to its schedule. Another account's
