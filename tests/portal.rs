@@ -422,6 +422,7 @@ async fn a_sign_in_form_without_its_token_is_refused() {
 #[tokio::test]
 async fn forms_without_the_session_token_are_refused_and_change_nothing() {
     let app = TestApp::spawn().await;
+    let far = format!("{}-01-01T00:00", common::calendar::years_ahead(4));
     let api = app.api("acme").await;
     let rx = Receiver::start().await;
     let target = api.webhook(&rx.url("/hook")).await;
@@ -439,7 +440,7 @@ async fn forms_without_the_session_token_are_refused_and_change_nothing() {
         ),
         (
             format!("/portal/messages/{mid}/reschedule"),
-            vec![("at", "2030-01-01T00:00"), ("tz", "UTC")],
+            vec![("at", far.as_str()), ("tz", "UTC")],
         ),
         (
             "/portal/messages/bulk".to_string(),
@@ -1002,34 +1003,38 @@ async fn cancel_and_reschedule_from_the_message_page_show_in_its_history() {
     assert!(page.body.contains("id=\"reschedule\"") && page.body.contains("id=\"cancel\""));
 
     // 10:00 in Berlin in winter is 09:00 UTC.
+    let y = common::calendar::years_ahead(4);
     let p = b
         .post(
             &format!("/portal/messages/{a}/reschedule"),
             &[
                 ("csrf", &csrf),
-                ("at", "2030-01-15T10:00"),
+                ("at", &format!("{y}-01-15T10:00")),
                 ("tz", "Europe/Berlin"),
             ],
         )
         .await;
     assert_eq!(p.status, StatusCode::SEE_OTHER, "{}", p.body);
     let m = api.message(&a).await;
-    assert_eq!(m["deliveryTime"], "2030-01-15T09:00:00Z");
+    assert_eq!(m["deliveryTime"], format!("{y}-01-15T09:00:00Z"));
     let page = b.get(&format!("/portal/messages/{a}")).await;
     assert!(
-        page.body.contains(
-            "Rescheduled (was Scheduled) for <time datetime=\"2030-01-15T09:00:00Z\" data-local>"
-        ),
+        page.body.contains(&format!(
+            "Rescheduled (was Scheduled) for <time datetime=\"{y}-01-15T09:00:00Z\" data-local>"
+        )),
         "{}",
         page.body
     );
 
+    // 02:30 on Berlin's next spring-forward night does not exist.
+    let spring_forward =
+        common::calendar::next_spring_forward(chrono_tz::Europe::Berlin, chrono::Utc::now());
     let bad = b
         .post(
             &format!("/portal/messages/{a}/reschedule"),
             &[
                 ("csrf", &csrf),
-                ("at", "2030-03-31T02:30"),
+                ("at", &format!("{}T02:30", spring_forward.day)),
                 ("tz", "Europe/Berlin"),
             ],
         )
@@ -1044,7 +1049,7 @@ async fn cancel_and_reschedule_from_the_message_page_show_in_its_history() {
             &format!("/portal/messages/{a}/reschedule"),
             &[
                 ("csrf", &csrf),
-                ("at", "2030-01-15T10:00"),
+                ("at", &format!("{y}-01-15T10:00")),
                 ("tz", "Mars/Base"),
             ],
         )
@@ -1052,7 +1057,7 @@ async fn cancel_and_reschedule_from_the_message_page_show_in_its_history() {
     assert_eq!(bad.status, StatusCode::BAD_REQUEST);
     assert_eq!(
         api.message(&a).await["deliveryTime"],
-        "2030-01-15T09:00:00Z",
+        format!("{y}-01-15T09:00:00Z"),
         "unchanged by bad input"
     );
 
@@ -1469,13 +1474,15 @@ async fn the_message_list_filters_by_state_target_and_due_time_pages_and_finds_b
     let rx = Receiver::start().await;
     let t1 = s(&api.webhook(&rx.url("/a")).await["targetId"]).to_string();
     let t2 = s(&api.webhook(&rx.url("/b")).await["targetId"]).to_string();
-    let jan = s(&api.schedule(&t1, "2030-01-10T12:00:00Z", "jan").await["messageId"]).to_string();
-    let feb = s(&api.schedule(&t1, "2030-02-10T12:00:00Z", "feb").await["messageId"]).to_string();
-    let other =
-        s(&api.schedule(&t2, "2030-01-10T12:00:00Z", "other").await["messageId"]).to_string();
+    let y = common::calendar::years_ahead(4);
+    let jan10 = format!("{y}-01-10T12:00:00Z");
+    let jan = s(&api.schedule(&t1, &jan10, "jan").await["messageId"]).to_string();
+    let feb10 = format!("{y}-02-10T12:00:00Z");
+    let feb = s(&api.schedule(&t1, &feb10, "feb").await["messageId"]).to_string();
+    let other = s(&api.schedule(&t2, &jan10, "other").await["messageId"]).to_string();
+    let later = format!("{}-01-01T00:00:00Z", y + 1);
     for i in 0..55 {
-        api.schedule(&t2, "2031-01-01T00:00:00Z", &format!("bulk {i}"))
-            .await;
+        api.schedule(&t2, &later, &format!("bulk {i}")).await;
     }
     let mut b = signed_in(&app, "acme", "ops@example.com").await;
 
@@ -1487,7 +1494,7 @@ async fn the_message_list_filters_by_state_target_and_due_time_pages_and_finds_b
     );
     // January in Berlin time.
     let january = b
-        .get(&format!("/portal/messages?target={t1}&from=2030-01-01T00%3A00&to=2030-02-01T00%3A00&tz=Europe%2FBerlin"))
+        .get(&format!("/portal/messages?target={t1}&from={y}-01-01T00%3A00&to={y}-02-01T00%3A00&tz=Europe%2FBerlin"))
         .await;
     assert!(
         january.body.contains(&jan) && !january.body.contains(&feb),

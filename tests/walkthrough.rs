@@ -118,7 +118,7 @@ async fn the_readme_walkthrough_runs_as_written_and_ends_with_a_verified_deliver
     assert!(
         scheduled
             .iter()
-            .any(|m| m["deliveryTime"] == "2031-01-01T09:00:00Z"),
+            .any(|m| m["deliveryTime"] == "2099-12-31T09:00:00Z"),
         "the reschedule:\n{stdout}"
     );
     let cancelled = lines_with(&stdout, "state", "Cancelled");

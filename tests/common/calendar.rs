@@ -34,6 +34,18 @@ pub fn next_weekday(after: DateTime<Utc>, weekday: Weekday) -> NaiveDate {
     day
 }
 
+/// The year `years` after the test clock's: instants in it are far ahead of
+/// anything a test makes fall due, and stay so whatever today is.
+pub fn years_ahead(years: i32) -> i32 {
+    Utc::now().year() + years
+}
+
+/// 1 January 00:00 of `years_ahead(years)`, as a form or the API takes it
+/// without its zone (`2031-01-01T00:00:00`; add `Z` for UTC).
+pub fn new_year_ahead(years: i32) -> String {
+    format!("{}-01-01T00:00:00", years_ahead(years))
+}
+
 /// The first 1 January after `after`.
 pub fn next_new_year(after: DateTime<Utc>) -> DateTime<Utc> {
     midnight(NaiveDate::from_ymd_opt(after.year() + 1, 1, 1).expect("a valid date"))

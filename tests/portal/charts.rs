@@ -81,7 +81,7 @@ async fn the_overview_charts_this_hours_deliveries_failures_dead_letters_and_lat
     let r = api
         .post(
             "/messages/redrive",
-            json!({"targetId": dead, "deliveryTime": "2031-01-01T00:00:00Z"}),
+            json!({"targetId": dead, "deliveryTime": format!("{}Z", common::calendar::new_year_ahead(5))}),
         )
         .await;
     assert_eq!(r.status(), 200);

@@ -31,7 +31,8 @@ async fn the_list_counts_what_matches_and_quick_ranges_fill_the_due_time() {
     api.schedule(&t, &later, "{}").await;
     api.schedule(&other, &soon, "{}").await;
     // More than a page (50) of the first target's, far ahead.
-    api.schedule_many(&t, "2031-01-01T00:00:00Z", 60).await;
+    api.schedule_many(&t, &format!("{}Z", common::calendar::new_year_ahead(5)), 60)
+        .await;
 
     let mut b = signed_in(&app, "acme", "ops@example.com").await;
     let all = b.get("/portal/messages").await;
@@ -75,7 +76,7 @@ async fn a_payload_search_is_exact_keeps_the_filters_and_scans_a_bounded_number_
     let api = app.api("acme").await;
     let t = s(&api.webhook("http://127.0.0.1:9/never").await["targetId"]).to_string();
     let other = s(&api.webhook("http://127.0.0.1:9/other").await["targetId"]).to_string();
-    let far = "2031-01-01T00:00:00Z";
+    let far = &format!("{}Z", common::calendar::new_year_ahead(5));
     let old_hit =
         s(&api.schedule(&t, far, r#"{"order": "A-17", "v": 1}"#).await["messageId"]).to_string();
     // More than one scan (10,000) of messages above it.

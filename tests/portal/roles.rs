@@ -113,7 +113,10 @@ fn post(path: String, form: Vec<(&'static str, String)>) -> Request {
     }
 }
 
-const FAR: &str = "2031-01-01T00:00:00";
+/// Far ahead of the test's clock, as a form takes a time.
+fn far() -> String {
+    common::calendar::new_year_ahead(5)
+}
 
 struct Ctx {
     app: TestApp,
@@ -159,7 +162,7 @@ impl Ctx {
             .post(
                 "/schedules",
                 json!({"targetId": self.ok, "name": "hourly", "every": "1h",
-                       "payload": "{}", "startAt": format!("{FAR}Z")}),
+                       "payload": "{}", "startAt": format!("{}Z", far())}),
             )
             .await;
         assert_eq!(r.status(), 201);
@@ -198,7 +201,7 @@ impl Ctx {
             ("cron", "".into()),
             ("every", "1h".into()),
             ("timeZone", "UTC".into()),
-            ("startAt", FAR.into()),
+            ("startAt", far()),
             ("endAt", "".into()),
             ("payload", "{}".into()),
             ("orderingKey", "".into()),
@@ -219,7 +222,7 @@ impl Ctx {
         let wide = |extra: Vec<(&'static str, String)>| {
             let mut f = vec![
                 ("from", "2020-01-01T00:00:00".to_string()),
-                ("to", "2040-01-01T00:00:00".to_string()),
+                ("to", common::calendar::new_year_ahead(15)),
                 ("rangeTz", "UTC".to_string()),
                 ("tz", "UTC".to_string()),
             ];
@@ -230,7 +233,7 @@ impl Ctx {
             CancelMessage => post(format!("/portal/messages/{}/cancel", self.message().await), vec![]),
             RescheduleMessage => post(
                 format!("/portal/messages/{}/reschedule", self.message().await),
-                vec![("at", FAR.into()), ("tz", "UTC".into())],
+                vec![("at", far()), ("tz", "UTC".into())],
             ),
             BulkCancel => post(
                 "/portal/messages/bulk".into(),
@@ -251,7 +254,7 @@ impl Ctx {
                         ("from", "".into()),
                         ("to", "".into()),
                         ("filterTz", "UTC".into()),
-                        ("at", FAR.into()),
+                        ("at", far()),
                         ("tz", "UTC".into()),
                     ],
                 )
@@ -260,7 +263,7 @@ impl Ctx {
                 self.delivered().await;
                 post(
                     format!("/portal/targets/{}/replay", self.ok),
-                    wide(vec![("state", "".into()), ("at", FAR.into())]),
+                    wide(vec![("state", "".into()), ("at", far())]),
                 )
             }
             CancelRange => {
@@ -348,8 +351,9 @@ impl Ctx {
                 self.dead
             )),
             ReplayForm => get(format!(
-                "/portal/targets/{}/replay?from=2020-01-01T00%3A00%3A00&to=2040-01-01T00%3A00%3A00&rangeTz=UTC",
-                self.ok
+                "/portal/targets/{}/replay?from=2020-01-01T00%3A00%3A00&to={}-01-01T00%3A00%3A00&rangeTz=UTC",
+                self.ok,
+                common::calendar::years_ahead(15)
             )),
         }
     }

@@ -75,7 +75,14 @@ async fn a_target_with_messages_to_deliver_is_not_deleted_and_the_page_says_what
     let app = TestApp::spawn().await;
     let api = app.api("acme").await;
     let t = s(&api.webhook("http://127.0.0.1:9/never").await["targetId"]).to_string();
-    let m = s(&api.schedule(&t, "2031-01-01T00:00:00Z", "{}").await["messageId"]).to_string();
+    let m = s(&api
+        .schedule(
+            &t,
+            &format!("{}Z", common::calendar::new_year_ahead(5)),
+            "{}",
+        )
+        .await["messageId"])
+    .to_string();
     let mut b = signed_in(&app, "acme", "ops@example.com").await;
     let csrf = b.csrf().await;
     assert!(b
