@@ -54,15 +54,22 @@ impl IdentityStore for PgStore {
             .execute(&mut *tx)
             .await
             .map_err(map_err)?;
-        sqlx::query("INSERT INTO clients (client_id, account, name, secret_hash, scopes) VALUES ($1, $2, $3, $4, $5)")
-            .bind(&c.client_id)
-            .bind(&c.account)
-            .bind(&c.name)
-            .bind(&c.secret_hash)
-            .bind(&c.scopes)
-            .execute(&mut *tx)
-            .await
-            .map_err(map_err)?;
+        // Created now by this server's clock, as every other time it
+        // writes, not by the database's (`DEFAULT now()`): a client's
+        // `createdAt` compares with the times around it.
+        sqlx::query(
+            "INSERT INTO clients (client_id, account, name, secret_hash, scopes, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(&c.client_id)
+        .bind(&c.account)
+        .bind(&c.name)
+        .bind(&c.secret_hash)
+        .bind(&c.scopes)
+        .bind(Utc::now())
+        .execute(&mut *tx)
+        .await
+        .map_err(map_err)?;
         tx.commit().await.map_err(map_err)
     }
 
