@@ -193,21 +193,7 @@ async fn serve_with_no_configuration_runs_on_the_embedded_store_and_delivers() {
         200
     );
 
-    let token: Value = http
-        .post(format!("{base}/oauth/token"))
-        .basic_auth(&id, Some(&secret))
-        .form(&[("grant_type", "client_credentials")])
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let api = common::Api {
-        base: base.clone(),
-        http: http.clone(),
-        token: token["access_token"].as_str().unwrap().into(),
-    };
+    let api = common::Api::for_client(base.clone(), http.clone(), &id, &secret).await;
     let rx = Receiver::start().await;
     let target = api.webhook(&rx.url("/hook")).await["targetId"]
         .as_str()

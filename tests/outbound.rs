@@ -611,21 +611,7 @@ async fn the_operator_can_lend_the_servers_identity_on_purpose() {
         .unwrap();
     let base = serving_at(&mut server).await;
     let http = reqwest::Client::new();
-    let token: Value = http
-        .post(format!("{base}/oauth/token"))
-        .basic_auth(&client_id, Some(&secret))
-        .form(&[("grant_type", "client_credentials")])
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let api = Api {
-        base,
-        http,
-        token: token["access_token"].as_str().unwrap().to_string(),
-    };
+    let api = Api::for_client(base, http, &client_id, &secret).await;
 
     // A queue on a receiver that records what the SDK sends it.
     let rx = Receiver::start().await;

@@ -195,24 +195,13 @@ async fn sigterm_lets_attempts_in_flight_finish_and_records_them() {
 
     let base = format!("http://127.0.0.1:{port}");
     let http = reqwest::Client::new();
-    let token: Value = http
-        .post(format!("{base}/oauth/token"))
-        .basic_auth(
-            client["clientId"].as_str().unwrap(),
-            client["clientSecret"].as_str(),
-        )
-        .form(&[("grant_type", "client_credentials")])
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let api = common::Api {
+    let api = common::Api::for_client(
         base,
         http,
-        token: token["access_token"].as_str().unwrap().into(),
-    };
+        client["clientId"].as_str().unwrap(),
+        client["clientSecret"].as_str().unwrap(),
+    )
+    .await;
     // Every answer waits until the test has seen the signal taken.
     let rx = Receiver::start().await;
     let gate = Gate::new();

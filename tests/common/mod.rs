@@ -264,6 +264,26 @@ pub struct Api {
 }
 
 impl Api {
+    /// An `Api` for the server at `base`, with the token its token endpoint
+    /// gives the client `id` with `secret`.
+    pub async fn for_client(base: String, http: Client, id: &str, secret: &str) -> Api {
+        let token: Value = http
+            .post(format!("{base}/oauth/token"))
+            .basic_auth(id, Some(secret))
+            .form(&[("grant_type", "client_credentials")])
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let token = token["access_token"]
+            .as_str()
+            .unwrap_or_else(|| panic!("a token for {id}: {token}"))
+            .to_string();
+        Api { base, http, token }
+    }
+
     pub fn req(&self, method: reqwest::Method, path: &str) -> RequestBuilder {
         self.http
             .request(method, format!("{}{}", self.base, path))
