@@ -73,7 +73,7 @@ async fn open_store_as(config: &Config, serving: bool) -> anyhow::Result<Backend
             config.sweeper.poll_interval,
         )
         .await
-        .context("connecting to PostgreSQL")?;
+        .map_err(|e| connect_error(url, e))?;
         store.migrate().await.context("applying migrations")?;
         if let Some(sealer) = sealer {
             store = store.with_sealer(sealer);
@@ -98,6 +98,49 @@ async fn open_store_as(config: &Config, serving: bool) -> anyhow::Result<Backend
         store = store.with_sealer(sealer);
     }
     Ok(Backend::Sqlite(store))
+}
+
+/// Why PostgreSQL could not be opened, as one sentence with what to check:
+/// the server's own message once (a database error's text is both the
+/// error and its source, which `{:#}` would print twice), and the address
+/// without its password.
+fn connect_error(url: &str, e: crate::store::StoreError) -> anyhow::Error {
+    use crate::store::StoreError;
+    let where_ = redacted_url(url);
+    let (sqlx_error, hint) = match &e {
+        StoreError::Setup(text) => return anyhow::anyhow!("{text}"),
+        StoreError::Unavailable(s) | StoreError::Database(s) => {
+            let hint = match s {
+                sqlx::Error::Database(db) if db.code().is_some_and(|c| c.starts_with("28")) => {
+                    "check the user and password in DATABASE_URL"
+                }
+                sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut => {
+                    "is PostgreSQL running there, and does it accept TCP connections?"
+                }
+                _ => "check DATABASE_URL",
+            };
+            (s, hint)
+        }
+        _ => return anyhow::Error::new(e).context(format!("connecting to PostgreSQL at {where_}")),
+    };
+    let text = match sqlx_error {
+        sqlx::Error::Database(db) => db.message().to_string(),
+        other => other.to_string(),
+    };
+    anyhow::anyhow!("connecting to PostgreSQL at {where_}: {text}; {hint}")
+}
+
+/// A database URL to show: without its password.
+pub fn redacted_url(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut u) => {
+            if u.password().is_some() {
+                let _ = u.set_password(Some("***"));
+            }
+            u.to_string()
+        }
+        Err(_) => "(an unparsable URL)".into(),
+    }
 }
 
 /// A running instance: API, sweeper, schedules, retention, wake-up listener.

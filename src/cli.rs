@@ -217,44 +217,75 @@ async fn serve(config: Config) -> anyhow::Result<()> {
             "secrets at rest are encrypted"
         ),
     }
+    // The address first: a second `serve` beside a running one (a quick
+    // start left running, say) fails here, before it touches any store.
+    let listener = bind(config.server.listen).await?;
     let backend = app::open_store(&config).await?;
     let embedded_default = backend.is_embedded() && config.database.url.trim().is_empty();
-    let listener = tokio::net::TcpListener::bind(config.server.listen)
-        .await
-        .with_context(|| format!("binding {}", config.server.listen))?;
     let running = app::start_with(config, backend, listener).await?;
-    if embedded_default {
-        announce_development_client(&running).await?;
-    }
+    offer_first_client(&running, embedded_default).await?;
     app::shutdown_signal().await;
     tracing::info!("shutting down: finishing attempts in flight");
     running.shutdown().await;
     Ok(())
 }
 
-/// The embedded default is for trying Dispatch out: on its first start it
-/// creates a client with every scope and prints its credentials once.
-async fn announce_development_client(running: &app::Running) -> anyhow::Result<()> {
+/// Binds the API's address, saying what to do when it is taken.
+async fn bind(addr: std::net::SocketAddr) -> anyhow::Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+        if e.kind() == std::io::ErrorKind::AddrInUse {
+            anyhow::anyhow!(
+                "{addr} is in use: another program listens there (another `dispatch serve`?). \
+                 Stop it, or serve on another address with --listen or server.listen \
+                 (DISPATCH_SERVER__LISTEN)"
+            )
+        } else {
+            anyhow::Error::new(e).context(format!("binding {addr}"))
+        }
+    })
+}
+
+/// The account the development client acts for, here and in the README.
+pub const DEMO_ACCOUNT: &str = "demo";
+
+/// On a first start (a store without clients), a client with every scope,
+/// its credentials printed once: for trying Dispatch out. On the embedded
+/// default store always; on any other store only for a person at a
+/// terminal, since a supervised service's standard error is a log, where a
+/// secret has no place: there it says how to make one instead.
+async fn offer_first_client(running: &app::Running, embedded_default: bool) -> anyhow::Result<()> {
+    use std::io::IsTerminal;
     let store = running.state.store.clone();
     if store.count_clients().await? > 0 {
+        return Ok(());
+    }
+    if !embedded_default && !std::io::stderr().is_terminal() {
+        tracing::info!(
+            "no OAuth clients yet: create one with `dispatch clients create --account NAME --name NAME` \
+             run with this instance's configuration (DATABASE_URL)"
+        );
         return Ok(());
     }
     let (client_id, secret) = secrets::generate_client_credentials();
     store
         .create_client(&ClientRecord {
             client_id: client_id.clone(),
-            account: "dev".into(),
+            account: DEMO_ACCOUNT.into(),
             name: "development".into(),
             secret_hash: secrets::hash_client_secret(&secret),
             scopes: SCOPES.iter().map(|s| s.to_string()).collect(),
         })
         .await?;
     let base = format!("http://{}", running.addr);
+    let store_name = if embedded_default {
+        format!("Embedded store at ./{}", app::EMBEDDED_PATH)
+    } else {
+        "A store without clients".to_string()
+    };
     eprintln!(
-        "\n  Embedded store at ./{path}, first start: created a development client for the account `dev`.\n  \
+        "\n  {store_name}, first start: created a development client for the account `{DEMO_ACCOUNT}`.\n  \
          It is shown this once:\n\n    client id:     {client_id}\n    client secret: {secret}\n\n  \
-         Get a token:  curl -s -u '{client_id}:{secret}' -d grant_type=client_credentials {base}/oauth/token\n",
-        path = app::EMBEDDED_PATH
+         Get a token:  curl -s -u '{client_id}:{secret}' -d grant_type=client_credentials {base}/oauth/token\n"
     );
     Ok(())
 }

@@ -7,6 +7,8 @@ mod common;
 mod clients;
 #[path = "cli/embedded_admin.rs"]
 mod embedded_admin;
+#[path = "cli/first_start.rs"]
+mod first_start;
 #[path = "cli/lifecycle.rs"]
 mod lifecycle;
 
@@ -125,7 +127,18 @@ pub(crate) async fn serve_logging(
     until: &str,
     format: &str,
 ) -> (tokio::process::Child, Vec<String>) {
-    let mut child = dispatch()
+    serve_with(dispatch(), dir, until, format).await
+}
+
+/// `command` (a `dispatch()`, perhaps with more environment) serving as
+/// `serve_logging` does.
+pub(crate) async fn serve_with(
+    mut command: tokio::process::Command,
+    dir: &std::path::Path,
+    until: &str,
+    format: &str,
+) -> (tokio::process::Child, Vec<String>) {
+    let mut child = command
         .arg("serve")
         .current_dir(dir)
         .env("DISPATCH_SERVER__LISTEN", "127.0.0.1:0")

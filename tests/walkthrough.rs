@@ -1,8 +1,10 @@
 //! The README's walkthrough, run as written: its `sh walkthrough` blocks,
 //! in order, in one bash, with the `dispatch` this build made on the PATH,
-//! in a fresh directory. Only the two ports are changed (to free ones), so
-//! that the test can run beside others. It needs bash, curl and sed, as the
-//! README says; without them it fails, saying so.
+//! in a fresh directory, with no `set -e` (as a reader's shell runs them).
+//! Only the two ports are changed (to free ones), so that the test can run
+//! beside others. It needs bash, curl and jq, as the README says; without
+//! them it fails, saying so. And the same blocks where a newcomer's first
+//! hour goes wrong: beside the quick start's service, still running.
 
 use std::{net::TcpListener, path::Path, process::Stdio, time::Duration};
 
@@ -46,13 +48,15 @@ fn lines_with(out: &str, key: &str, value: &str) -> Vec<Value> {
         .collect()
 }
 
-#[tokio::test]
-async fn the_readme_walkthrough_runs_as_written_and_ends_with_a_verified_delivery() {
+/// The README's walkthrough, its ports changed to `api_port` and
+/// `rx_port`, run in `dir` as a reader's shell runs pasted blocks: one after
+/// another, with no `set -e` (each block must stop itself at its first
+/// error), then stopping what it started.
+async fn run_walkthrough(dir: &Path, api_port: u16, rx_port: u16) -> Walkthrough {
     let readme =
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
     let blocks = walkthrough_blocks(&readme);
     assert!(blocks.len() >= 3, "the README has its walkthrough blocks");
-    let (api_port, rx_port) = (free_port(), free_port());
     let script = blocks
         .join("\n")
         .replace("127.0.0.1:8080", &format!("127.0.0.1:{api_port}"))
@@ -63,10 +67,7 @@ async fn the_readme_walkthrough_runs_as_written_and_ends_with_a_verified_deliver
         "{script}"
     );
     // What the reader's shell would do at the end: stop what it started.
-    let script =
-        format!("set -euo pipefail\ntrap 'kill $(jobs -p) 2>/dev/null; wait' EXIT\n{script}");
-
-    let dir = tempfile::tempdir().unwrap();
+    let script = format!("trap 'kill $(jobs -p) 2>/dev/null; wait' EXIT\n{script}");
     let bin = Path::new(env!("CARGO_BIN_EXE_dispatch")).parent().unwrap();
     let path = format!(
         "{}:{}",
@@ -76,30 +77,61 @@ async fn the_readme_walkthrough_runs_as_written_and_ends_with_a_verified_deliver
     let run = tokio::process::Command::new("bash")
         .arg("-c")
         .arg(&script)
-        .current_dir(dir.path())
+        .current_dir(dir)
         .env("PATH", path)
-        .env("DISPATCH_SERVER__LISTEN", format!("127.0.0.1:{api_port}"))
         .env_remove("DATABASE_URL")
+        .env("DISPATCH_SERVER__LISTEN", format!("127.0.0.1:{api_port}"))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true)
         .output();
     let out = tokio::time::timeout(Duration::from_secs(60), run)
         .await
-        .expect("the walkthrough finishes within a minute")
-        .expect("bash runs (the walkthrough needs bash, curl and sed)");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let log = std::fs::read_to_string(dir.path().join("dispatch.log")).unwrap_or_default();
-    assert!(
-        out.status.success(),
-        "the walkthrough failed ({}):\n--- stdout\n{stdout}\n--- stderr\n{stderr}\n--- dispatch.log\n{log}",
-        out.status
-    );
+        .expect("the walkthrough finishes within a minute (no loop waits forever)")
+        .expect("bash runs (the walkthrough needs bash, curl and jq)");
+    Walkthrough {
+        success: out.status.success(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        log: std::fs::read_to_string(dir.join("dispatch.log")).unwrap_or_default(),
+    }
+}
 
+struct Walkthrough {
+    /// The last block's status.
+    success: bool,
+    stdout: String,
+    stderr: String,
+    log: String,
+}
+
+impl std::fmt::Display for Walkthrough {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "--- stdout\n{}\n--- stderr\n{}\n--- dispatch.log\n{}",
+            self.stdout, self.stderr, self.log
+        )
+    }
+}
+
+#[tokio::test]
+async fn the_readme_walkthrough_runs_as_written_and_ends_with_a_verified_delivery() {
+    let (api_port, rx_port) = (free_port(), free_port());
+    let dir = tempfile::tempdir().unwrap();
+    let w = run_walkthrough(dir.path(), api_port, rx_port).await;
+    assert!(w.success, "the walkthrough failed:\n{w}");
+    let stdout = &w.stdout;
+
+    // Every block went through to its end.
+    assert!(
+        stdout.contains("ready: the service answers and TOKEN is set"),
+        "{w}"
+    );
+    assert!(stdout.contains("state: Delivered"), "{w}");
     // The receiver printed the delivery, its signature verified.
-    let deliveries = lines_with(&stdout, "method", "POST");
-    assert_eq!(deliveries.len(), 1, "one delivery:\n{stdout}");
+    let deliveries = lines_with(stdout, "method", "POST");
+    assert_eq!(deliveries.len(), 1, "one delivery:\n{w}");
     let d = &deliveries[0];
     assert_eq!(d["signature"], "valid", "{d}");
     assert_eq!(d["path"], "/hooks");
@@ -112,18 +144,141 @@ async fn the_readme_walkthrough_runs_as_written_and_ends_with_a_verified_deliver
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         .filter(|v| v["items"].is_array())
         .collect();
-    assert_eq!(attempts.len(), 1, "{stdout}");
+    assert_eq!(attempts.len(), 1, "{w}");
     assert_eq!(attempts[0]["items"][0]["outcome"], "Success");
-    let scheduled = lines_with(&stdout, "state", "Scheduled");
+    let scheduled = lines_with(stdout, "state", "Scheduled");
     assert!(
         scheduled
             .iter()
             .any(|m| m["deliveryTime"] == "2099-12-31T09:00:00Z"),
-        "the reschedule:\n{stdout}"
+        "the reschedule:\n{w}"
     );
-    let cancelled = lines_with(&stdout, "state", "Cancelled");
-    assert_eq!(cancelled.len(), 1, "the cancel:\n{stdout}");
+    let cancelled = lines_with(stdout, "state", "Cancelled");
+    assert_eq!(cancelled.len(), 1, "the cancel:\n{w}");
     assert_eq!(cancelled[0]["payload"], "{\"orderId\":42}");
+}
+
+/// The quick start's `dispatch serve`, left running in `dir` on `port`
+/// (without the walkthrough's permission to deliver to this machine), and
+/// the development client it printed on its first start.
+struct QuickStart {
+    _child: tokio::process::Child,
+    base: String,
+    client: (String, String),
+}
+
+async fn quick_start(dir: &Path, port: u16) -> QuickStart {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_dispatch"))
+        .arg("serve")
+        .current_dir(dir)
+        .env_remove("DATABASE_URL")
+        .env_remove("DISPATCH_WEBHOOK__ALLOW_PRIVATE_NETWORKS")
+        .env("DISPATCH_SERVER__LISTEN", format!("127.0.0.1:{port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let read = async {
+        let (mut id, mut secret) = (None, None);
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if let Some(v) = line.trim().strip_prefix("client id:") {
+                id = Some(v.trim().to_string());
+            }
+            if let Some(v) = line.trim().strip_prefix("client secret:") {
+                secret = Some(v.trim().to_string());
+                break;
+            }
+        }
+        (id.expect("a client id"), secret.expect("a client secret"))
+    };
+    let client = tokio::time::timeout(Duration::from_secs(30), read)
+        .await
+        .expect("the first start prints a development client");
+    // Its further messages are not needed; keep the pipe drained.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    QuickStart {
+        _child: child,
+        base: format!("http://127.0.0.1:{port}"),
+        client,
+    }
+}
+
+impl QuickStart {
+    /// The targets the development client's account has, as the API lists them.
+    async fn targets(&self) -> Vec<Value> {
+        let http = reqwest::Client::new();
+        let token: Value = http
+            .post(format!("{}/oauth/token", self.base))
+            .basic_auth(&self.client.0, Some(&self.client.1))
+            .form(&[("grant_type", "client_credentials")])
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let list: Value = http
+            .get(format!("{}/targets", self.base))
+            .bearer_auth(token["access_token"].as_str().unwrap())
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        list["items"].as_array().unwrap().clone()
+    }
+}
+
+/// A newcomer leaves the quick start running and pastes the walkthrough in
+/// the same directory: its first block sees the port answered, says so and
+/// starts nothing; the later blocks fail at once with the API's answer
+/// instead of waiting forever, and nothing is created in the running
+/// service's store.
+#[tokio::test]
+async fn the_walkthrough_beside_a_running_quick_start_stops_at_once_and_says_why() {
+    let (api_port, rx_port) = (free_port(), free_port());
+    let dir = tempfile::tempdir().unwrap();
+    let running = quick_start(dir.path(), api_port).await;
+    let w = run_walkthrough(dir.path(), api_port, rx_port).await;
+    assert!(!w.success, "{w}");
+    assert!(
+        w.stderr.contains(&format!(
+            "http://127.0.0.1:{api_port}/health/ready answers already: stop what serves there"
+        )),
+        "{w}"
+    );
+    assert!(!w.stdout.contains("ready:"), "{w}");
+    assert!(lines_with(&w.stdout, "method", "POST").is_empty(), "{w}");
+    // The later blocks' requests were refused (no token), not retried.
+    assert!(w.stderr.contains("401"), "{w}");
+    assert!(running.targets().await.is_empty(), "{w}");
+}
+
+/// When the port is free but the walkthrough's service cannot start (the
+/// quick start serves the same embedded store from another port), the
+/// first block shows the service's own reason and stops.
+#[tokio::test]
+async fn the_walkthrough_shows_why_its_service_did_not_start() {
+    let (quick_port, api_port, rx_port) = (free_port(), free_port(), free_port());
+    let dir = tempfile::tempdir().unwrap();
+    let running = quick_start(dir.path(), quick_port).await;
+    let w = run_walkthrough(dir.path(), api_port, rx_port).await;
+    assert!(!w.success, "{w}");
+    assert!(
+        w.stderr
+            .contains("another Dispatch process is serving data/dispatch.db"),
+        "the service's reason, from its log:\n{w}"
+    );
+    assert!(
+        w.stderr.contains("`dispatch serve` stopped: see above"),
+        "{w}"
+    );
+    assert!(!w.stdout.contains("ready:"), "{w}");
+    assert!(running.targets().await.is_empty(), "{w}");
 }
 
 /// The Standard Webhooks headers a request carries, if any.

@@ -69,6 +69,9 @@ pub enum StoreError {
     /// The embedded store's file is in use by another process, or unusable.
     #[error("{0}")]
     Locked(String),
+    /// The store cannot be opened as configured; the text says what to do.
+    #[error("{0}")]
+    Setup(String),
     #[error("migration failed")]
     Migrate(#[source] sqlx::migrate::MigrateError),
     /// The service is stopping and takes no more writes.

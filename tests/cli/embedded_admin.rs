@@ -46,7 +46,7 @@ async fn clients_and_users_are_managed_while_the_embedded_store_is_served() {
 
     let out = admin(
         dir.path(),
-        &["clients", "create", "--account", "dev", "--name", "second"],
+        &["clients", "create", "--account", "demo", "--name", "second"],
     )
     .await;
     let created: Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -80,7 +80,7 @@ async fn clients_and_users_are_managed_while_the_embedded_store_is_served() {
     assert_eq!(targets(bearer.clone()).await, 200);
 
     let listed: Value = serde_json::from_slice(
-        &admin(dir.path(), &["clients", "list", "--account", "dev"])
+        &admin(dir.path(), &["clients", "list", "--account", "demo"])
             .await
             .stdout,
     )
@@ -92,7 +92,7 @@ async fn clients_and_users_are_managed_while_the_embedded_store_is_served() {
             "users",
             "create",
             "--account",
-            "dev",
+            "demo",
             "--email",
             "ops@example.com",
             "--generate-password",

@@ -2,7 +2,11 @@
 
 use std::{sync::Arc, time::Duration};
 
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{
+    migrate::MigrateDatabase,
+    postgres::{PgConnectOptions, PgPoolOptions},
+    PgPool, Postgres,
+};
 
 use super::{map_err, PgStore};
 use crate::{
@@ -13,19 +17,28 @@ use crate::{
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
 
 impl PgStore {
+    /// Connects, and creates the database first when it does not exist and
+    /// the server lets this user create it (as `createdb` would); when it
+    /// may not, the error says how to create it.
     pub async fn connect(
         url: &str,
         max_connections: u32,
         wake_horizon: Duration,
     ) -> StoreResult<Self> {
         let options: PgConnectOptions = url.parse().map_err(StoreError::Unavailable)?;
-        let pool = PgPoolOptions::new()
-            .max_connections(max_connections)
-            .min_connections(1)
-            .acquire_timeout(Duration::from_secs(3))
-            .connect_with(options.application_name("dispatch"))
-            .await
-            .map_err(map_err)?;
+        // The migrations' `IF NOT EXISTS` and the like make notices that
+        // tell an operator nothing: only warnings and errors come back.
+        let options = options
+            .application_name("dispatch")
+            .options([("client_min_messages", "warning")]);
+        let pool = match open_pool(&options, max_connections).await {
+            Err(e) if is_missing_database(&e) => {
+                create_database(url, &options).await?;
+                open_pool(&options, max_connections).await
+            }
+            other => other,
+        }
+        .map_err(map_err)?;
         Ok(Self {
             pool,
             wake_horizon: chrono::TimeDelta::from_std(wake_horizon)
@@ -43,5 +56,51 @@ impl PgStore {
 
     pub async fn migrate(&self) -> StoreResult<()> {
         MIGRATOR.run(&self.pool).await.map_err(StoreError::Migrate)
+    }
+}
+
+async fn open_pool(options: &PgConnectOptions, max_connections: u32) -> sqlx::Result<PgPool> {
+    PgPoolOptions::new()
+        .max_connections(max_connections)
+        .min_connections(1)
+        .acquire_timeout(Duration::from_secs(3))
+        .connect_with(options.clone())
+        .await
+}
+
+/// SQLSTATE 3D000, invalid_catalog_name: the database does not exist.
+fn is_missing_database(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(db) if db.code().as_deref() == Some("3D000"))
+}
+
+/// Creates the database `options` names, from the server's maintenance
+/// database. Another instance creating it at the same moment is no error.
+async fn create_database(url: &str, options: &PgConnectOptions) -> StoreResult<()> {
+    let name = options.get_database().unwrap_or(options.get_username());
+    match Postgres::create_database(url).await {
+        Ok(()) => {
+            tracing::info!(database = name, "created the database, which did not exist");
+            Ok(())
+        }
+        // 42P04, duplicate_database: created meanwhile.
+        Err(sqlx::Error::Database(db)) if db.code().as_deref() == Some("42P04") => Ok(()),
+        Err(e) => {
+            let why = match &e {
+                sqlx::Error::Database(db) => db.message().to_string(),
+                other => other.to_string(),
+            };
+            let (host, port, user) = (
+                options.get_host(),
+                options.get_port(),
+                options.get_username(),
+            );
+            Err(StoreError::Setup(format!(
+                "the database \"{name}\" does not exist on {host}:{port}, and it could not be \
+                 created as user \"{user}\" ({why}). Create it, for example with \
+                 `createdb -h {host} -p {port} -U {user} {name}` run by a user who may (or, as a \
+                 superuser, `CREATE DATABASE \"{name}\" OWNER \"{user}\"`), or point \
+                 DATABASE_URL at a database that exists"
+            )))
+        }
     }
 }
