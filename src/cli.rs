@@ -221,9 +221,17 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     // start left running, say) fails here, before it touches any store.
     let listener = bind(config.server.listen).await?;
     let backend = app::open_store(&config).await?;
-    let embedded_default = backend.is_embedded() && config.database.url.trim().is_empty();
+    let url = config.database.url.trim();
+    let embedded_default = backend.is_embedded() && url.is_empty();
+    let store_name = if embedded_default {
+        format!("Embedded store at ./{}", app::EMBEDDED_PATH)
+    } else if backend.is_embedded() {
+        format!("Embedded store at {url}")
+    } else {
+        format!("PostgreSQL at {}", app::redacted_url(url))
+    };
     let running = app::start_with(config, backend, listener).await?;
-    offer_first_client(&running, embedded_default).await?;
+    offer_first_client(&running, embedded_default, &store_name).await?;
     app::shutdown_signal().await;
     tracing::info!("shutting down: finishing attempts in flight");
     running.shutdown().await;
@@ -253,7 +261,11 @@ pub const DEMO_ACCOUNT: &str = "demo";
 /// default store always; on any other store only for a person at a
 /// terminal, since a supervised service's standard error is a log, where a
 /// secret has no place: there it says how to make one instead.
-async fn offer_first_client(running: &app::Running, embedded_default: bool) -> anyhow::Result<()> {
+async fn offer_first_client(
+    running: &app::Running,
+    embedded_default: bool,
+    store_name: &str,
+) -> anyhow::Result<()> {
     use std::io::IsTerminal;
     let store = running.state.store.clone();
     if store.count_clients().await? > 0 {
@@ -277,11 +289,6 @@ async fn offer_first_client(running: &app::Running, embedded_default: bool) -> a
         })
         .await?;
     let base = format!("http://{}", running.addr);
-    let store_name = if embedded_default {
-        format!("Embedded store at ./{}", app::EMBEDDED_PATH)
-    } else {
-        "A store without clients".to_string()
-    };
     eprintln!(
         "\n  {store_name}, first start: created a development client for the account `{DEMO_ACCOUNT}`.\n  \
          It is shown this once:\n\n    client id:     {client_id}\n    client secret: {secret}\n\n  \
