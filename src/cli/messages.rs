@@ -35,9 +35,10 @@ pub enum MessagesCommand {
     /// Deliver a Scheduled or DeadLetter message at another time; its
     /// retry ladder starts over.
     Reschedule(Reschedule),
-    /// Schedule dead letters again (DeadLetter messages): those listed, or
-    /// those of a target dead-lettered between --from and --to; due now or
-    /// --at, the retry ladder starting over. Prints how many.
+    /// Schedule dead letters (DeadLetter messages) again; prints how many.
+    ///
+    /// Those listed, or those of a target (dead-lettered between --from and
+    /// --to when given); due now or at --at, the retry ladder starting over.
     Redrive(Redrive),
 }
 
