@@ -1,7 +1,18 @@
-//! The command line: `serve` (default), `migrate`, `clients create|list|revoke`,
-//! `targets create`, `users create`, `secrets rotate`, `listen`.
+//! The command line: `serve` (default), `migrate`, `clients
+//! create|list|revoke`, `messages list|get|cancel|reschedule|redrive`,
+//! `targets create|list|get|disable|enable`, `schedules list`, `users
+//! create|list`, `secrets rotate`, `listen` (docs/operations.md#commands).
+//! The operator commands live in the modules below, one per resource.
 
-use std::path::PathBuf;
+mod common;
+mod messages;
+mod people;
+mod schedules;
+mod store_line;
+mod table;
+mod targets;
+
+use std::{net::SocketAddr, path::PathBuf};
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
@@ -33,17 +44,24 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Serve the API and deliver messages (the default).
-    Serve,
+    /// Serve the API and the portal, and deliver messages (the default).
+    Serve(ServeArgs),
     /// Apply database migrations and exit.
     Migrate,
-    /// Manage OAuth 2 clients.
+    /// Manage OAuth 2 clients: the credentials programs get tokens with.
     #[command(subcommand)]
     Clients(ClientsCommand),
-    /// Manage targets from the command line (provisioning scripts, compose).
+    /// An account's messages: list, show, cancel, reschedule, redrive.
+    #[command(subcommand)]
+    Messages(messages::MessagesCommand),
+    /// An account's targets: create (for provisioning), list, show,
+    /// disable, enable.
     #[command(subcommand)]
     Targets(TargetsCommand),
-    /// Manage the people who sign in to the web portal.
+    /// An account's recurring schedules.
+    #[command(subcommand)]
+    Schedules(SchedulesCommand),
+    /// The people who sign in to the web portal.
     #[command(subcommand)]
     Users(UsersCommand),
     /// Secrets at rest (target secrets, token-signing keys).
@@ -52,6 +70,29 @@ pub enum Command {
     /// Receive webhooks here and print them, checking their signatures: a
     /// target to try Dispatch with, or to see what a target receives.
     Listen(crate::listen::ListenArgs),
+}
+
+impl Default for Command {
+    fn default() -> Self {
+        Command::Serve(ServeArgs::default())
+    }
+}
+
+/// `dispatch serve`.
+#[derive(Debug, Default, Args)]
+pub struct ServeArgs {
+    /// The address to listen on, as HOST:PORT (127.0.0.1:8080,
+    /// 0.0.0.0:8080). Without it: server.listen from the configuration
+    /// (the --config file, or DISPATCH_SERVER__LISTEN), else
+    /// 127.0.0.1:8080. Port 0 takes a free port, which the log names.
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<SocketAddr>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SchedulesCommand {
+    /// List the account's schedules, newest first, a page at a time.
+    List(schedules::ListSchedules),
 }
 
 #[derive(Debug, Subcommand)]
@@ -66,6 +107,8 @@ pub enum UsersCommand {
     /// Create a portal user. The password is prompted for on a terminal, read
     /// from standard input with --password-stdin, or else generated and printed once.
     Create(CreateUser),
+    /// List the account's portal users (email, role, since when), oldest first.
+    List(people::ListUsers),
 }
 
 #[derive(Debug, Args)]
@@ -73,6 +116,8 @@ pub struct CreateUser {
     /// The account whose data the user sees (created on first use).
     #[arg(long)]
     pub account: String,
+    /// The email the person signs in with (stored lower-cased; one sign-in
+    /// per email across all accounts).
     #[arg(long)]
     pub email: String,
     /// Read the password from the first line of standard input.
@@ -91,15 +136,26 @@ pub struct CreateUser {
 pub enum TargetsCommand {
     /// Create a target; prints it as JSON (a generated signing secret in full, once).
     Create(CreateTarget),
+    /// List the account's targets, newest first, a page at a time.
+    List(targets::ListTargets),
+    /// Show one target; its secrets show as ***.
+    Get(targets::OneTarget),
+    /// Disable a target: it receives nothing, and its messages wait,
+    /// Scheduled, without using up their retries.
+    Disable(targets::OneTarget),
+    /// Enable a target: its waiting messages are delivered, oldest first.
+    Enable(targets::OneTarget),
 }
 
 #[derive(Debug, Args)]
 pub struct CreateTarget {
+    /// The account the target belongs to (created on first use).
     #[arg(long)]
     pub account: String,
+    /// A name to recognise the target by (--unless-exists looks it up).
     #[arg(long)]
     pub name: String,
-    /// webhook, sqs or sns
+    /// What it delivers to: webhook, sqs or sns.
     #[arg(long = "type", value_name = "TYPE")]
     pub kind: String,
     /// The target's config as JSON, as in POST /targets.
@@ -115,7 +171,8 @@ pub struct CreateTarget {
 pub enum ClientsCommand {
     /// Create a client; prints its id and secret once, as JSON.
     Create(CreateClient),
-    /// List an account's clients, revoked ones too, as a JSON array.
+    /// List an account's clients, revoked ones too: a table on a terminal,
+    /// else a JSON array (no secrets, no hashes).
     List(ListClients),
     /// Revoke a client: its token requests are refused at once, the tokens
     /// it holds within seconds on every instance.
@@ -124,8 +181,15 @@ pub enum ClientsCommand {
 
 #[derive(Debug, Args)]
 pub struct ListClients {
+    /// The account whose clients to list.
     #[arg(long)]
     pub account: String,
+    /// Print the JSON array, even on a terminal.
+    #[arg(long, conflicts_with = "table")]
+    pub json: bool,
+    /// Print the table, even when standard output is not a terminal.
+    #[arg(long)]
+    pub table: bool,
 }
 
 #[derive(Debug, Args)]
@@ -157,10 +221,17 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         // A receiver needs no configuration and no database.
         return crate::listen::listen(args).await;
     }
-    let config = Config::load(cli.config.as_deref())?;
-    match cli.command.unwrap_or(Command::Serve) {
-        Command::Serve => serve(config).await,
+    let mut config = Config::load(cli.config.as_deref())?;
+    match cli.command.unwrap_or_default() {
+        Command::Serve(args) => {
+            // The flag wins over the configuration.
+            if let Some(listen) = args.listen {
+                config.server.listen = listen;
+            }
+            serve(config).await
+        }
         Command::Migrate => {
+            eprintln!("{}", store_line::describe(&config));
             let _ = app::open_store(&config).await?;
             eprintln!("migrations applied");
             Ok(())
@@ -168,8 +239,19 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Clients(ClientsCommand::Create(args)) => create_client(config, args).await,
         Command::Clients(ClientsCommand::List(args)) => list_clients(config, args).await,
         Command::Clients(ClientsCommand::Revoke(args)) => revoke_client(config, args).await,
+        Command::Messages(command) => messages::run(config, command).await,
         Command::Targets(TargetsCommand::Create(args)) => create_target(config, args).await,
+        Command::Targets(TargetsCommand::List(args)) => targets::list(config, args).await,
+        Command::Targets(TargetsCommand::Get(args)) => targets::get(config, args).await,
+        Command::Targets(TargetsCommand::Disable(args)) => {
+            targets::set_enabled(config, args, false).await
+        }
+        Command::Targets(TargetsCommand::Enable(args)) => {
+            targets::set_enabled(config, args, true).await
+        }
+        Command::Schedules(SchedulesCommand::List(args)) => schedules::list(config, args).await,
         Command::Users(UsersCommand::Create(args)) => create_user(config, args).await,
+        Command::Users(UsersCommand::List(args)) => people::list(config, args).await,
         Command::Secrets(SecretsCommand::Rotate) => rotate_secrets(config).await,
         Command::Listen(_) => unreachable!("answered above"),
     }
@@ -185,7 +267,7 @@ async fn rotate_secrets(config: Config) -> anyhow::Result<()> {
              the key to encrypt every stored secret under"
         );
     };
-    let (store, _) = app::open_store_admin(&config).await?.into_parts();
+    let (store, _) = store_line::open_admin(&config).await?.into_parts();
     let done = crate::store::reseal_all(store.as_ref(), ROTATE_BATCH)
         .await
         .context("re-encrypting stored secrets")?;
@@ -299,7 +381,7 @@ async fn offer_first_client(
 
 /// A service for an admin command: beside a running `serve`, on the same data.
 async fn admin_service(config: Config) -> anyhow::Result<Service> {
-    let (store, _) = app::open_store_admin(&config).await?.into_parts();
+    let (store, _) = store_line::open_admin(&config).await?.into_parts();
     Ok(Service::admin(store, std::sync::Arc::new(config)))
 }
 
@@ -342,7 +424,13 @@ async fn create_client(config: Config, args: CreateClient) -> anyhow::Result<()>
 fn invalid(errors: Vec<crate::domain::target::FieldError>) -> anyhow::Error {
     let lines: Vec<String> = errors
         .iter()
-        .map(|e| format!("{} {}", e.field, e.message))
+        .map(|e| {
+            if e.field.is_empty() {
+                e.message.clone()
+            } else {
+                format!("{} {}", e.field, e.message)
+            }
+        })
         .collect();
     anyhow::anyhow!("invalid: {}", lines.join("; "))
 }
@@ -360,18 +448,35 @@ fn client_json(c: &ClientSummary) -> serde_json::Value {
 }
 
 async fn list_clients(config: Config, args: ListClients) -> anyhow::Result<()> {
-    let (store, _) = app::open_store_admin(&config).await?.into_parts();
+    use std::io::IsTerminal;
+    let (store, _) = store_line::open_admin(&config).await?.into_parts();
     let clients = store
         .list_clients(args.account.trim())
         .await
         .context("listing the clients")?;
-    let out: Vec<serde_json::Value> = clients.iter().map(client_json).collect();
-    println!("{}", serde_json::Value::Array(out));
+    // What a script reads (the JSON array) unless a person reads it.
+    let as_table = args.table || (!args.json && std::io::stdout().is_terminal());
+    if !as_table {
+        let out: Vec<serde_json::Value> = clients.iter().map(client_json).collect();
+        println!("{}", serde_json::Value::Array(out));
+        return Ok(());
+    }
+    let mut t = table::Table::new(&["CLIENT ID", "NAME", "SCOPES", "CREATED", "REVOKED"]);
+    for c in &clients {
+        t.row(vec![
+            c.client_id.clone(),
+            c.name.clone(),
+            c.scopes.join(" "),
+            table::time(Some(&c.created_at)),
+            table::time(c.revoked_at.as_ref()),
+        ]);
+    }
+    print!("{}", t.render());
     Ok(())
 }
 
 async fn revoke_client(config: Config, args: RevokeClient) -> anyhow::Result<()> {
-    let (store, _) = app::open_store_admin(&config).await?.into_parts();
+    let (store, _) = store_line::open_admin(&config).await?.into_parts();
     let Some(revoked) = store
         .revoke_client(
             &args.client_id,

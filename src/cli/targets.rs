@@ -1,0 +1,154 @@
+//! `dispatch targets list|get|disable|enable` (beside `targets create`):
+//! read as `GET /targets` reads them, enabled and disabled through the use
+//! case the API calls. Secrets show as `***`, as the API shows them.
+
+use clap::Args;
+
+use super::{
+    common::{
+        self, id, not_found, print_json, refused, say_next, AccountArg, JsonArg, PageArgs,
+        TARGET_ID,
+    },
+    table::{self, Table},
+};
+use crate::{
+    api::extract::encode_cursor,
+    config::Config,
+    domain::{ids::TargetId, target::Target},
+    store::TargetCursor,
+    wire::{List, TargetOut},
+};
+
+#[derive(Debug, Args)]
+pub struct ListTargets {
+    #[command(flatten)]
+    pub account: AccountArg,
+    #[command(flatten)]
+    pub page: PageArgs,
+    #[command(flatten)]
+    pub out: JsonArg,
+}
+
+#[derive(Debug, Args)]
+pub struct OneTarget {
+    /// The target's id (DI-T-…).
+    #[arg(value_name = "TARGET_ID")]
+    pub id: String,
+    #[command(flatten)]
+    pub account: AccountArg,
+    #[command(flatten)]
+    pub out: JsonArg,
+}
+
+/// Where a target delivers: its URL, queue or topic.
+fn destination(t: &TargetOut) -> String {
+    ["url", "queueUrl", "topicArn"]
+        .iter()
+        .find_map(|k| t.config.get(*k).and_then(|v| v.as_str()))
+        .map_or_else(table::none, str::to_string)
+}
+
+fn show(t: &Target, json: bool) -> anyhow::Result<()> {
+    let out = TargetOut::new(t);
+    if json {
+        return print_json(&out);
+    }
+    let health = out
+        .health
+        .as_ref()
+        .map_or_else(table::none, |h| match h.open_until.as_ref() {
+            Some(until) => format!("{} until {}", h.state, table::time(Some(until))),
+            None => h.state.to_string(),
+        });
+    print!(
+        "{}",
+        table::record(&[
+            ("targetId", out.target_id.clone()),
+            ("name", out.name.clone()),
+            ("type", out.kind.to_string()),
+            ("enabled", out.enabled.to_string()),
+            ("destination", destination(&out)),
+            ("health", health),
+            ("createdAt", table::time(Some(&out.created_at))),
+            ("updatedAt", table::time(Some(&out.updated_at))),
+            ("config", out.config.to_string()),
+        ])
+    );
+    Ok(())
+}
+
+fn target_id(s: &str) -> anyhow::Result<TargetId> {
+    id(s, "", TARGET_ID)
+}
+
+pub async fn list(config: Config, args: ListTargets) -> anyhow::Result<()> {
+    let account = args.account.parse()?;
+    let after = args.page.cursor(TargetCursor::decode)?;
+    let limit = args.page.limit;
+    let service = common::service(config).await?;
+    let mut targets = service
+        .store()
+        .list_targets(&account, after.as_ref(), limit + 1)
+        .await?;
+    let next_cursor = if targets.len() > limit as usize {
+        targets.truncate(limit as usize);
+        targets
+            .last()
+            .map(|t| encode_cursor(&TargetCursor::after(t).encode()))
+    } else {
+        None
+    };
+    let page = List {
+        items: targets.iter().map(TargetOut::new).collect(),
+        next_cursor,
+    };
+    if args.out.json {
+        return print_json(&page);
+    }
+    let mut t = Table::new(&[
+        "TARGET ID",
+        "NAME",
+        "TYPE",
+        "ENABLED",
+        "DESTINATION",
+        "CREATED",
+    ]);
+    for target in &page.items {
+        t.row(vec![
+            target.target_id.clone(),
+            target.name.clone(),
+            target.kind.to_string(),
+            target.enabled.to_string(),
+            destination(target),
+            table::time(Some(&target.created_at)),
+        ]);
+    }
+    print!("{}", t.render());
+    say_next(page.next_cursor.as_deref());
+    Ok(())
+}
+
+pub async fn get(config: Config, args: OneTarget) -> anyhow::Result<()> {
+    let account = args.account.parse()?;
+    let id = target_id(&args.id)?;
+    let service = common::service(config).await?;
+    let t = service
+        .store()
+        .get_target(&account, &id)
+        .await?
+        .ok_or_else(|| not_found(&format!("target {id}"), &account))?;
+    show(&t, args.out.json)
+}
+
+/// `targets enable` and `targets disable`: a disabled target receives
+/// nothing; its messages wait, Scheduled, and go once it is enabled.
+pub async fn set_enabled(config: Config, args: OneTarget, enabled: bool) -> anyhow::Result<()> {
+    let account = args.account.parse()?;
+    let id = target_id(&args.id)?;
+    let service = common::service(config).await?;
+    let t = service
+        .set_target_enabled(&account, &id, enabled)
+        .await
+        .map_err(|e| refused(e, &format!("target {id}"), &account))?;
+    show(&t, args.out.json)
+}
