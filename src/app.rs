@@ -130,17 +130,26 @@ fn connect_error(url: &str, e: crate::store::StoreError) -> anyhow::Error {
     anyhow::anyhow!("connecting to PostgreSQL at {where_}: {text}; {hint}")
 }
 
-/// A database URL to show: without its password.
+/// A database URL to show: without its password, in the user part or in a
+/// `password` query parameter; one that does not parse is not shown at all.
 pub fn redacted_url(url: &str) -> String {
-    match url::Url::parse(url) {
-        Ok(mut u) => {
-            if u.password().is_some() {
-                let _ = u.set_password(Some("***"));
-            }
-            u.to_string()
+    let Ok(mut parsed) = url::Url::parse(url) else {
+        return "(database.url, which does not parse as a URL)".into();
+    };
+    let _ = parsed.set_password(None);
+    if parsed.query().is_some() {
+        let kept: Vec<(String, String)> = parsed
+            .query_pairs()
+            .filter(|(k, _)| !k.to_ascii_lowercase().contains("password"))
+            .map(|(k, v)| (k.into_owned(), v.into_owned()))
+            .collect();
+        if kept.is_empty() {
+            parsed.set_query(None);
+        } else {
+            parsed.query_pairs_mut().clear().extend_pairs(kept);
         }
-        Err(_) => "(an unparsable URL)".into(),
     }
+    parsed.to_string()
 }
 
 /// A running instance: API, sweeper, schedules, retention, wake-up listener.

@@ -80,7 +80,7 @@ async fn run_walkthrough(dir: &Path, api_port: u16, rx_port: u16) -> Walkthrough
         .current_dir(dir)
         .env("PATH", path)
         .env_remove("DATABASE_URL")
-        .env("DISPATCH_SERVER__LISTEN", format!("127.0.0.1:{api_port}"))
+        .env_remove("DISPATCH_SERVER__LISTEN")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true)
@@ -274,7 +274,9 @@ async fn the_walkthrough_shows_why_its_service_did_not_start() {
         "the service's reason, from its log:\n{w}"
     );
     assert!(
-        w.stderr.contains("`dispatch serve` stopped: see above"),
+        w.stderr.contains(&format!(
+            "`dispatch serve --listen 127.0.0.1:{api_port}` stopped: see above"
+        )),
         "{w}"
     );
     assert!(!w.stdout.contains("ready:"), "{w}");

@@ -10,7 +10,7 @@ use crate::{app, config::Config};
 pub fn describe(config: &Config) -> String {
     let url = config.database.url.trim();
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        return format!("store: PostgreSQL {}", without_password(url));
+        return format!("store: PostgreSQL {}", app::redacted_url(url));
     }
     if url.is_empty() {
         return format!("store: embedded {}", app::EMBEDDED_PATH);
@@ -20,28 +20,6 @@ pub fn describe(config: &Config) -> String {
         // Opening it fails, naming the setting; the URL is not repeated here.
         None => "store: unknown (database.url names neither PostgreSQL nor SQLite)".into(),
     }
-}
-
-/// The URL without its password, in the user part or in a `password`
-/// query parameter; one that does not parse is not shown at all.
-fn without_password(url: &str) -> String {
-    let Ok(mut parsed) = url::Url::parse(url) else {
-        return "(database.url, which does not parse as a URL)".into();
-    };
-    let _ = parsed.set_password(None);
-    if parsed.query().is_some() {
-        let kept: Vec<(String, String)> = parsed
-            .query_pairs()
-            .filter(|(k, _)| !k.to_ascii_lowercase().contains("password"))
-            .map(|(k, v)| (k.into_owned(), v.into_owned()))
-            .collect();
-        if kept.is_empty() {
-            parsed.set_query(None);
-        } else {
-            parsed.query_pairs_mut().clear().extend_pairs(kept);
-        }
-    }
-    parsed.to_string()
 }
 
 /// Opens the configured store for an admin command, having said which.
