@@ -158,7 +158,14 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         return crate::listen::listen(args).await;
     }
     let config = Config::load(cli.config.as_deref())?;
-    match cli.command.unwrap_or(Command::Serve) {
+    run_configured(cli.command, config).await
+}
+
+/// A command with its configuration loaded: what `run` does next. A test
+/// runs a command here with a configuration only code can give (its own
+/// resolver, see `Config::resolver`).
+pub async fn run_configured(command: Option<Command>, config: Config) -> anyhow::Result<()> {
+    match command.unwrap_or(Command::Serve) {
         Command::Serve => serve(config).await,
         Command::Migrate => {
             let _ = app::open_store(&config).await?;
