@@ -192,6 +192,7 @@ fn environment(service: &Yaml) -> Vec<(String, String)> {
 /// The configuration `dispatch` loads in the container of `service`: its
 /// compose environment as the process environment, `DATABASE_URL` the
 /// test's database instead of the `postgres` service.
+#[allow(clippy::result_large_err)] // figment::Jail's closures return figment::Error
 fn config_in(service: &str, db_url: &str) -> Config {
     let vars = environment(&compose()["services"][service]);
     assert!(
