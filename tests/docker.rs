@@ -6,7 +6,8 @@
 //! delivered to with the compose file's own commands and environment while
 //! `moto` resolves to a private address as on the compose network, the image
 //! that builds has the Rust the crate needs and the image that runs the same
-//! Debian, and the Dockerfile copies paths that exist and gives the embedded store a directory its user can write.
+//! Debian, the binary it carries is stripped, and the Dockerfile copies paths
+//! that exist and gives the embedded store a directory its user can write.
 
 mod common;
 
@@ -437,4 +438,72 @@ fn the_dockerfile_copies_what_exists_and_runs_where_its_user_can_write() {
         !run.contains("COPY config"),
         "the config is compiled in: a copy in the image is never read"
     );
+}
+
+/// The profile of every `cargo build` the Dockerfile runs (`release` for
+/// `--release`, `dev` for neither).
+fn build_profiles(dockerfile: &str) -> Vec<String> {
+    dockerfile
+        .lines()
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .filter_map(|l| l.find("cargo build ").map(|at| &l[at..]))
+        .map(|command| {
+            let command = &command[..command.find('&').unwrap_or(command.len())];
+            let words: Vec<&str> = command.split_whitespace().collect();
+            match words.iter().position(|w| *w == "--profile") {
+                Some(i) => words[i + 1].to_string(),
+                None if words.contains(&"--release") => "release".to_string(),
+                None => "dev".to_string(),
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn the_image_carries_a_build_without_debug_information() {
+    let dockerfile = std::fs::read_to_string(repo("Dockerfile")).unwrap();
+    let profiles = build_profiles(&dockerfile);
+    assert!(
+        profiles.len() >= 2,
+        "the dependencies' layer and Dispatch: {profiles:?}"
+    );
+    let profile = &profiles[0];
+    assert!(
+        profiles.iter().all(|p| p == profile),
+        "the dependencies are built as Dispatch is: {profiles:?}"
+    );
+    // The profile's settings, as Cargo.toml writes them: its own, else the
+    // release profile's that it inherits.
+    use figment::providers::{Format, Toml};
+    let manifest: Value = figment::Figment::from(Toml::file_exact(repo("Cargo.toml")))
+        .extract()
+        .expect("Cargo.toml parses");
+    let own = &manifest["profile"][profile.as_str()];
+    if profile != "release" {
+        assert_eq!(
+            own["inherits"], "release",
+            "[profile.{profile}] is a release build: {own}"
+        );
+    }
+    let setting = |key: &str| match &own[key] {
+        Value::Null if profile != "release" => manifest["profile"]["release"][key].clone(),
+        value => value.clone(),
+    };
+    let debug = setting("debug");
+    assert!(
+        matches!(debug, Value::Null | Value::Bool(false)) || debug == 0 || debug == "none",
+        "the image's build ({profile}) keeps debug information: debug = {debug}"
+    );
+    let strip = setting("strip");
+    assert!(
+        strip == "debuginfo" || strip == "symbols" || strip == true,
+        "the image's build ({profile}) leaves the standard library's debug information in: strip = {strip}"
+    );
+    // The run stage takes that build's binary.
+    let copied = dockerfile
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("COPY --from=build "))
+        .find_map(|args| args.split_whitespace().next())
+        .expect("the run stage copies the binary from the build stage");
+    assert_eq!(copied, format!("/src/target/{profile}/dispatch"));
 }
