@@ -240,12 +240,12 @@ pub async fn start_with(
             max_timeout,
             config.webhook.connect_timeout,
             config.webhook.allow_private_networks,
-            config.resolver.clone(),
+            config.guard_names(),
         ),
         AwsClients::new(
             config.aws.timeout.min(max_timeout),
             (!config.webhook.allow_private_networks)
-                .then(|| GuardedResolver::new(config.resolver.clone())),
+                .then(|| GuardedResolver::new(config.guard_names())),
             config.aws.allow_default_credentials,
         ),
         config.aws.sqs_batch,

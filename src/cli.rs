@@ -221,8 +221,15 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         // A receiver needs no configuration and no database.
         return crate::listen::listen(args).await;
     }
-    let mut config = Config::load(cli.config.as_deref())?;
-    match cli.command.unwrap_or_default() {
+    let config = Config::load(cli.config.as_deref())?;
+    run_configured(cli.command, config).await
+}
+
+/// A command with its configuration loaded: what `run` does next. A test
+/// runs a command here with a configuration only code can give (its own
+/// resolver, see `Config::resolver`).
+pub async fn run_configured(command: Option<Command>, mut config: Config) -> anyhow::Result<()> {
+    match command.unwrap_or_default() {
         Command::Serve(args) => {
             // The flag wins over the configuration.
             if let Some(listen) = args.listen {

@@ -192,6 +192,10 @@ pub struct SweeperConfig {
 #[derive(Debug, Clone, Deserialize, Serialize)]
 pub struct WebhookConfig {
     pub allow_private_networks: bool,
+    /// Host names that may resolve to private addresses while every other
+    /// address is still judged (a service on the same compose network).
+    #[serde(default)]
+    pub allow_private_hosts: Vec<String>,
     #[serde(with = "duration")]
     pub timeout: Duration,
     #[serde(with = "duration")]
@@ -337,6 +341,14 @@ impl Config {
         Ok(config)
     }
 
+    /// Where the private-network guard looks names up: `resolver`, with the
+    /// names of `webhook.allow_private_hosts` let inside.
+    pub fn guard_names(&self) -> Resolver {
+        self.resolver
+            .clone()
+            .allowing_private(&self.webhook.allow_private_hosts)
+    }
+
     /// The defaults alone, for tests and tools that build a config in code.
     pub fn defaults() -> Self {
         Figment::from(Toml::string(DEFAULT_TOML))
@@ -364,6 +376,21 @@ impl Config {
         }
         if self.retention.batch_size == 0 {
             return invalid("retention.batch_size must be at least 1");
+        }
+        for host in &self.webhook.allow_private_hosts {
+            let name = host.trim().trim_end_matches('.');
+            let written_as_address = name.parse::<std::net::IpAddr>().is_ok()
+                || (name.starts_with('[') && name.ends_with(']'));
+            if name.is_empty()
+                || written_as_address
+                || name.contains(|c: char| c == ':' || c == '/' || c.is_whitespace())
+            {
+                return invalid(&format!(
+                    "webhook.allow_private_hosts: {host:?} is not a host name (write names such \
+                     as \"moto\", without scheme or port; addresses are let through only by \
+                     webhook.allow_private_networks)"
+                ));
+            }
         }
         self.secrets.sealer()?;
         Ok(())

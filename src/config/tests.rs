@@ -155,3 +155,34 @@ fn a_bad_duration_is_refused_with_its_key() {
         Ok(())
     });
 }
+
+#[test]
+fn private_hosts_are_names_given_as_a_list_in_the_environment() {
+    figment::Jail::expect_with(|jail| {
+        jail.set_env(
+            "DISPATCH_WEBHOOK__ALLOW_PRIVATE_HOSTS",
+            r#"["moto", "Queue.Local"]"#,
+        );
+        let c = Config::load(None).map_err(|e| e.to_string())?;
+        assert_eq!(c.webhook.allow_private_hosts, ["moto", "Queue.Local"]);
+        assert!(!c.webhook.allow_private_networks, "the rule still holds");
+        let names = c.guard_names();
+        assert!(names.allows_private("moto") && names.allows_private("queue.local"));
+        assert!(!names.allows_private("postgres"));
+        Ok(())
+    });
+    for bad in [
+        "10.0.0.5",
+        "[::1]",
+        "http://moto",
+        "moto:5000",
+        "",
+        "two words",
+    ] {
+        let mut c = Config::defaults();
+        c.webhook.allow_private_hosts = vec![bad.to_string()];
+        let err = c.validate().unwrap_err().to_string();
+        assert!(err.contains("webhook.allow_private_hosts"), "{bad}: {err}");
+    }
+    assert!(Config::defaults().webhook.allow_private_hosts.is_empty());
+}

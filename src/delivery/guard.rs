@@ -96,10 +96,15 @@ fn is_localhost_name(name: &str) -> bool {
 
 /// Resolves a name and refuses the whole answer when any address in it is
 /// not public (a mixed answer would let the connector pick the bad one).
+/// A name the operator lets inside (`webhook.allow_private_hosts`) is
+/// resolved and not judged.
 pub async fn resolve_public(
     names: &Resolver,
     host: &str,
 ) -> Result<Vec<IpAddr>, Box<dyn std::error::Error + Send + Sync>> {
+    if names.allows_private(host) {
+        return Ok(names.lookup(host).await?);
+    }
     let refuse = || {
         Box::new(PrivateAddressRefused {
             host: host.to_string(),
@@ -379,5 +384,34 @@ mod tests {
             guarded.resolve_dns("outside.test").await.unwrap(),
             [ip("93.184.216.34"), ip("2606:4700::1111")]
         );
+    }
+
+    #[tokio::test]
+    async fn only_the_names_the_operator_lets_inside_pass_with_private_answers() {
+        use aws_smithy_runtime_api::client::dns::ResolveDns;
+        let names = table().allowing_private(&["Inside.Test".to_string(), "localhost".to_string()]);
+        assert_eq!(
+            resolve_public(&names, "inside.test").await.unwrap(),
+            [ip("10.0.0.5")]
+        );
+        check_url(&names, "http://inside.test:5000/").await.unwrap();
+        let guarded = GuardedResolver::new(names.clone());
+        assert_eq!(
+            guarded.resolve_dns("inside.test").await.unwrap(),
+            [ip("10.0.0.5")]
+        );
+        // Named, localhost is the operator's choice too.
+        check_url(&names, "http://localhost/").await.unwrap();
+        // Every other name, and every address written as one, is judged.
+        for url in [
+            "http://mixed.test/",
+            "http://metadata.test/",
+            "http://10.0.0.5/",
+            "http://api.localhost/",
+        ] {
+            assert!(check_url(&names, url).await.is_err(), "{url}");
+        }
+        let err = guarded.resolve_dns("loopback6.test").await.unwrap_err();
+        assert!(find_refusal(&err).is_some(), "{err}");
     }
 }

@@ -22,7 +22,7 @@ impl OutboundPolicy {
         Self {
             allow_private_networks: c.webhook.allow_private_networks,
             allow_default_credentials: c.aws.allow_default_credentials,
-            names: c.resolver.clone(),
+            names: c.guard_names(),
         }
     }
 
@@ -52,7 +52,8 @@ impl OutboundPolicy {
                     errors.push(FieldError::new(
                         field,
                         "is not a public address (loopback, private, link-local and other \
-                         special-purpose networks are refused unless webhook.allow_private_networks is set)",
+                         special-purpose networks are refused unless webhook.allow_private_networks \
+                         is set or the host is in webhook.allow_private_hosts)",
                     ));
                 }
             }

@@ -2,7 +2,9 @@
 //! system's resolver, or a fixed table. The table exists for the tests, which
 //! must show the guard judging a name by its answer (inside, outside, one
 //! that changes) whatever this machine's own DNS says; no configuration file
-//! can set it (`Config::resolver` is not read from one).
+//! can set it (`Config::resolver` is not read from one). A resolver also
+//! carries the names the operator lets resolve inside
+//! (`webhook.allow_private_hosts`), which the guard does not judge.
 
 use std::{
     collections::HashMap,
@@ -17,6 +19,8 @@ type Table = HashMap<String, Vec<IpAddr>>;
 #[derive(Debug, Clone, Default)]
 pub struct Resolver {
     table: Option<Arc<RwLock<Table>>>,
+    /// Names whose answers may be private, as `key` writes them.
+    private_hosts: Arc<Vec<String>>,
 }
 
 impl Resolver {
@@ -34,7 +38,24 @@ impl Resolver {
             .collect();
         Self {
             table: Some(Arc::new(RwLock::new(table))),
+            private_hosts: Arc::default(),
         }
+    }
+
+    /// The same lookups, where `hosts` (names, compared as DNS compares
+    /// them) may resolve to private addresses: the operator's exceptions to
+    /// the guard (`webhook.allow_private_hosts`).
+    pub fn allowing_private(self, hosts: &[String]) -> Self {
+        Self {
+            private_hosts: Arc::new(hosts.iter().map(|h| key(h)).collect()),
+            ..self
+        }
+    }
+
+    /// Whether the operator lets `host` resolve to private addresses.
+    pub fn allows_private(&self, host: &str) -> bool {
+        let host = key(host);
+        self.private_hosts.contains(&host)
     }
 
     /// Changes a fixed table's answer for `name`, as a DNS record can change
@@ -96,5 +117,15 @@ mod tests {
             vec!["93.184.216.34".parse::<IpAddr>().unwrap()],
             "clones share the table"
         );
+    }
+
+    #[test]
+    fn the_names_let_inside_are_compared_as_dns_compares_them() {
+        let names = Resolver::system().allowing_private(&["Moto".to_string()]);
+        assert!(names.allows_private("moto"));
+        assert!(names.allows_private("MOTO."));
+        assert!(!names.allows_private("moto.example"));
+        assert!(!names.allows_private("postgres"));
+        assert!(!Resolver::system().allows_private("moto"));
     }
 }

@@ -1,6 +1,7 @@
 //! Pure types and rules: no I/O, no async.
 
 pub mod ids;
+pub mod lateness;
 pub mod message;
 pub mod payload;
 pub mod retry;

@@ -293,6 +293,34 @@ impl Activity {
     }
 }
 
+/// How a store writes instants: what `lateness_ms_sql` must turn into milliseconds.
+#[derive(Debug, Clone, Copy)]
+pub enum Instants {
+    /// PostgreSQL's `timestamptz`.
+    Timestamptz,
+    /// SQLite's integers, milliseconds since the epoch.
+    EpochMs,
+}
+
+/// The lateness rule of `domain::lateness` in SQL, in whole milliseconds and
+/// never below 0: `at` minus the later of `delivery_time` and `scheduled_at`
+/// (a message scheduled for an instant already past is late only from when
+/// it was scheduled). Each argument is a column or expression of the store.
+pub fn lateness_ms_sql(
+    instants: Instants,
+    at: &str,
+    delivery_time: &str,
+    scheduled_at: &str,
+) -> String {
+    match instants {
+        Instants::Timestamptz => format!(
+            "greatest(((date_part('epoch', {at}) \
+             - date_part('epoch', greatest({delivery_time}, {scheduled_at}))) * 1000)::bigint, 0)"
+        ),
+        Instants::EpochMs => format!("max({at} - max({delivery_time}, {scheduled_at}), 0)"),
+    }
+}
+
 /// How a store buckets lateness (ms, an integer expression `l` of SQL, at
 /// least 0) for the overview's percentiles: exact below a second, then to
 /// three significant digits (12,345 ms counts as 12,300): at most 1 % low,

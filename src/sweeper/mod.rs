@@ -19,6 +19,7 @@ use crate::{
     delivery::{Delivered, Deliverer, SQS_BATCH_MAX},
     domain::{
         ids::TargetId,
+        lateness,
         message::Attempt,
         retry::{AttemptOutcome, Next, RetryPolicy},
     },
@@ -378,15 +379,15 @@ impl Sweeper {
         }
     }
 
-    /// How late the first attempt of a ladder started: after the delivery
-    /// time, or after the message was (re)scheduled when that was later (a
-    /// message scheduled for the past is due when it is scheduled, not years
-    /// before).
+    /// How late the first attempt of a ladder started, by the one rule of
+    /// `domain::lateness` (from the later of the delivery time and the
+    /// moment the message was scheduled or rescheduled).
     fn observe_lateness(&self, c: &Claimed, started_at: chrono::DateTime<chrono::Utc>) {
         if c.ladder_attempts == 0 {
-            let due = c.delivery_time.max(c.scheduled_at);
-            let lateness = (started_at - due).num_milliseconds().max(0) as f64 / 1000.0;
-            meters().lateness.record(lateness);
+            let late = lateness::lateness(c.delivery_time, c.scheduled_at, started_at);
+            meters()
+                .lateness
+                .record(late.num_milliseconds() as f64 / 1000.0);
         }
     }
 

@@ -1,5 +1,6 @@
 //! A TCP proxy in front of PostgreSQL that a test can cut and restore, to
-//! simulate a database outage without touching the shared server.
+//! simulate a database outage without touching the shared server; or in
+//! front of moto, on the port a compose service would have.
 
 use std::{
     net::SocketAddr,
@@ -21,6 +22,16 @@ pub struct Proxy {
 impl Proxy {
     pub async fn start(upstream: String) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Self::serve(listener, upstream)
+    }
+
+    /// A proxy listening on `addr` (a loopback address of the test's
+    /// choosing: a service's port, under a name the test resolves to it).
+    pub async fn start_on(addr: SocketAddr, upstream: String) -> std::io::Result<Self> {
+        Ok(Self::serve(TcpListener::bind(addr).await?, upstream))
+    }
+
+    fn serve(listener: TcpListener, upstream: String) -> Self {
         let addr = listener.local_addr().unwrap();
         let down = Arc::new(AtomicBool::new(false));
         let conns: Arc<Mutex<Vec<AbortHandle>>> = Arc::default();

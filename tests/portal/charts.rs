@@ -89,3 +89,30 @@ async fn the_overview_charts_this_hours_deliveries_failures_dead_letters_and_lat
     assert_eq!(current_hour(&page, "dead-chart", "rect"), Some(2));
     app.shutdown().await;
 }
+
+/// A message scheduled for an hour before now is due when it is scheduled:
+/// delivered at once, its lateness is what the delivery took, not the hour
+/// (the rule of `dispatch_delivery_lateness_seconds` too).
+#[tokio::test]
+async fn a_message_scheduled_for_the_past_is_late_only_from_when_it_was_scheduled() {
+    let app = TestApp::spawn().await;
+    let api = app.api("acme").await;
+    let rx = Receiver::start().await;
+    rx.always(Reply::status(200));
+    let target = s(&api.webhook(&rx.url("/late")).await["targetId"]).to_string();
+    let an_hour_ago = common::in_ms(-3_600_000);
+    let m = api.schedule(&target, &an_hour_ago, "{}").await;
+    assert_eq!(m["deliveryTime"].as_str().unwrap(), an_hour_ago);
+    let id = s(&m["messageId"]).to_string();
+    api.wait_for_state(&id, "Delivered", WAIT).await;
+
+    let mut b = signed_in(&app, "acme", "ops@example.com").await;
+    let page = b.get("/portal/overview").await;
+    assert_eq!(page.status, StatusCode::OK);
+    let p99 = current_hour(&page, "lateness-chart", "circle class=\"p99\"").expect("a p99 point");
+    assert!(
+        p99 < 60_000,
+        "delivered at once: {p99} ms late, not the hour before it was scheduled"
+    );
+    app.shutdown().await;
+}

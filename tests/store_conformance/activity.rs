@@ -1,6 +1,7 @@
 //! The overview's charts (`PortalReads::activity`): per hour, the messages
 //! delivered (and how late those delivered at their first attempt
-//! arrived: to the millisecond below a second, then to three significant
+//! arrived, from the later of their delivery time and the moment they were
+//! scheduled: to the millisecond below a second, then to three significant
 //! digits), the attempts that failed and the messages dead-lettered; per
 //! target, deliveries and failures. Only the account's, only since the
 //! window's start.
@@ -23,12 +24,18 @@ async fn activity_is_counted_per_hour_and_per_target_and_lateness_is_ranked(stor
     // Before the window: not counted.
     let old = schedule(&*store, &t1, h0 - minutes(30)).await;
     deliver(&*store, &old, h0 - minutes(20)).await;
-    // Hour h0: four first-attempt deliveries, 10, 20, 30 and 1,000 ms late...
-    for late in [30, 10, 1_000, 20] {
+    // Hour h0: four first-attempt deliveries, 10, 20, 30 and 1,000 ms late:
+    // three scheduled ahead, late from their delivery time...
+    for late in [10, 1_000, 20] {
         let due = h0 + minutes(10);
-        let m = schedule(&*store, &t1, due).await;
+        let m = schedule_at(&*store, &t1, due, due - minutes(5)).await;
         deliver(&*store, &m, due + ms(late)).await;
     }
+    // ...and one scheduled for five hours before the moment it was
+    // scheduled, delivered 30 ms after it: late from when it was scheduled.
+    let scheduled = h0 + minutes(15);
+    let backfill = schedule_at(&*store, &t1, h0 - hours(5), scheduled).await;
+    deliver(&*store, &backfill, scheduled + ms(30)).await;
     // ...and one delivered at its second attempt, an hour late: counted,
     // its failure too, but not in the lateness of first attempts.
     let retried = schedule(&*store, &t1, h0 - minutes(40)).await;
@@ -53,7 +60,7 @@ async fn activity_is_counted_per_hour_and_per_target_and_lateness_is_ranked(stor
     // their lateness counts to three significant digits.
     for late in [123_456, 12_345] {
         let due = h1 + minutes(7);
-        let m = schedule(&*store, &t2, due).await;
+        let m = schedule_at(&*store, &t2, due, h1).await;
         deliver(&*store, &m, due + ms(late)).await;
     }
     // Another account's, in the window.

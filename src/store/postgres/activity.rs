@@ -30,9 +30,14 @@ impl PgStore {
     ) -> StoreResult<Activity> {
         // One scan of the window's deliveries, counted by the database per
         // (hour, lateness bucket) and per target: no row is ranked or sent.
-        let late =
-            "greatest(((date_part('epoch', delivered_at) - date_part('epoch', delivery_time)) \
-                    * 1000)::bigint, 0)";
+        // How late each first-attempt delivery was: from the later of its
+        // delivery time and its creation (the row keeps no later reschedule).
+        let late = lateness_ms_sql(
+            Instants::Timestamptz,
+            "delivered_at",
+            "delivery_time",
+            "created_at",
+        );
         let delivered_sql = format!(
             "SELECT GROUPING(target_id) = 0, hour, bucket, target_id, count(*) FROM ( \
                SELECT target_id, {hour} AS hour, \
@@ -40,7 +45,7 @@ impl PgStore {
                FROM messages WHERE state = 'Delivered' AND delivered_at >= $2 AND account = $1) d \
              GROUP BY GROUPING SETS ((hour, bucket), (target_id))",
             hour = hour_of("delivered_at"),
-            bucket = lateness_bucket_sql(late),
+            bucket = lateness_bucket_sql(&late),
         );
         let delivered = sqlx::query_as::<_, (bool, Option<i64>, Option<i64>, Option<String>, i64)>(
             &delivered_sql,

@@ -24,13 +24,19 @@ impl SqliteStore {
         since: DateTime<Utc>,
     ) -> StoreResult<Activity> {
         // Counted by SQLite per (hour, lateness bucket): no row is ranked
-        // or sent here.
+        // or sent here. Lateness runs from the later of the delivery time
+        // and the creation (the row keeps no later reschedule).
         let delivered_sql = format!(
             "SELECT delivered_at / 3600000 AS hour, \
                CASE WHEN attempt_count = 1 THEN {} END AS bucket, count(*) \
              FROM messages INDEXED BY messages_delivered \
              WHERE state = 'Delivered' AND delivered_at >= ?2 AND account = ?1 GROUP BY 1, 2",
-            lateness_bucket_sql("max(delivered_at - delivery_time, 0)"),
+            lateness_bucket_sql(&lateness_ms_sql(
+                Instants::EpochMs,
+                "delivered_at",
+                "delivery_time",
+                "created_at"
+            )),
         );
         let delivered = sqlx::query_as::<_, (i64, Option<i64>, i64)>(&delivered_sql)
             .bind(account)
