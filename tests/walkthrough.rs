@@ -74,7 +74,9 @@ async fn run_walkthrough(dir: &Path, api_port: u16, rx_port: u16) -> Walkthrough
         bin.display(),
         std::env::var("PATH").unwrap_or_default()
     );
-    let run = tokio::process::Command::new("bash")
+    // In a process group of its own, so that what it started in the
+    // background goes with it if it has to be stopped.
+    let child = tokio::process::Command::new("bash")
         .arg("-c")
         .arg(&script)
         .current_dir(dir)
@@ -83,12 +85,20 @@ async fn run_walkthrough(dir: &Path, api_port: u16, rx_port: u16) -> Walkthrough
         .env_remove("DISPATCH_SERVER__LISTEN")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
+        .process_group(0)
         .kill_on_drop(true)
-        .output();
-    let out = tokio::time::timeout(Duration::from_secs(60), run)
-        .await
-        .expect("the walkthrough finishes within a minute (no loop waits forever)")
+        .spawn()
         .expect("bash runs (the walkthrough needs bash, curl and jq)");
+    let group = child.id().expect("a running bash");
+    let out = match tokio::time::timeout(Duration::from_secs(60), child.wait_with_output()).await {
+        Ok(out) => out.unwrap(),
+        Err(_) => {
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", "--", &format!("-{group}")])
+                .status();
+            panic!("the walkthrough did not finish within a minute (a loop waits forever?)");
+        }
+    };
     Walkthrough {
         success: out.status.success(),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -275,7 +285,8 @@ async fn the_walkthrough_shows_why_its_service_did_not_start() {
     );
     assert!(
         w.stderr.contains(&format!(
-            "`dispatch serve --listen 127.0.0.1:{api_port}` stopped: see above"
+            "`dispatch serve --listen 127.0.0.1:{api_port}` did not answer at \
+             http://127.0.0.1:{api_port}/health/ready: see above"
         )),
         "{w}"
     );
