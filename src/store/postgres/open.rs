@@ -96,10 +96,9 @@ async fn create_database(url: &str, options: &PgConnectOptions) -> StoreResult<(
             );
             Err(StoreError::Setup(format!(
                 "the database \"{name}\" does not exist on {host}:{port}, and it could not be \
-                 created as user \"{user}\" ({why}). Create it, for example with \
-                 `createdb -h {host} -p {port} -U {user} {name}` run by a user who may (or, as a \
-                 superuser, `CREATE DATABASE \"{name}\" OWNER \"{user}\"`), or point \
-                 DATABASE_URL at a database that exists"
+                 created as user \"{user}\" ({why}). Create it as a user who may, for \
+                 example `createdb -h {host} -p {port} -U postgres -O {user} {name}` (the \
+                 database owned by \"{user}\"), or point DATABASE_URL at a database that exists"
             )))
         }
     }
