@@ -20,11 +20,11 @@ use serde_json::json;
 
 use crate::{
     app,
-    auth::{parse_scopes, secrets, SCOPES},
+    auth::{parse_scopes, SCOPES},
     config::Config,
     domain::ids::AccountId,
     service::{identities::MIN_PASSWORD, Service, ServiceError},
-    store::{portal::Role, ClientRecord, ClientSummary},
+    store::{portal::Role, ClientSummary},
     wire::TargetOut,
 };
 
@@ -264,9 +264,6 @@ pub async fn run_configured(command: Option<Command>, mut config: Config) -> any
     }
 }
 
-/// Rows re-encrypted per transaction: short, so that instances keep serving.
-const ROTATE_BATCH: u32 = 100;
-
 async fn rotate_secrets(config: Config) -> anyhow::Result<()> {
     let Some(sealer) = config.secrets.sealer()? else {
         anyhow::bail!(
@@ -274,14 +271,17 @@ async fn rotate_secrets(config: Config) -> anyhow::Result<()> {
              the key to encrypt every stored secret under"
         );
     };
-    let (store, _) = store_line::open_admin(&config).await?.into_parts();
-    let done = crate::store::reseal_all(store.as_ref(), ROTATE_BATCH)
+    let current_key = sealer.current_key_id().to_string();
+    let done = admin_service(config)
+        .await?
+        .reseal_secrets()
         .await
+        .map_err(refused)
         .context("re-encrypting stored secrets")?;
     println!(
         "re-encrypted {} rows under key id {} ({} target secrets, {} token-signing keys)",
         done.targets + done.signing_keys,
-        sealer.current_key_id(),
+        current_key,
         done.targets,
         done.signing_keys
     );
@@ -367,16 +367,14 @@ async fn offer_first_client(
         );
         return Ok(());
     }
-    let (client_id, secret) = secrets::generate_client_credentials();
-    store
-        .create_client(&ClientRecord {
-            client_id: client_id.clone(),
-            account: DEMO_ACCOUNT.into(),
-            name: "development".into(),
-            secret_hash: secrets::hash_client_secret(&secret),
-            scopes: SCOPES.iter().map(|s| s.to_string()).collect(),
-        })
-        .await?;
+    let demo = AccountId::parse(DEMO_ACCOUNT).expect("a valid account name");
+    let client = running
+        .state
+        .service
+        .create_client(&demo, "development", &[])
+        .await
+        .map_err(refused)?;
+    let (client_id, secret) = (client.record.client_id, client.secret);
     let base = format!("http://{}", running.addr);
     eprintln!(
         "\n  {store_name}, first start: created a development client for the account `{DEMO_ACCOUNT}`.\n  \
@@ -483,16 +481,16 @@ async fn list_clients(config: Config, args: ListClients) -> anyhow::Result<()> {
 }
 
 async fn revoke_client(config: Config, args: RevokeClient) -> anyhow::Result<()> {
-    let (store, _) = store_line::open_admin(&config).await?.into_parts();
-    let Some(revoked) = store
-        .revoke_client(
-            &args.client_id,
-            crate::clock::Clock::now(&crate::clock::SystemClock),
-        )
+    let revoked = match admin_service(config)
+        .await?
+        .revoke_client(&args.client_id)
         .await
-        .context("revoking the client")?
-    else {
-        anyhow::bail!("there is no client with the id {}", args.client_id);
+    {
+        Ok(revoked) => revoked,
+        Err(ServiceError::NotFound) => {
+            anyhow::bail!("there is no client with the id {}", args.client_id)
+        }
+        Err(e) => return Err(refused(e).context("revoking the client")),
     };
     println!("{}", client_json(&revoked));
     eprintln!(

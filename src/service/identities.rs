@@ -6,9 +6,13 @@ use crate::{
     domain::ids::AccountId,
     store::{
         portal::{Role, UserRecord},
-        ClientRecord,
+        ClientRecord, ClientSummary, Resealed,
     },
 };
+
+/// Rows re-encrypted per transaction when secrets are resealed: short, so
+/// that instances keep serving.
+pub const RESEAL_BATCH: u32 = 100;
 
 /// A new client: its record, and its secret, which is shown this once.
 #[derive(Debug)]
@@ -43,6 +47,21 @@ impl Service {
         };
         self.store.create_client(&record).await?;
         Ok(NewClient { record, secret })
+    }
+
+    /// Revokes a client: its token requests are refused at once, the tokens
+    /// it holds within seconds on every instance. Unknown: `NotFound`.
+    pub async fn revoke_client(&self, client_id: &str) -> ServiceResult<ClientSummary> {
+        self.store
+            .revoke_client(client_id, self.now())
+            .await?
+            .ok_or(ServiceError::NotFound)
+    }
+
+    /// Re-encrypts every stored secret under the configured key, a batch a
+    /// transaction, while instances keep serving.
+    pub async fn reseal_secrets(&self) -> ServiceResult<Resealed> {
+        Ok(crate::store::reseal_all(self.store.as_ref(), RESEAL_BATCH).await?)
     }
 
     /// A portal user of `account` with `role`; emails are unique across accounts.
