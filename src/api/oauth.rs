@@ -12,11 +12,7 @@ use axum::{
 use base64::{engine::general_purpose::STANDARD as B64, Engine};
 
 use crate::{
-    auth::{
-        known_scopes, parse_scopes,
-        secrets::{self, ClientSecretCheck},
-        tokens::TokenError,
-    },
+    auth::{known_scopes, parse_scopes, tokens::TokenError},
     limits::retry_after_secs,
     state::AppState,
     store::ClientRecord,
@@ -249,40 +245,17 @@ fn unavailable() -> OAuthError {
     )
 }
 
-/// The client, if `secret` is its secret. An unknown (or revoked) client id
-/// costs the same work as a wrong secret, and answers the same.
+/// The client, if `secret` is its secret (see `Service::authenticate_client`).
 async fn authenticate(
     state: &AppState,
     client_id: &str,
     secret: String,
 ) -> Result<Option<ClientRecord>, OAuthError> {
-    let client = state
-        .store
-        .find_client(client_id)
+    state
+        .service
+        .authenticate_client(client_id, secret)
         .await
-        .map_err(|_| unavailable())?;
-    let Some(client) = client else {
-        secrets::verify_against_nothing(&secret);
-        return Ok(None);
-    };
-    let stored = client.secret_hash.clone();
-    let check = if secrets::is_slow_hash(&stored) {
-        tokio::task::spawn_blocking(move || secrets::verify_client_secret(&secret, &stored))
-            .await
-            .unwrap_or(ClientSecretCheck::Wrong)
-    } else {
-        secrets::verify_client_secret(&secret, &stored)
-    };
-    if let ClientSecretCheck::RightUpgrade(fast) = &check {
-        let replaced = state
-            .store
-            .replace_client_secret_hash(client_id, &client.secret_hash, fast)
-            .await;
-        if let Err(e) = replaced {
-            tracing::warn!(error = %e, client_id, "could not store the fast form of a secret hash");
-        }
-    }
-    Ok(check.is_right().then_some(client))
+        .map_err(|_| unavailable())
 }
 
 /// HTTP Basic credentials; id and secret are form-urlencoded inside (RFC 6749 §2.3.1).

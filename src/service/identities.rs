@@ -2,7 +2,10 @@
 
 use super::{Conflict, Service, ServiceError, ServiceResult};
 use crate::{
-    auth::{secrets, Scope},
+    auth::{
+        secrets::{self, ClientSecretCheck},
+        Scope,
+    },
     domain::ids::AccountId,
     store::{
         portal::{Role, UserRecord},
@@ -47,6 +50,39 @@ impl Service {
         };
         self.store.create_client(&record).await?;
         Ok(NewClient { record, secret })
+    }
+
+    /// The client, if `secret` is its secret. An unknown (or revoked) client
+    /// id costs the same work as a wrong secret, and answers the same. A
+    /// secret still stored in its slow form is checked off the async
+    /// threads, and its fast form stored for the next request.
+    pub async fn authenticate_client(
+        &self,
+        client_id: &str,
+        secret: String,
+    ) -> ServiceResult<Option<ClientRecord>> {
+        let Some(client) = self.store.find_client(client_id).await? else {
+            secrets::verify_against_nothing(&secret);
+            return Ok(None);
+        };
+        let stored = client.secret_hash.clone();
+        let check = if secrets::is_slow_hash(&stored) {
+            tokio::task::spawn_blocking(move || secrets::verify_client_secret(&secret, &stored))
+                .await
+                .unwrap_or(ClientSecretCheck::Wrong)
+        } else {
+            secrets::verify_client_secret(&secret, &stored)
+        };
+        if let ClientSecretCheck::RightUpgrade(fast) = &check {
+            let replaced = self
+                .store
+                .replace_client_secret_hash(client_id, &client.secret_hash, fast)
+                .await;
+            if let Err(e) = replaced {
+                tracing::warn!(error = %e, client_id, "could not store the fast form of a secret hash");
+            }
+        }
+        Ok(check.is_right().then_some(client))
     }
 
     /// Revokes a client: its token requests are refused at once, the tokens
