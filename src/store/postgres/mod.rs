@@ -29,7 +29,6 @@ pub mod listen;
 mod messages;
 mod open;
 mod ordering;
-mod people;
 mod portal;
 mod rows;
 mod schedules;
@@ -112,6 +111,12 @@ pub(crate) fn map_err(e: sqlx::Error) -> StoreError {
 
 fn millis_i64(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+impl super::sql::Backend for PgStore {
+    fn db(&self) -> super::sql::Db<'_> {
+        super::sql::Db::Postgres(&self.pool)
+    }
 }
 
 #[async_trait]

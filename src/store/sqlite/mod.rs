@@ -16,7 +16,6 @@ mod identities;
 mod messages;
 mod open;
 mod ordering;
-mod people;
 mod portal;
 mod rows;
 mod schedules;
@@ -48,7 +47,7 @@ pub struct SqliteStore {
     _lock: Option<File>,
 }
 
-fn map_err(e: sqlx::Error) -> StoreError {
+pub(crate) fn map_err(e: sqlx::Error) -> StoreError {
     match &e {
         sqlx::Error::Io(_)
         | sqlx::Error::PoolTimedOut
@@ -85,6 +84,15 @@ impl SqliteStore {
 
     async fn begin(&self) -> StoreResult<Transaction<'static, Sqlite>> {
         self.writer.begin().await.map_err(map_err)
+    }
+}
+
+impl super::sql::Backend for SqliteStore {
+    fn db(&self) -> super::sql::Db<'_> {
+        super::sql::Db::Sqlite {
+            writer: &self.writer,
+            reader: &self.reader,
+        }
     }
 }
 
