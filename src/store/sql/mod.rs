@@ -11,6 +11,10 @@
 //!   PostgreSQL needs rows locked to decide changes one at a time
 //!   (`Tx::locks_rows`, `Tx::for_update`).
 //!
+//! - Each driver's errors are mapped once, here (`pg_err`, `sqlite_err`),
+//!   for the shared bodies and the backends alike: the backends depend on
+//!   this layer, never the other way.
+//!
 //! What differs beyond that (the claim with `SKIP LOCKED` against the
 //! single writer, bulk inserts, LISTEN/NOTIFY, opening) stays in
 //! `postgres/` and `sqlite/`.
@@ -277,12 +281,39 @@ where
     }
 }
 
-fn pg_err(e: sqlx::Error) -> StoreError {
-    super::postgres::map_err(e)
+/// PostgreSQL's driver errors, mapped once: lost connections mean "not
+/// ready", the rest is internal.
+pub(crate) fn pg_err(e: sqlx::Error) -> StoreError {
+    match &e {
+        // A connection lost mid-conversation shows as I/O or as a protocol
+        // error (the stream ended where a message was expected).
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::Protocol(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => StoreError::Unavailable(e),
+        sqlx::Error::Database(db)
+            if db.code().is_some_and(|c| {
+                c.starts_with("08") || c == "57P01" || c == "57P02" || c == "57P03"
+            }) =>
+        {
+            StoreError::Unavailable(e)
+        }
+        _ => StoreError::Database(e),
+    }
 }
 
-fn sqlite_err(e: sqlx::Error) -> StoreError {
-    super::sqlite::map_err(e)
+/// SQLite's driver errors, mapped once: an unusable file or pool means
+/// "not ready", the rest is internal.
+pub(crate) fn sqlite_err(e: sqlx::Error) -> StoreError {
+    match &e {
+        sqlx::Error::Io(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => StoreError::Unavailable(e),
+        _ => StoreError::Database(e),
+    }
 }
 
 /// A value either database binds.

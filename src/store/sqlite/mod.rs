@@ -31,6 +31,7 @@ use std::{
 use async_trait::async_trait;
 use sqlx::{Sqlite, SqlitePool, Transaction};
 
+use super::sql::sqlite_err as map_err;
 use super::*;
 use crate::auth::sealing::Sealer;
 
@@ -45,16 +46,6 @@ pub struct SqliteStore {
     /// Held for the store's lifetime by a serving process: one per database
     /// file. None for an admin command.
     _lock: Option<File>,
-}
-
-pub(crate) fn map_err(e: sqlx::Error) -> StoreError {
-    match &e {
-        sqlx::Error::Io(_)
-        | sqlx::Error::PoolTimedOut
-        | sqlx::Error::PoolClosed
-        | sqlx::Error::WorkerCrashed => StoreError::Unavailable(e),
-        _ => StoreError::Database(e),
-    }
 }
 
 impl SqliteStore {
