@@ -119,8 +119,8 @@ impl Tx {
     }
 }
 
-/// A connection inside a transaction, for helpers that a backend's own
-/// transaction calls too (`Conn::from(&mut *tx)`).
+/// A connection inside a transaction, for shared functions that a
+/// backend's own transaction calls too (`Conn::from(&mut *tx)`).
 pub(crate) enum Conn<'c> {
     Postgres(&'c mut PgConnection),
     Sqlite(&'c mut SqliteConnection),
