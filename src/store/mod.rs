@@ -28,6 +28,7 @@ pub mod prelude;
 mod rules;
 mod schedules;
 mod sealed;
+mod sql;
 pub mod sqlite;
 
 pub use bulk::*;

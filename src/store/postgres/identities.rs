@@ -6,7 +6,14 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use super::{map_err, PgStore};
-use crate::store::{portal::*, *};
+use crate::store::{
+    portal::*,
+    sql::{
+        people::{insert_user, user_from_row, UserRow},
+        Conn,
+    },
+    *,
+};
 
 type SummaryRow = (
     String,
@@ -43,7 +50,6 @@ type SessionRow = (
     String,
     Option<String>,
 );
-pub(super) type UserRow = (String, String, String, String, DateTime<Utc>, String);
 
 #[async_trait]
 impl IdentityStore for PgStore {
@@ -172,7 +178,7 @@ impl IdentityStore for PgStore {
             .execute(&mut *tx)
             .await
             .map_err(map_err)?;
-        let created = insert_user(&mut tx, u).await?;
+        let created = insert_user(Conn::from(&mut *tx), u).await?;
         tx.commit().await.map_err(map_err)?;
         Ok(created)
     }
@@ -253,39 +259,4 @@ fn session_from_row(r: SessionRow) -> StoreResult<SessionRecord> {
         role: Role::from_stored(&role)?,
         time_zone,
     })
-}
-
-pub(super) fn user_from_row(
-    (id, account, email, password_hash, created_at, role): UserRow,
-) -> StoreResult<UserRecord> {
-    Ok(UserRecord {
-        id,
-        account,
-        email,
-        password_hash,
-        role: Role::from_stored(&role)?,
-        created_at,
-    })
-}
-
-/// Inserts a person; false when the email is taken.
-pub(super) async fn insert_user(
-    tx: &mut sqlx::Transaction<'static, sqlx::Postgres>,
-    u: &UserRecord,
-) -> StoreResult<bool> {
-    let n = sqlx::query(
-        "INSERT INTO portal_users (id, account, email, password_hash, created_at, role) \
-         VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (email) DO NOTHING",
-    )
-    .bind(&u.id)
-    .bind(&u.account)
-    .bind(&u.email)
-    .bind(&u.password_hash)
-    .bind(u.created_at)
-    .bind(u.role.as_str())
-    .execute(&mut **tx)
-    .await
-    .map_err(map_err)?
-    .rows_affected();
-    Ok(n == 1)
 }

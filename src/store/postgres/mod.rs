@@ -29,7 +29,6 @@ pub mod listen;
 mod messages;
 mod open;
 mod ordering;
-mod people;
 mod portal;
 mod rows;
 mod schedules;
@@ -42,6 +41,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::{PgPool, Postgres, Transaction};
 
+use super::sql::pg_err as map_err;
 use super::*;
 use crate::auth::sealing::Sealer;
 
@@ -88,30 +88,14 @@ impl PgStore {
     }
 }
 
-/// Maps driver errors once: lost connections mean "not ready", the rest is internal.
-pub(crate) fn map_err(e: sqlx::Error) -> StoreError {
-    match &e {
-        // A connection lost mid-conversation shows as I/O or as a protocol
-        // error (the stream ended where a message was expected).
-        sqlx::Error::Io(_)
-        | sqlx::Error::Tls(_)
-        | sqlx::Error::Protocol(_)
-        | sqlx::Error::PoolTimedOut
-        | sqlx::Error::PoolClosed
-        | sqlx::Error::WorkerCrashed => StoreError::Unavailable(e),
-        sqlx::Error::Database(db)
-            if db.code().is_some_and(|c| {
-                c.starts_with("08") || c == "57P01" || c == "57P02" || c == "57P03"
-            }) =>
-        {
-            StoreError::Unavailable(e)
-        }
-        _ => StoreError::Database(e),
-    }
-}
-
 fn millis_i64(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+impl super::sql::Backend for PgStore {
+    fn db(&self) -> super::sql::Db<'_> {
+        super::sql::Db::Postgres(&self.pool)
+    }
 }
 
 #[async_trait]

@@ -6,7 +6,14 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use super::{map_err, rows::*, SqliteStore};
-use crate::store::{portal::*, *};
+use crate::store::{
+    portal::*,
+    sql::{
+        people::{insert_user, user_from_row, UserRow},
+        Conn,
+    },
+    *,
+};
 
 type SummaryRow = (String, String, String, String, i64, Option<i64>);
 
@@ -37,7 +44,6 @@ type SessionRow = (
     String,
     Option<String>,
 );
-pub(super) type UserRow = (String, String, String, String, i64, String);
 
 #[async_trait]
 impl IdentityStore for SqliteStore {
@@ -170,7 +176,7 @@ impl IdentityStore for SqliteStore {
             .execute(&mut *tx)
             .await
             .map_err(map_err)?;
-        let created = insert_user(&mut tx, u).await?;
+        let created = insert_user(Conn::from(&mut *tx), u).await?;
         tx.commit().await.map_err(map_err)?;
         Ok(created)
     }
@@ -261,39 +267,4 @@ impl IdentityStore for SqliteStore {
             .map_err(map_err)?;
         Ok(())
     }
-}
-
-pub(super) fn user_from_row(
-    (id, account, email, password_hash, created_at, role): UserRow,
-) -> StoreResult<UserRecord> {
-    Ok(UserRecord {
-        id,
-        account,
-        email,
-        password_hash,
-        role: Role::from_stored(&role)?,
-        created_at: from_ms(created_at),
-    })
-}
-
-/// Inserts a person; false when the email is taken.
-pub(super) async fn insert_user(
-    tx: &mut sqlx::Transaction<'static, sqlx::Sqlite>,
-    u: &UserRecord,
-) -> StoreResult<bool> {
-    let n = sqlx::query(
-        "INSERT INTO portal_users (id, account, email, password_hash, created_at, role) \
-         VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (email) DO NOTHING",
-    )
-    .bind(&u.id)
-    .bind(&u.account)
-    .bind(&u.email)
-    .bind(&u.password_hash)
-    .bind(ms(u.created_at))
-    .bind(u.role.as_str())
-    .execute(&mut **tx)
-    .await
-    .map_err(map_err)?
-    .rows_affected();
-    Ok(n == 1)
 }

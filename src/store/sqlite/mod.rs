@@ -16,7 +16,6 @@ mod identities;
 mod messages;
 mod open;
 mod ordering;
-mod people;
 mod portal;
 mod rows;
 mod schedules;
@@ -32,6 +31,7 @@ use std::{
 use async_trait::async_trait;
 use sqlx::{Sqlite, SqlitePool, Transaction};
 
+use super::sql::sqlite_err as map_err;
 use super::*;
 use crate::auth::sealing::Sealer;
 
@@ -46,16 +46,6 @@ pub struct SqliteStore {
     /// Held for the store's lifetime by a serving process: one per database
     /// file. None for an admin command.
     _lock: Option<File>,
-}
-
-fn map_err(e: sqlx::Error) -> StoreError {
-    match &e {
-        sqlx::Error::Io(_)
-        | sqlx::Error::PoolTimedOut
-        | sqlx::Error::PoolClosed
-        | sqlx::Error::WorkerCrashed => StoreError::Unavailable(e),
-        _ => StoreError::Database(e),
-    }
 }
 
 impl SqliteStore {
@@ -85,6 +75,15 @@ impl SqliteStore {
 
     async fn begin(&self) -> StoreResult<Transaction<'static, Sqlite>> {
         self.writer.begin().await.map_err(map_err)
+    }
+}
+
+impl super::sql::Backend for SqliteStore {
+    fn db(&self) -> super::sql::Db<'_> {
+        super::sql::Db::Sqlite {
+            writer: &self.writer,
+            reader: &self.reader,
+        }
     }
 }
 
