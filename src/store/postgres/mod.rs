@@ -43,7 +43,7 @@ use chrono::{DateTime, Utc};
 use sqlx::{PgPool, Postgres, Transaction};
 
 use super::*;
-use crate::auth::sealing::Sealer;
+use crate::sealing::Sealer;
 
 /// The channel other instances LISTEN on.
 pub const WAKE_CHANNEL: &str = "dispatch_wake";

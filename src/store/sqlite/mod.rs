@@ -33,7 +33,7 @@ use async_trait::async_trait;
 use sqlx::{Sqlite, SqlitePool, Transaction};
 
 use super::*;
-use crate::auth::sealing::Sealer;
+use crate::sealing::Sealer;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
 
