@@ -15,7 +15,7 @@ use crate::{
     auth::{
         known_scopes, parse_scopes,
         secrets::{self, ClientSecretCheck},
-        tokens::TokenError,
+        TokenError,
     },
     limits::retry_after_secs,
     state::AppState,
