@@ -15,12 +15,11 @@ use super::{
     target_form::{self, TargetForm},
     target_secret,
     targets::{all_targets, destination, load, NoticeQuery},
-    PortalError, PortalForm, PortalResult,
+    PortalForm, PortalResult,
 };
 use crate::store::portal::Role;
 use crate::{
     domain::{
-        ids::TargetId,
         message::State as MsgState,
         target::{
             gate::{period, BreakerState},
