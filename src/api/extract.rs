@@ -11,7 +11,7 @@ use axum::{
 use serde_json::Value;
 
 use super::{error::ApiError, AppState};
-use crate::auth::{Principal, Scope, TokenError};
+use crate::auth::{tokens::TokenError, Principal, Scope};
 
 /// A JSON body (`application/json` or any `+json` type) parsed into a Value.
 pub struct JsonBody(pub Value);

@@ -1,8 +1,9 @@
 //! Authentication: client secrets, access tokens we issue, tokens of an
-//! external issuer, and scopes.
+//! external issuer, scopes, and the sealing of secrets at rest.
 
 pub mod jwks;
 pub mod revocations;
+pub mod sealing;
 pub mod secrets;
 pub mod tokens;
 
@@ -74,17 +75,6 @@ impl Principal {
     pub fn has_scope(&self, scope: Scope) -> bool {
         self.scopes.contains(&scope)
     }
-}
-
-/// Why a bearer token establishes no `Principal`, whichever issuer signed it
-/// (this server, `tokens`, or an external one, `jwks`).
-#[derive(Debug, thiserror::Error)]
-pub enum TokenError {
-    /// Malformed, badly signed, expired, or from an unknown issuer.
-    #[error("invalid token: {0}")]
-    Invalid(String),
-    #[error("token keys are unavailable")]
-    Unavailable(#[source] crate::store::StoreError),
 }
 
 /// Splits a space-separated scope string into scopes, each once, in the

@@ -11,8 +11,7 @@ use serde::Deserialize;
 
 use super::{
     layout::{self, Section},
-    list_query::ListQuery,
-    messages::{load, WATCH_AHEAD},
+    messages::{load, ListQuery},
     session::Session,
     when, PortalError, PortalForm, PortalResult,
 };
@@ -32,6 +31,10 @@ pub struct ActionForm {
     /// Set by the "Deliver now" button.
     now: Option<String>,
 }
+
+/// A message page watches (reloads until settled) only a delivery due
+/// within this long.
+pub const WATCH_AHEAD: chrono::TimeDelta = chrono::TimeDelta::minutes(2);
 
 pub async fn cancel(
     State(state): State<AppState>,

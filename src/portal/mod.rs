@@ -11,7 +11,6 @@ mod actions;
 mod charts;
 mod error_page;
 mod layout;
-mod list_query;
 mod message_list;
 mod messages;
 mod overview;
@@ -21,10 +20,8 @@ mod ranges;
 mod schedule_form;
 mod schedules;
 mod session;
-mod sign_in;
 mod target_actions;
 mod target_form;
-mod target_pages;
 mod target_secret;
 mod targets;
 mod when;
@@ -55,20 +52,17 @@ pub fn router(state: AppState) -> Router<AppState> {
         )
         .route(
             "/portal/login",
-            get(sign_in::login_page).post(sign_in::login),
+            get(session::login_page).post(session::login),
         )
         .route("/portal/logout", post(session::logout))
         .route("/portal/overview", get(overview::page))
-        .route(
-            "/portal/targets",
-            get(target_pages::list).post(target_pages::create),
-        )
-        .route("/portal/targets/new", get(target_pages::new))
+        .route("/portal/targets", get(targets::list).post(targets::create))
+        .route("/portal/targets/new", get(targets::new))
         .route(
             "/portal/targets/{id}",
-            get(target_pages::show).post(target_pages::update),
+            get(targets::show).post(targets::update),
         )
-        .route("/portal/targets/{id}/edit", get(target_pages::edit))
+        .route("/portal/targets/{id}/edit", get(targets::edit))
         .route("/portal/targets/{id}/secret", get(target_secret::secret))
         .route("/portal/targets/{id}/enable", post(target_actions::enable))
         .route(
@@ -93,17 +87,17 @@ pub fn router(state: AppState) -> Router<AppState> {
             "/portal/targets/{id}/cancel-range",
             get(ranges::cancel_confirm).post(ranges::cancel),
         )
-        .route("/portal/messages", get(message_list::list))
-        .route("/portal/messages/bulk", post(actions::bulk))
+        .route("/portal/messages", get(messages::list))
+        .route("/portal/messages/bulk", post(messages::bulk))
         .route(
             "/portal/messages/redrive",
-            get(actions::redrive_confirm).post(actions::redrive),
+            get(messages::redrive_confirm).post(messages::redrive),
         )
         .route("/portal/messages/{id}", get(messages::show))
-        .route("/portal/messages/{id}/cancel", post(actions::cancel))
+        .route("/portal/messages/{id}/cancel", post(messages::cancel))
         .route(
             "/portal/messages/{id}/reschedule",
-            post(actions::reschedule),
+            post(messages::reschedule),
         )
         .route(
             "/portal/schedules",

@@ -5,9 +5,8 @@
 //! one request), the outbound policy, the wake-up of the sweeper, the metrics
 //! and the group commit.
 //!
-//! It may import the domain, the store, the outbound policy, the sweeper's
-//! buffer of messages claimed ahead (`Held`, handed to it at start) and the
-//! wire types it remembers for idempotent replays; never `api` or `portal`.
+//! It may import the domain, the store, the outbound policy and the wire
+//! types it remembers for idempotent replays; never `api` or `portal`.
 
 pub mod bulk;
 pub mod coalesce;
@@ -27,7 +26,6 @@ use crate::{
     config::Config,
     domain::{message::State, target::FieldError},
     store::{Store, StoreError},
-    sweeper::ahead::Held,
     wake::Wake,
 };
 
@@ -40,9 +38,6 @@ pub struct Service {
     store: Arc<dyn Store>,
     config: Arc<Config>,
     wake: Arc<Wake>,
-    /// The sweeper's messages claimed ahead of their time: a cancel or
-    /// reschedule on this instance takes them back first.
-    held: Arc<Held>,
     /// Single schedule requests go through the group commit when there is one.
     inserts: Option<Arc<Coalescer>>,
     clock: Arc<dyn Clock>,
@@ -53,7 +48,6 @@ impl Service {
         store: Arc<dyn Store>,
         config: Arc<Config>,
         wake: Arc<Wake>,
-        held: Arc<Held>,
         inserts: Option<Arc<Coalescer>>,
         clock: Arc<dyn Clock>,
     ) -> Self {
@@ -61,7 +55,6 @@ impl Service {
             store,
             config,
             wake,
-            held,
             inserts,
             clock,
         }
@@ -75,7 +68,6 @@ impl Service {
             store,
             config,
             Arc::new(Wake::default()),
-            Arc::new(Held::default()),
             None,
             Arc::new(SystemClock),
         )

@@ -38,13 +38,10 @@ pub enum TargetChange<'a> {
 impl Service {
     /// The outbound rules (private networks, AWS credentials), as field errors.
     pub async fn check_outbound(&self, config: &TargetConfig) -> ServiceResult<()> {
-        let c = &self.config;
-        let policy = OutboundPolicy {
-            allow_private_networks: c.webhook.allow_private_networks,
-            allow_default_credentials: c.aws.allow_default_credentials,
-            names: c.guard_names(),
-        };
-        policy.check(config).await.map_err(ServiceError::Invalid)
+        OutboundPolicy::from_config(&self.config)
+            .check(config)
+            .await
+            .map_err(ServiceError::Invalid)
     }
 
     pub async fn create_target(
@@ -115,7 +112,7 @@ impl Service {
         };
         let limits_changed = changed.config.limits() != current.config.limits();
         let mut updated = if changed.name != current.name || changed.config != current.config {
-            let _no_claims_ahead = self.held.gate.write().await;
+            let _no_claims_ahead = self.wake.held.gate.write().await;
             let updated = self
                 .store
                 .update_target(&changed)
@@ -175,7 +172,7 @@ impl Service {
             updated_at: now,
             ..current
         };
-        let _no_claims_ahead = self.held.gate.write().await;
+        let _no_claims_ahead = self.wake.held.gate.write().await;
         let target = self
             .store
             .update_target(&changed)
@@ -225,7 +222,7 @@ impl Service {
         let _no_claims_ahead = if enabled {
             None
         } else {
-            Some(self.held.gate.write().await)
+            Some(self.wake.held.gate.write().await)
         };
         let t = self
             .store
@@ -249,6 +246,7 @@ impl Service {
     /// on their own (late, not lost).
     async fn give_back_held(&self, id: &TargetId) {
         let back: Vec<_> = self
+            .wake
             .held
             .take_target(id)
             .into_iter()

@@ -17,7 +17,7 @@ use super::{
     shares::{InFlight, Share, Waiting},
     Sweeper,
 };
-use crate::{delivery::Outgoing, domain::ids::TargetId, store::Claimed};
+use crate::{domain::ids::TargetId, store::Claimed};
 
 pub(super) struct Dispatch {
     sweeper: Sweeper,
@@ -72,7 +72,7 @@ impl Dispatch {
 
     fn launch(self: &Arc<Self>, waiting: Waiting, share: Share, permit: OwnedSemaphorePermit) {
         if waiting.ahead {
-            self.sweeper.held.done(&waiting.group);
+            self.sweeper.wake.held.done(&waiting.group);
         }
         let this = self.clone();
         // The attempt's future is large (a request in flight): boxed, the
@@ -127,7 +127,7 @@ impl Dispatch {
         let needs = self
             .sweeper
             .deliverer
-            .attempt_timeout(&Outgoing::from(&waiting.group[0]))
+            .attempt_timeout(&waiting.group[0])
             .min(self.sweeper.config.lease / 2);
         Instant::now() + needs < self.sweeper.lease_deadline(waiting.claimed_at)
     }
@@ -139,7 +139,7 @@ impl Dispatch {
             return;
         }
         for w in waiting.iter().filter(|w| w.ahead) {
-            self.sweeper.held.done(&w.group);
+            self.sweeper.wake.held.done(&w.group);
         }
         let store = self.sweeper.store.clone();
         let wake = self.sweeper.wake.clone();
@@ -152,7 +152,7 @@ impl Dispatch {
     /// Stops: what waits is given back, the attempts in flight end.
     pub async fn stop(&self) {
         let mut waiting = self.targets.take_waiting();
-        let held = self.sweeper.held.take_all();
+        let held = self.sweeper.wake.held.take_all();
         waiting.extend(held.into_iter().map(|c| Waiting {
             group: vec![c],
             claimed_at: Instant::now(),

@@ -16,7 +16,7 @@ use tracing::{debug, warn, Instrument};
 use crate::{
     clock::Clock,
     config::SweeperConfig,
-    delivery::{Delivered, Deliverer, Outgoing, SQS_BATCH_MAX},
+    delivery::{Delivered, Deliverer, SQS_BATCH_MAX},
     domain::{
         ids::TargetId,
         lateness,
@@ -28,13 +28,12 @@ use crate::{
     wake::Wake,
 };
 
-pub mod ahead;
+pub(crate) mod ahead;
 mod by_hand;
 mod dispatch;
 mod record;
 mod shares;
 
-use ahead::Held;
 use dispatch::Dispatch;
 use record::{count_breaker_changes, record_loop, Done};
 
@@ -51,9 +50,6 @@ pub struct Sweeper {
     pub policy: RetryPolicy,
     pub config: SweeperConfig,
     pub wake: Arc<Wake>,
-    /// What this instance claimed ahead of its time and holds; the service
-    /// is handed the same buffer, to take messages back before their attempt.
-    pub held: Arc<Held>,
     /// What "now" is for claims, results and lateness.
     pub clock: Arc<dyn Clock>,
 }
@@ -81,7 +77,7 @@ impl Sweeper {
         let queue_cap = self.config.concurrency;
         let horizon = chrono::TimeDelta::from_std(self.config.claim_ahead).unwrap_or_default();
         let ahead_on = horizon > chrono::TimeDelta::zero() && self.config.claim_ahead_max > 0;
-        let held = &self.held;
+        let held = &self.wake.held;
         let timer = ahead_on.then(|| {
             tokio::spawn(ahead::fire_held(
                 dispatch.clone(),
@@ -261,7 +257,7 @@ impl Sweeper {
         let mut groups: Vec<Vec<Claimed>> = Vec::new();
         let mut open: HashMap<TargetId, usize> = HashMap::new();
         for c in claimed {
-            match self.deliverer.batch_key(&Outgoing::from(&c)) {
+            match self.deliverer.batch_key(&c) {
                 Some(key) => match open.get(&key) {
                     Some(&i) if groups[i].len() < SQS_BATCH_MAX => groups[i].push(c),
                     _ => {
@@ -287,16 +283,11 @@ impl Sweeper {
         for c in &group {
             self.observe_lateness(c, started_at);
         }
-        let messages: Vec<Outgoing> = group.iter().map(Outgoing::from).collect();
-        let results = match tokio::time::timeout_at(
-            deadline,
-            self.deliverer.deliver_batch(&messages),
-        )
-        .await
-        {
-            Ok(results) => results,
-            Err(_) => vec![cut_off(); group.len()],
-        };
+        let results =
+            match tokio::time::timeout_at(deadline, self.deliverer.deliver_batch(&group)).await {
+                Ok(results) => results,
+                Err(_) => vec![cut_off(); group.len()],
+            };
         let elapsed = clock.elapsed();
         let mut recorded = Vec::with_capacity(group.len());
         for (c, d) in group.iter().zip(results) {
@@ -333,9 +324,8 @@ impl Sweeper {
         // No attempt outlives its lease: past it, another instance may take
         // the message, or a cancel may succeed. Where the client's own
         // timeout ends the attempt well before, no second timer is set.
-        let message = Outgoing::from(c);
-        let deliver = self.deliverer.deliver(&message).instrument(span.clone());
-        let delivered = match self.deliverer.bounded_by(&message) {
+        let deliver = self.deliverer.deliver(c).instrument(span.clone());
+        let delivered = match self.deliverer.bounded_by(c) {
             Some(bound) if clock + bound + LEASE_MARGIN < deadline => deliver.await,
             _ => match tokio::time::timeout_at(deadline, deliver).await {
                 Ok(d) => d,
@@ -378,8 +368,7 @@ impl Sweeper {
                 return recorded;
             };
             let immediate = at <= recorded.last().finished_at;
-            let room =
-                Instant::now() + self.deliverer.attempt_timeout(&Outgoing::from(c)) < deadline;
+            let room = Instant::now() + self.deliverer.attempt_timeout(c) < deadline;
             if !immediate || !room {
                 return recorded;
             }
@@ -460,20 +449,6 @@ fn meters() -> &'static Meters {
         lateness: metrics::histogram!(m::LATENESS),
         delivery: metrics::histogram!(m::DELIVERY_SECONDS),
     })
-}
-
-/// A claimed message as delivery reads it.
-impl<'a> From<&'a Claimed> for Outgoing<'a> {
-    fn from(c: &'a Claimed) -> Self {
-        Outgoing {
-            id: &c.id,
-            target_id: &c.target_id,
-            target: &c.target,
-            payload: &c.payload,
-            delivery_time: c.delivery_time,
-            ordering_key: c.ordering_key.as_deref(),
-        }
-    }
 }
 
 fn cut_off() -> Delivered {

@@ -43,7 +43,7 @@ use sqlx::{PgPool, Postgres, Transaction};
 
 use super::sql::pg_err as map_err;
 use super::*;
-use crate::sealing::Sealer;
+use crate::auth::sealing::Sealer;
 
 /// The channel other instances LISTEN on.
 pub const WAKE_CHANNEL: &str = "dispatch_wake";

@@ -33,7 +33,7 @@ use sqlx::{Sqlite, SqlitePool, Transaction};
 
 use super::sql::sqlite_err as map_err;
 use super::*;
-use crate::sealing::Sealer;
+use crate::auth::sealing::Sealer;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
 
