@@ -20,16 +20,18 @@
 //! `postgres/` and `sqlite/`.
 
 pub(super) mod people;
+pub(crate) mod rows;
+mod values;
+
+pub(crate) use values::{At, Text, Uid};
 
 use std::borrow::Cow;
 
-use chrono::{DateTime, TimeZone, Utc};
 use sqlx::{
-    encode::IsNull,
     error::BoxDynError,
-    postgres::{PgArgumentBuffer, PgArguments, PgRow, PgTypeInfo, PgValueRef},
-    sqlite::{SqliteArgumentValue, SqliteArguments, SqliteRow, SqliteTypeInfo, SqliteValueRef},
-    Arguments, Decode, Encode, FromRow, PgConnection, PgPool, Postgres, Sqlite, SqliteConnection,
+    postgres::{PgArguments, PgRow},
+    sqlite::{SqliteArguments, SqliteRow},
+    Arguments, Encode, FromRow, PgConnection, PgPool, Postgres, Sqlite, SqliteConnection,
     SqlitePool, Transaction, Type,
 };
 
@@ -336,62 +338,3 @@ pub(crate) trait Row:
 
 impl<T> Row for T where T: for<'r> FromRow<'r, PgRow> + for<'r> FromRow<'r, SqliteRow> + Send + Unpin
 {}
-
-/// A stored time: `timestamptz` in PostgreSQL, integer milliseconds since
-/// the epoch in SQLite.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct At(pub DateTime<Utc>);
-
-impl From<At> for DateTime<Utc> {
-    fn from(at: At) -> Self {
-        at.0
-    }
-}
-
-impl Type<Postgres> for At {
-    fn type_info() -> PgTypeInfo {
-        <DateTime<Utc> as Type<Postgres>>::type_info()
-    }
-
-    fn compatible(ty: &PgTypeInfo) -> bool {
-        <DateTime<Utc> as Type<Postgres>>::compatible(ty)
-    }
-}
-
-impl Encode<'_, Postgres> for At {
-    fn encode_by_ref(&self, buf: &mut PgArgumentBuffer) -> Result<IsNull, BoxDynError> {
-        <DateTime<Utc> as Encode<'_, Postgres>>::encode_by_ref(&self.0, buf)
-    }
-}
-
-impl<'r> Decode<'r, Postgres> for At {
-    fn decode(value: PgValueRef<'r>) -> Result<Self, BoxDynError> {
-        <DateTime<Utc> as Decode<'r, Postgres>>::decode(value).map(At)
-    }
-}
-
-impl Type<Sqlite> for At {
-    fn type_info() -> SqliteTypeInfo {
-        <i64 as Type<Sqlite>>::type_info()
-    }
-
-    fn compatible(ty: &SqliteTypeInfo) -> bool {
-        <i64 as Type<Sqlite>>::compatible(ty)
-    }
-}
-
-impl<'q> Encode<'q, Sqlite> for At {
-    fn encode_by_ref(&self, buf: &mut Vec<SqliteArgumentValue<'q>>) -> Result<IsNull, BoxDynError> {
-        <i64 as Encode<'q, Sqlite>>::encode(self.0.timestamp_millis(), buf)
-    }
-}
-
-impl<'r> Decode<'r, Sqlite> for At {
-    fn decode(value: SqliteValueRef<'r>) -> Result<Self, BoxDynError> {
-        let ms = <i64 as Decode<'r, Sqlite>>::decode(value)?;
-        Ok(At(Utc
-            .timestamp_millis_opt(ms)
-            .single()
-            .unwrap_or_default()))
-    }
-}
