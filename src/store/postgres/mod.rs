@@ -29,9 +29,9 @@ pub mod listen;
 mod messages;
 mod open;
 mod ordering;
+mod own;
 mod portal;
 mod rows;
-mod schedules;
 mod secrets;
 mod targets;
 

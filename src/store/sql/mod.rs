@@ -19,8 +19,10 @@
 //! single writer, bulk inserts, LISTEN/NOTIFY, opening) stays in
 //! `postgres/` and `sqlite/`.
 
+pub(crate) mod own;
 pub(super) mod people;
 pub(crate) mod rows;
+mod schedules;
 mod values;
 
 pub(crate) use values::{At, Text, Uid};

@@ -16,9 +16,9 @@ mod identities;
 mod messages;
 mod open;
 mod ordering;
+mod own;
 mod portal;
 mod rows;
-mod schedules;
 mod secrets;
 mod targets;
 

@@ -1,0 +1,33 @@
+//! What a shared body still asks of its backend's own code: the ordering
+//! keys (their locks and heads) and the wake-up of other instances, each
+//! written per backend. A backend implements `Own` by calling that code as
+//! it is; a part moves here once it is written once.
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+
+use super::{Backend, Tx};
+use crate::store::{ordering::Key, StoreResult};
+
+/// A backend's own parts, called inside a transaction the shared body
+/// began on the backend's database (`Backend::db`).
+#[async_trait]
+pub(crate) trait Own: Backend {
+    /// Locks ordering keys for the rest of the transaction, before any row
+    /// of theirs is touched. PostgreSQL takes an advisory lock per key;
+    /// SQLite's one writer needs none.
+    async fn lock_keys(&self, tx: &mut Tx, keys: &[Key]) -> StoreResult<()>;
+
+    /// Makes each key's head the first of its order (`ordering::settle`).
+    async fn settle_keys(&self, tx: &mut Tx, keys: &[Key]) -> StoreResult<()>;
+
+    /// Tells the other instances' sweepers, when the transaction commits,
+    /// that a message falls due at `at` if that is soon (PostgreSQL's
+    /// NOTIFY). SQLite serves one process, which wakes its own sweeper.
+    async fn notify_if_soon(
+        &self,
+        tx: &mut Tx,
+        at: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> StoreResult<()>;
+}
