@@ -16,7 +16,6 @@
 //! next-due, now `ORDER BY claim_at LIMIT 1`, which is planned as a read of
 //! the index's first entry even on an empty table.
 
-mod actions;
 mod activity;
 mod bulk;
 mod claimed;

@@ -1,15 +1,18 @@
 //! This store's own parts that the shared bodies (`store::sql`) call: its
-//! ordering keys' advisory locks and heads and its NOTIFY.
+//! ordering keys' advisory locks and heads, its NOTIFY and its bulk actions.
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::{Postgres, Transaction};
 
 use super::{ordering, PgStore};
-use crate::store::{
-    ordering::Key,
-    sql::{own::Own, Tx},
-    StoreResult,
+use crate::{
+    domain::ids::MessageId,
+    store::{
+        ordering::Key,
+        sql::{own::Own, Tx},
+        Bulk, BulkBatch, StoreResult,
+    },
 };
 
 /// The transaction a shared body began on this store's pool: always
@@ -27,6 +30,11 @@ impl Own for PgStore {
         ordering::lock_keys(pg(tx), keys).await
     }
 
+    async fn keys_of(&self, tx: &mut Tx, ids: &[MessageId]) -> StoreResult<Vec<Key>> {
+        let ids: Vec<_> = ids.iter().map(|id| id.0).collect();
+        ordering::keys_of(pg(tx), &ids).await
+    }
+
     async fn settle_keys(&self, tx: &mut Tx, keys: &[Key]) -> StoreResult<()> {
         ordering::settle_keys(pg(tx), keys).await
     }
@@ -38,5 +46,26 @@ impl Own for PgStore {
         now: DateTime<Utc>,
     ) -> StoreResult<()> {
         PgStore::notify_if_soon(self, pg(tx), at, now).await
+    }
+
+    async fn count_bulk(
+        &self,
+        account: &str,
+        bulk: &Bulk,
+        cap: u64,
+        now: DateTime<Utc>,
+    ) -> StoreResult<u64> {
+        PgStore::count_bulk(self, account, bulk, cap, now).await
+    }
+
+    async fn apply_bulk(
+        &self,
+        account: &str,
+        bulk: &Bulk,
+        after: Option<&MessageId>,
+        limit: u32,
+        now: DateTime<Utc>,
+    ) -> StoreResult<BulkBatch> {
+        PgStore::apply_bulk(self, account, bulk, after, limit, now).await
     }
 }

@@ -19,6 +19,7 @@
 //! single writer, bulk inserts, LISTEN/NOTIFY, opening) stays in
 //! `postgres/` and `sqlite/`.
 
+mod actions;
 pub(crate) mod own;
 pub(super) mod people;
 pub(crate) mod rows;

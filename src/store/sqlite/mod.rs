@@ -6,7 +6,6 @@
 //! the lock, beside a running server: SQLite's own locking orders their few
 //! short writes with the server's.
 
-mod actions;
 mod activity;
 mod bulk;
 mod delivery;

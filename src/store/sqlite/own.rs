@@ -1,16 +1,19 @@
 //! This store's own parts that the shared bodies (`store::sql`) call: its
-//! ordering keys' heads. Its one writer needs no key locks, and its one
-//! process wakes its own sweeper, so those are nothing.
+//! ordering keys' heads and its bulk actions. Its one writer needs no key
+//! locks, and its one process wakes its own sweeper, so those are nothing.
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::SqliteConnection;
 
-use super::{ordering, SqliteStore};
-use crate::store::{
-    ordering::Key,
-    sql::{own::Own, Tx},
-    StoreResult,
+use super::{ordering, rows::id_text, SqliteStore};
+use crate::{
+    domain::ids::MessageId,
+    store::{
+        ordering::Key,
+        sql::{own::Own, Tx},
+        Bulk, BulkBatch, StoreResult,
+    },
 };
 
 /// The transaction a shared body began on this store's writer: always
@@ -28,6 +31,11 @@ impl Own for SqliteStore {
         Ok(())
     }
 
+    async fn keys_of(&self, tx: &mut Tx, ids: &[MessageId]) -> StoreResult<Vec<Key>> {
+        let ids: Vec<_> = ids.iter().map(id_text).collect();
+        ordering::keys_of(conn(tx), &ids).await
+    }
+
     async fn settle_keys(&self, tx: &mut Tx, keys: &[Key]) -> StoreResult<()> {
         ordering::settle_keys(conn(tx), keys).await
     }
@@ -39,5 +47,26 @@ impl Own for SqliteStore {
         _: DateTime<Utc>,
     ) -> StoreResult<()> {
         Ok(())
+    }
+
+    async fn count_bulk(
+        &self,
+        account: &str,
+        bulk: &Bulk,
+        cap: u64,
+        now: DateTime<Utc>,
+    ) -> StoreResult<u64> {
+        SqliteStore::count_bulk(self, account, bulk, cap, now).await
+    }
+
+    async fn apply_bulk(
+        &self,
+        account: &str,
+        bulk: &Bulk,
+        after: Option<&MessageId>,
+        limit: u32,
+        now: DateTime<Utc>,
+    ) -> StoreResult<BulkBatch> {
+        SqliteStore::apply_bulk(self, account, bulk, after, limit, now).await
     }
 }
