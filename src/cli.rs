@@ -12,6 +12,7 @@ mod store_line;
 mod table;
 mod targets;
 
+use crate::service::Actor;
 use std::{net::SocketAddr, path::PathBuf};
 
 use anyhow::Context;
@@ -511,7 +512,7 @@ async fn create_target(config: Config, args: CreateTarget) -> anyhow::Result<()>
     let service = admin_service(config).await?;
     if args.unless_exists {
         if let Some(t) = service
-            .target_named(&account, &args.name)
+            .target_named(&Actor::operator(account.clone()), &args.name)
             .await
             .map_err(refused)?
         {
@@ -521,7 +522,7 @@ async fn create_target(config: Config, args: CreateTarget) -> anyhow::Result<()>
         }
     }
     let saved = service
-        .create_target(&account, spec)
+        .create_target(&Actor::operator(account.clone()), spec)
         .await
         .map_err(refused)?;
     let out = TargetOut::with_generated_secret(&saved.target, saved.generated_secret);

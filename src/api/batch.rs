@@ -18,9 +18,9 @@ use super::{
     messages::schedule_request,
 };
 use crate::{
-    auth::{Principal, Scope},
     domain::target::FieldError,
     service::{messages::Scheduled, Conflict, IdempotencyKey, ServiceError},
+    service::{Actor, Permission},
     state::AppState,
     wire::{Field, MessageIn, MessageOut},
 };
@@ -253,13 +253,13 @@ fn item(
 )]
 pub async fn create(
     State(state): State<AppState>,
-    principal: Principal,
+    actor: Actor,
     body: BatchBody,
 ) -> ApiResult<Response> {
     // The whole body is read before anything else is judged, as for the
     // other bodies (a body that is not JSON answers 400 before a missing scope).
     let read = body.messages()?;
-    principal.require(Scope::MessagesWrite)?;
+    state.service.check(&actor, Permission::ChangeMessages)?;
     if read.is_empty() || read.len() > MAX_BATCH {
         return Err(ApiError::field(
             "messages",
@@ -267,10 +267,7 @@ pub async fn create(
         ));
     }
     let requests = read.into_iter().map(item).collect();
-    let answers = state
-        .service
-        .schedule_batch(&principal.account, requests)
-        .await?;
+    let answers = state.service.schedule_batch(&actor, requests).await?;
     let items: Vec<BatchItemOut> = answers
         .into_iter()
         .enumerate()

@@ -10,7 +10,6 @@ use super::{
     error::{ApiError, ApiResult, Problem},
 };
 use crate::{
-    auth::{Principal, Scope},
     domain::{
         ids::{MessageId, TargetId},
         message::State as MsgState,
@@ -18,6 +17,7 @@ use crate::{
         time,
     },
     service::bulk::BULK_IDS_MAX,
+    service::{Actor, Permission},
     state::AppState,
     store::{Bulk, BulkAction, RangeOn},
     wire::Field,
@@ -160,8 +160,8 @@ fn common(
     }
 }
 
-async fn apply(state: &AppState, principal: &Principal, bulk: Bulk) -> ApiResult<Json<CountOut>> {
-    let count = state.service.bulk(&principal.account, &bulk).await?;
+async fn apply(state: &AppState, actor: &Actor, bulk: Bulk) -> ApiResult<Json<CountOut>> {
+    let count = state.service.bulk(actor, &bulk).await?;
     Ok(Json(CountOut { count }))
 }
 
@@ -180,10 +180,10 @@ async fn apply(state: &AppState, principal: &Principal, bulk: Bulk) -> ApiResult
 )]
 pub async fn redrive(
     State(state): State<AppState>,
-    principal: Principal,
+    actor: Actor,
     Body(body): Body<RedriveIn>,
 ) -> ApiResult<Json<CountOut>> {
-    principal.require(Scope::MessagesWrite)?;
+    state.service.check(&actor, Permission::ChangeMessages)?;
     let mut errors = Vec::new();
     let c = common(
         body.target_id,
@@ -210,7 +210,7 @@ pub async fn redrive(
         from: c.from,
         to: c.to,
     };
-    apply(&state, &principal, bulk).await
+    apply(&state, &actor, bulk).await
 }
 
 /// Cancel Scheduled messages and dead letters in bulk.
@@ -226,10 +226,10 @@ pub async fn redrive(
 )]
 pub async fn cancel(
     State(state): State<AppState>,
-    principal: Principal,
+    actor: Actor,
     Body(body): Body<BulkCancelIn>,
 ) -> ApiResult<Json<CountOut>> {
-    principal.require(Scope::MessagesWrite)?;
+    state.service.check(&actor, Permission::ChangeMessages)?;
     let mut errors = Vec::new();
     let c = common(
         body.target_id,
@@ -256,7 +256,7 @@ pub async fn cancel(
         from: c.from,
         to: c.to,
     };
-    apply(&state, &principal, bulk).await
+    apply(&state, &actor, bulk).await
 }
 
 /// Deliver again what a target delivered in a time range.
@@ -273,10 +273,10 @@ pub async fn cancel(
 )]
 pub async fn replay(
     State(state): State<AppState>,
-    principal: Principal,
+    actor: Actor,
     Body(body): Body<ReplayIn>,
 ) -> ApiResult<Json<CountOut>> {
-    principal.require(Scope::MessagesWrite)?;
+    state.service.check(&actor, Permission::ChangeMessages)?;
     let mut errors = Vec::new();
     let target_id = target(body.target_id.take("targetId", &mut errors), &mut errors);
     let from = instant(body.from.take("from", &mut errors), "from", &mut errors);
@@ -299,5 +299,5 @@ pub async fn replay(
         from,
         to,
     };
-    apply(&state, &principal, bulk).await
+    apply(&state, &actor, bulk).await
 }

@@ -251,6 +251,10 @@ impl From<ServiceError> for ApiError {
     fn from(e: ServiceError) -> Self {
         match e {
             ServiceError::Invalid(errors) => ApiError::Validation(errors),
+            // A client lacks a scope; what no client may do names none.
+            ServiceError::Forbidden(refusal) => {
+                ApiError::Forbidden(refusal.needed.scope().map_or("none", |s| s.as_str()))
+            }
             ServiceError::NotFound => ApiError::NotFound,
             ServiceError::Conflict(c) => ApiError::Conflict(c.to_string()),
             ServiceError::Store(e) => e.into(),

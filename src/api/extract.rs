@@ -11,7 +11,10 @@ use axum::{
 use serde_json::Value;
 
 use super::{error::ApiError, AppState};
-use crate::auth::{tokens::TokenError, Principal, Scope};
+use crate::{
+    auth::{tokens::TokenError, Principal},
+    service::Actor,
+};
 
 /// A JSON body (`application/json` or any `+json` type) parsed into a Value.
 pub struct JsonBody(pub Value);
@@ -116,14 +119,15 @@ impl FromRequestParts<AppState> for Principal {
     }
 }
 
-impl Principal {
-    /// The one place a scope is checked; a missing one answers 403.
-    pub fn require(&self, scope: Scope) -> Result<(), ApiError> {
-        if self.has_scope(scope) {
-            Ok(())
-        } else {
-            Err(ApiError::Forbidden(scope.as_str()))
-        }
+/// The client behind a valid bearer token, as the use cases' actor: they
+/// decide what its scopes allow.
+impl FromRequestParts<AppState> for Actor {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        Principal::from_request_parts(parts, state)
+            .await
+            .map(|p| Actor::client(&p))
     }
 }
 

@@ -13,7 +13,6 @@ use super::{
     extract::{encode_cursor, QueryParams},
 };
 use crate::{
-    auth::{Principal, Scope},
     domain::{
         ids::{MessageId, ScheduleId, TargetId},
         message::{parse_ordering_key, State as MsgState},
@@ -22,6 +21,7 @@ use crate::{
         time,
     },
     service::{messages::ScheduleRequest, messages::Scheduled, IdempotencyKey},
+    service::{Actor, Permission},
     state::AppState,
     store::{MessageFilter, ResponseJson},
     wire::{AttemptOut, Field, List, MessageIn, MessageOut, RescheduleIn},
@@ -131,11 +131,11 @@ fn created_response(status: u16, body: ResponseJson) -> Response {
 )]
 pub async fn create(
     State(state): State<AppState>,
-    principal: Principal,
+    actor: Actor,
     headers: HeaderMap,
     Body(body): Body<MessageIn>,
 ) -> ApiResult<Response> {
-    principal.require(Scope::MessagesWrite)?;
+    state.service.check(&actor, Permission::ChangeMessages)?;
     let mut errors = Vec::new();
     let key = match headers.get("idempotency-key").map(|v| v.to_str()) {
         None => None,
@@ -155,7 +155,7 @@ pub async fn create(
             return Err(ApiError::Validation(errors));
         }
     };
-    match state.service.schedule(&principal.account, req).await? {
+    match state.service.schedule(&actor, req).await? {
         Scheduled::Created { message } => Ok(created_response(201, MessageOut::text(&message))),
         Scheduled::Replayed { status, response } => {
             let mut r = created_response(status, response);
@@ -180,10 +180,10 @@ pub async fn create(
 )]
 pub async fn list(
     State(state): State<AppState>,
-    principal: Principal,
+    actor: Actor,
     q: QueryParams,
 ) -> ApiResult<Json<List<MessageOut>>> {
-    principal.require(Scope::MessagesRead)?;
+    state.service.check(&actor, Permission::ReadMessages)?;
     let mut errors = Vec::new();
     let target_id = q.get("targetId").and_then(|s| match s.parse::<TargetId>() {
         Ok(t) => Some(t),
@@ -224,8 +224,9 @@ pub async fn list(
         ..MessageFilter::default()
     };
     let mut messages = state
-        .store
-        .list_messages(&principal.account, &filter, before.as_ref(), limit + 1)
+        .service
+        .reads(&actor)
+        .messages(&filter, before.as_ref(), limit + 1)
         .await?;
     let next_cursor = if messages.len() > limit as usize {
         messages.truncate(limit as usize);
@@ -247,14 +248,15 @@ pub async fn list(
 )]
 pub async fn get(
     State(state): State<AppState>,
-    principal: Principal,
+    actor: Actor,
     Path(id): Path<String>,
 ) -> ApiResult<Json<MessageOut>> {
-    principal.require(Scope::MessagesRead)?;
+    state.service.check(&actor, Permission::ReadMessages)?;
     let id = parse_id(&id)?;
     let m = state
-        .store
-        .get_message(&principal.account, &id)
+        .service
+        .reads(&actor)
+        .message(&id)
         .await?
         .ok_or(ApiError::NotFound)?;
     Ok(Json(MessageOut::new(&m)))
@@ -269,11 +271,11 @@ pub async fn get(
 )]
 pub async fn attempts(
     State(state): State<AppState>,
-    principal: Principal,
+    actor: Actor,
     Path(id): Path<String>,
     q: QueryParams,
 ) -> ApiResult<Json<List<AttemptOut>>> {
-    principal.require(Scope::MessagesRead)?;
+    state.service.check(&actor, Permission::ReadMessages)?;
     let id = parse_id(&id)?;
     let limit = q.limit()?;
     let after = q
@@ -284,8 +286,9 @@ pub async fn attempts(
         })
         .transpose()?;
     let mut attempts = state
-        .store
-        .list_attempts(&principal.account, &id, after, limit + 1)
+        .service
+        .reads(&actor)
+        .attempts(&id, after, limit + 1)
         .await?
         .ok_or(ApiError::NotFound)?;
     let next_cursor = if attempts.len() > limit as usize {
@@ -311,12 +314,12 @@ pub async fn attempts(
 )]
 pub async fn cancel(
     State(state): State<AppState>,
-    principal: Principal,
+    actor: Actor,
     Path(id): Path<String>,
 ) -> ApiResult<Json<MessageOut>> {
-    principal.require(Scope::MessagesWrite)?;
+    state.service.check(&actor, Permission::ChangeMessages)?;
     let id = parse_id(&id)?;
-    let m = state.service.cancel(&principal.account, &id).await?;
+    let m = state.service.cancel(&actor, &id).await?;
     Ok(Json(MessageOut::new(&m)))
 }
 
@@ -331,11 +334,11 @@ pub async fn cancel(
 )]
 pub async fn reschedule(
     State(state): State<AppState>,
-    principal: Principal,
+    actor: Actor,
     Path(id): Path<String>,
     Body(body): Body<RescheduleIn>,
 ) -> ApiResult<Json<MessageOut>> {
-    principal.require(Scope::MessagesWrite)?;
+    state.service.check(&actor, Permission::ChangeMessages)?;
     let id = parse_id(&id)?;
     let mut errors = Vec::new();
     let at = body
@@ -345,9 +348,6 @@ pub async fn reschedule(
     let Some(at) = at else {
         return Err(ApiError::Validation(errors));
     };
-    let m = state
-        .service
-        .reschedule(&principal.account, &id, at)
-        .await?;
+    let m = state.service.reschedule(&actor, &id, at).await?;
     Ok(Json(MessageOut::new(&m)))
 }

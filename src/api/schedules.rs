@@ -13,12 +13,12 @@ use super::{
     extract::{encode_cursor, JsonBody, QueryParams},
 };
 use crate::{
-    auth::{Principal, Scope},
     domain::{
         ids::{ScheduleId, TargetId},
         schedule::Schedule,
         target::FieldError,
     },
+    service::{Actor, Permission},
     state::AppState,
     store::ScheduleCursor,
     wire::{
@@ -58,15 +58,12 @@ fn respond(status: StatusCode, s: &Schedule, now: chrono::DateTime<chrono::Utc>)
 )]
 pub async fn create(
     State(state): State<AppState>,
-    principal: Principal,
+    actor: Actor,
     JsonBody(body): JsonBody,
 ) -> ApiResult<Response> {
-    principal.require(Scope::MessagesWrite)?;
+    state.service.check(&actor, Permission::ChangeMessages)?;
     let spec = wire::parse(&body)?;
-    let s = state
-        .service
-        .create_schedule(&principal.account, spec)
-        .await?;
+    let s = state.service.create_schedule(&actor, spec).await?;
     // As of its creation: a first run at that instant is its next run.
     Ok(respond(StatusCode::CREATED, &s, s.created_at))
 }
@@ -81,10 +78,10 @@ pub async fn create(
 )]
 pub async fn list(
     State(state): State<AppState>,
-    principal: Principal,
+    actor: Actor,
     q: QueryParams,
 ) -> ApiResult<Json<List<ScheduleOut>>> {
-    principal.require(Scope::MessagesRead)?;
+    state.service.check(&actor, Permission::ReadMessages)?;
     let mut errors = Vec::new();
     let target = q.get("targetId").and_then(|s| {
         s.parse::<TargetId>()
@@ -98,14 +95,9 @@ pub async fn list(
     }
     let now = state.service.now();
     let mut schedules = state
-        .store
-        .list_schedules(
-            &principal.account,
-            target.as_ref(),
-            after.as_ref(),
-            limit + 1,
-            now,
-        )
+        .service
+        .reads(&actor)
+        .schedules(target.as_ref(), after.as_ref(), limit + 1, now)
         .await?;
     let next_cursor = if schedules.len() > limit as usize {
         schedules.truncate(limit as usize);
@@ -129,14 +121,15 @@ pub async fn list(
 )]
 pub async fn get(
     State(state): State<AppState>,
-    principal: Principal,
+    actor: Actor,
     Path(id): Path<String>,
 ) -> ApiResult<Response> {
-    principal.require(Scope::MessagesRead)?;
+    state.service.check(&actor, Permission::ReadMessages)?;
     let id = parse_id(&id)?;
     let s = state
-        .store
-        .get_schedule(&principal.account, &id, state.service.now())
+        .service
+        .reads(&actor)
+        .schedule(&id, state.service.now())
         .await?
         .ok_or(ApiError::NotFound)?;
     Ok(respond(StatusCode::OK, &s, state.service.now()))
@@ -159,33 +152,30 @@ pub async fn get(
 )]
 pub async fn patch(
     State(state): State<AppState>,
-    principal: Principal,
+    actor: Actor,
     Path(id): Path<String>,
     JsonBody(patch): JsonBody,
 ) -> ApiResult<Response> {
-    principal.require(Scope::MessagesWrite)?;
+    state.service.check(&actor, Permission::ChangeMessages)?;
     let id = parse_id(&id)?;
     if !patch.is_object() {
         return Err(ApiError::field("", "a merge patch must be a JSON object"));
     }
-    let s = state
-        .service
-        .update_schedule(&principal.account, &id, &patch)
-        .await?;
+    let s = state.service.update_schedule(&actor, &id, &patch).await?;
     Ok(respond(StatusCode::OK, &s, state.service.now()))
 }
 
 async fn set_paused(
     state: AppState,
-    principal: Principal,
+    actor: Actor,
     id: String,
     paused: bool,
 ) -> ApiResult<Response> {
-    principal.require(Scope::MessagesWrite)?;
+    state.service.check(&actor, Permission::ChangeMessages)?;
     let id = parse_id(&id)?;
     let s = state
         .service
-        .set_schedule_paused(&principal.account, &id, paused)
+        .set_schedule_paused(&actor, &id, paused)
         .await?;
     Ok(respond(StatusCode::OK, &s, state.service.now()))
 }
@@ -199,10 +189,10 @@ async fn set_paused(
 )]
 pub async fn pause(
     State(state): State<AppState>,
-    principal: Principal,
+    actor: Actor,
     Path(id): Path<String>,
 ) -> ApiResult<Response> {
-    set_paused(state, principal, id, true).await
+    set_paused(state, actor, id, true).await
 }
 
 /// Resume a schedule: runs go on from now; those missed while paused are
@@ -215,10 +205,10 @@ pub async fn pause(
 )]
 pub async fn resume(
     State(state): State<AppState>,
-    principal: Principal,
+    actor: Actor,
     Path(id): Path<String>,
 ) -> ApiResult<Response> {
-    set_paused(state, principal, id, false).await
+    set_paused(state, actor, id, false).await
 }
 
 /// Delete a schedule: no further runs; messages already created stay.
@@ -229,14 +219,11 @@ pub async fn resume(
 )]
 pub async fn delete(
     State(state): State<AppState>,
-    principal: Principal,
+    actor: Actor,
     Path(id): Path<String>,
 ) -> ApiResult<StatusCode> {
-    principal.require(Scope::MessagesWrite)?;
+    state.service.check(&actor, Permission::ChangeMessages)?;
     let id = parse_id(&id)?;
-    state
-        .service
-        .delete_schedule(&principal.account, &id)
-        .await?;
+    state.service.delete_schedule(&actor, &id).await?;
     Ok(StatusCode::NO_CONTENT)
 }

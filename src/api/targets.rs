@@ -15,12 +15,12 @@ use super::{
     extract::{encode_cursor, JsonBody, QueryParams},
 };
 use crate::{
-    auth::{Principal, Scope},
     domain::{
         ids::TargetId,
         target::{FieldError, Target, TargetSpec},
     },
     service::targets::{TargetChange, OVERLAP_RULE},
+    service::{Actor, Permission},
     state::AppState,
     store::TargetCursor,
     wire::{target::TargetPatchIn, Field, List, RotateSecretIn, TargetIn, TargetOut},
@@ -51,15 +51,12 @@ fn respond(status: StatusCode, t: &Target, show_generated_secret: bool) -> Respo
 )]
 pub async fn create(
     State(state): State<AppState>,
-    principal: Principal,
+    actor: Actor,
     JsonBody(body): JsonBody,
 ) -> ApiResult<Response> {
-    principal.require(Scope::TargetsWrite)?;
+    state.service.check(&actor, Permission::ConfigureTargets)?;
     let spec: TargetSpec = crate::wire::target::parse(&body)?;
-    let saved = state
-        .service
-        .create_target(&principal.account, spec)
-        .await?;
+    let saved = state.service.create_target(&actor, spec).await?;
     Ok(respond(
         StatusCode::CREATED,
         &saved.target,
@@ -76,10 +73,10 @@ pub async fn create(
 )]
 pub async fn list(
     State(state): State<AppState>,
-    principal: Principal,
+    actor: Actor,
     q: QueryParams,
 ) -> ApiResult<Json<List<TargetOut>>> {
-    principal.require(Scope::TargetsRead)?;
+    state.service.check(&actor, Permission::ReadTargets)?;
     let limit = q.limit()?;
     let after = q
         .cursor()?
@@ -89,8 +86,9 @@ pub async fn list(
         })
         .transpose()?;
     let mut targets = state
-        .store
-        .list_targets(&principal.account, after.as_ref(), limit + 1)
+        .service
+        .reads(&actor)
+        .targets(after.as_ref(), limit + 1)
         .await?;
     let next_cursor = if targets.len() > limit as usize {
         targets.truncate(limit as usize);
@@ -106,11 +104,12 @@ pub async fn list(
     }))
 }
 
-async fn load(state: &AppState, principal: &Principal, id: &str) -> ApiResult<Target> {
+async fn load(state: &AppState, actor: &Actor, id: &str) -> ApiResult<Target> {
     let id = parse_id(id)?;
     state
-        .store
-        .get_target(&principal.account, &id)
+        .service
+        .reads(actor)
+        .target(&id)
         .await?
         .ok_or(ApiError::NotFound)
 }
@@ -124,11 +123,11 @@ async fn load(state: &AppState, principal: &Principal, id: &str) -> ApiResult<Ta
 )]
 pub async fn get(
     State(state): State<AppState>,
-    principal: Principal,
+    actor: Actor,
     Path(id): Path<String>,
 ) -> ApiResult<Response> {
-    principal.require(Scope::TargetsRead)?;
-    let t = load(&state, &principal, &id).await?;
+    state.service.check(&actor, Permission::ReadTargets)?;
+    let t = load(&state, &actor, &id).await?;
     Ok(respond(StatusCode::OK, &t, false))
 }
 
@@ -149,15 +148,15 @@ pub async fn get(
 )]
 pub async fn patch(
     State(state): State<AppState>,
-    principal: Principal,
+    actor: Actor,
     Path(id): Path<String>,
     JsonBody(patch): JsonBody,
 ) -> ApiResult<Response> {
-    principal.require(Scope::TargetsWrite)?;
+    state.service.check(&actor, Permission::ConfigureTargets)?;
     let id = parse_id(&id)?;
     let saved = state
         .service
-        .update_target(&principal.account, &id, TargetChange::MergePatch(&patch))
+        .update_target(&actor, &id, TargetChange::MergePatch(&patch))
         .await?;
     Ok(respond(
         StatusCode::OK,
@@ -168,15 +167,15 @@ pub async fn patch(
 
 async fn set_enabled(
     state: AppState,
-    principal: Principal,
+    actor: Actor,
     id: String,
     enabled: bool,
 ) -> ApiResult<Response> {
-    principal.require(Scope::TargetsWrite)?;
+    state.service.check(&actor, Permission::ConfigureTargets)?;
     let id = parse_id(&id)?;
     let t = state
         .service
-        .set_target_enabled(&principal.account, &id, enabled)
+        .set_target_enabled(&actor, &id, enabled)
         .await?;
     Ok(respond(StatusCode::OK, &t, false))
 }
@@ -189,10 +188,10 @@ async fn set_enabled(
 )]
 pub async fn enable(
     State(state): State<AppState>,
-    principal: Principal,
+    actor: Actor,
     Path(id): Path<String>,
 ) -> ApiResult<Response> {
-    set_enabled(state, principal, id, true).await
+    set_enabled(state, actor, id, true).await
 }
 
 /// Disable a target: its messages wait, Scheduled, without consuming retries.
@@ -203,10 +202,10 @@ pub async fn enable(
 )]
 pub async fn disable(
     State(state): State<AppState>,
-    principal: Principal,
+    actor: Actor,
     Path(id): Path<String>,
 ) -> ApiResult<Response> {
-    set_enabled(state, principal, id, false).await
+    set_enabled(state, actor, id, false).await
 }
 
 /// Rotate a webhook's signing secret: the new one is shown in full, once;
@@ -222,11 +221,11 @@ pub async fn disable(
 )]
 pub async fn rotate_secret(
     State(state): State<AppState>,
-    principal: Principal,
+    actor: Actor,
     Path(id): Path<String>,
     Body(body): Body<RotateSecretIn>,
 ) -> ApiResult<Response> {
-    principal.require(Scope::TargetsWrite)?;
+    state.service.check(&actor, Permission::ConfigureTargets)?;
     let id = parse_id(&id)?;
     // The body's shape here; the service holds the overlap's range (an
     // integer too large for a duration is out of it too).
@@ -244,7 +243,7 @@ pub async fn rotate_secret(
     };
     let saved = state
         .service
-        .rotate_signing_secret(&principal.account, &id, overlap)
+        .rotate_signing_secret(&actor, &id, overlap)
         .await?;
     Ok(respond(StatusCode::OK, &saved.target, true))
 }
@@ -258,11 +257,11 @@ pub async fn rotate_secret(
 )]
 pub async fn delete(
     State(state): State<AppState>,
-    principal: Principal,
+    actor: Actor,
     Path(id): Path<String>,
 ) -> ApiResult<StatusCode> {
-    principal.require(Scope::TargetsWrite)?;
+    state.service.check(&actor, Permission::ConfigureTargets)?;
     let id = parse_id(&id)?;
-    state.service.delete_target(&principal.account, &id).await?;
+    state.service.delete_target(&actor, &id).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -2,6 +2,7 @@
 //! messages, read as `GET /messages` reads them and changed through the
 //! use cases the API calls.
 
+use crate::service::Actor;
 use clap::{Args, Subcommand};
 
 use super::{
@@ -212,9 +213,10 @@ async fn list(config: Config, args: ListMessages) -> anyhow::Result<()> {
     };
     let limit = args.page.limit;
     let service = common::service(config).await?;
+    let operator = Actor::operator(account.clone());
     let mut messages = service
-        .store()
-        .list_messages(&account, &filter, before.as_ref(), limit + 1)
+        .reads(&operator)
+        .messages(&filter, before.as_ref(), limit + 1)
         .await?;
     let next_cursor = if messages.len() > limit as usize {
         messages.truncate(limit as usize);
@@ -242,9 +244,10 @@ async fn get(config: Config, args: OneMessage) -> anyhow::Result<()> {
     let account = args.account.parse()?;
     let id = message_id(&args.id)?;
     let service = common::service(config).await?;
+    let operator = Actor::operator(account.clone());
     let m = service
-        .store()
-        .get_message(&account, &id)
+        .reads(&operator)
+        .message(&id)
         .await?
         .ok_or_else(|| not_found(&what(&id), &account))?;
     show(&m, args.out.json)
@@ -254,8 +257,9 @@ async fn cancel(config: Config, args: OneMessage) -> anyhow::Result<()> {
     let account = args.account.parse()?;
     let id = message_id(&args.id)?;
     let service = common::service(config).await?;
+    let operator = Actor::operator(account.clone());
     let m = service
-        .cancel(&account, &id)
+        .cancel(&operator, &id)
         .await
         .map_err(|e| refused(e, &what(&id), &account))?;
     show(&m, args.out.json)
@@ -266,8 +270,9 @@ async fn reschedule(config: Config, args: Reschedule) -> anyhow::Result<()> {
     let id = message_id(&args.id)?;
     let at = instant(&args.at, "--at")?;
     let service = common::service(config).await?;
+    let operator = Actor::operator(account.clone());
     let m = service
-        .reschedule(&account, &id, at)
+        .reschedule(&operator, &id, at)
         .await
         .map_err(|e| refused(e, &what(&id), &account))?;
     show(&m, args.out.json)
@@ -301,12 +306,13 @@ async fn redrive(config: Config, args: Redrive) -> anyhow::Result<()> {
         );
     }
     let service = common::service(config).await?;
+    let operator = Actor::operator(account.clone());
     // One message named alone: say why it cannot be redriven, as a cancel
     // or a reschedule says it, rather than counting none.
     if let ([only], None, None, None) = (ids.as_slice(), &target_id, &from, &to) {
         let m = service
-            .store()
-            .get_message(&account, only)
+            .reads(&operator)
+            .message(only)
             .await?
             .ok_or_else(|| not_found(&what(only), &account))?;
         if m.state != State::DeadLetter {
@@ -328,7 +334,7 @@ async fn redrive(config: Config, args: Redrive) -> anyhow::Result<()> {
         from,
         to,
     };
-    let count = service.bulk(&account, &bulk).await.map_err(|e| match e {
+    let count = service.bulk(&operator, &bulk).await.map_err(|e| match e {
         // The one field the service names is the target.
         ServiceError::Invalid(errors) if errors.iter().any(|e| e.field == "targetId") => not_found(
             &format!(

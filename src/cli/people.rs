@@ -2,6 +2,7 @@
 //! as the portal's People page lists them (the oldest first). Only their
 //! email, role and since when; never a password hash.
 
+use crate::service::Actor;
 use clap::Args;
 use serde::Serialize;
 
@@ -34,7 +35,8 @@ struct UserOut<'a> {
 pub async fn list(config: Config, args: ListUsers) -> anyhow::Result<()> {
     let account = args.account.parse()?;
     let service = common::service(config).await?;
-    let people = service.store().list_users(&account).await?;
+    let operator = Actor::operator(account.clone());
+    let people = service.reads(&operator).people().await?;
     let out: Vec<UserOut> = people
         .iter()
         .map(|p| UserOut {

@@ -1,6 +1,7 @@
 //! `dispatch schedules list`: an account's recurring schedules, read as
 //! `GET /schedules` reads them.
 
+use crate::service::Actor;
 use clap::Args;
 
 use super::{
@@ -38,10 +39,11 @@ pub async fn list(config: Config, args: ListSchedules) -> anyhow::Result<()> {
     let after = args.page.cursor(ScheduleCursor::decode)?;
     let limit = args.page.limit;
     let service = common::service(config).await?;
+    let operator = Actor::operator(account.clone());
     let now = service.now();
     let mut schedules = service
-        .store()
-        .list_schedules(&account, target.as_ref(), after.as_ref(), limit + 1, now)
+        .reads(&operator)
+        .schedules(target.as_ref(), after.as_ref(), limit + 1, now)
         .await?;
     let next_cursor = if schedules.len() > limit as usize {
         schedules.truncate(limit as usize);

@@ -2,6 +2,7 @@
 //! read as `GET /targets` reads them, enabled and disabled through the use
 //! case the API calls. Secrets show as `***`, as the API shows them.
 
+use crate::service::Actor;
 use clap::Args;
 
 use super::{
@@ -86,9 +87,10 @@ pub async fn list(config: Config, args: ListTargets) -> anyhow::Result<()> {
     let after = args.page.cursor(TargetCursor::decode)?;
     let limit = args.page.limit;
     let service = common::service(config).await?;
+    let operator = Actor::operator(account.clone());
     let mut targets = service
-        .store()
-        .list_targets(&account, after.as_ref(), limit + 1)
+        .reads(&operator)
+        .targets(after.as_ref(), limit + 1)
         .await?;
     let next_cursor = if targets.len() > limit as usize {
         targets.truncate(limit as usize);
@@ -132,9 +134,10 @@ pub async fn get(config: Config, args: OneTarget) -> anyhow::Result<()> {
     let account = args.account.parse()?;
     let id = target_id(&args.id)?;
     let service = common::service(config).await?;
+    let operator = Actor::operator(account.clone());
     let t = service
-        .store()
-        .get_target(&account, &id)
+        .reads(&operator)
+        .target(&id)
         .await?
         .ok_or_else(|| not_found(&format!("target {id}"), &account))?;
     show(&t, args.out.json)
@@ -146,8 +149,9 @@ pub async fn set_enabled(config: Config, args: OneTarget, enabled: bool) -> anyh
     let account = args.account.parse()?;
     let id = target_id(&args.id)?;
     let service = common::service(config).await?;
+    let operator = Actor::operator(account.clone());
     let t = service
-        .set_target_enabled(&account, &id, enabled)
+        .set_target_enabled(&operator, &id, enabled)
         .await
         .map_err(|e| refused(e, &format!("target {id}"), &account))?;
     show(&t, args.out.json)

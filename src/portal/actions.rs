@@ -2,6 +2,7 @@
 //! actions (cancel a selection; reschedule a selection or every matching dead
 //! letter), each confirmed with a count first.
 
+use crate::service::Permission;
 use axum::{
     extract::{Path, Query, State},
     response::{Html, IntoResponse, Redirect, Response},
@@ -15,7 +16,6 @@ use super::{
     session::Session,
     when, PortalError, PortalForm, PortalResult,
 };
-use crate::store::portal::Role;
 use crate::{
     domain::{ids::MessageId, message::State as MsgState},
     state::AppState,
@@ -42,9 +42,9 @@ pub async fn cancel(
     Path(id): Path<String>,
     PortalForm(f): PortalForm<ActionForm>,
 ) -> PortalResult<Redirect> {
-    session.authorize(&f.csrf, Role::Operator)?;
+    session.authorize(&f.csrf, Permission::ChangeMessages)?;
     let m = load(&state, &session, &id).await?;
-    state.service.cancel(&session.account, &m.id).await?;
+    state.service.cancel(session.actor(), &m.id).await?;
     Ok(Redirect::to(&format!(
         "/portal/messages/{}?notice=cancelled",
         m.id
@@ -57,7 +57,7 @@ pub async fn reschedule(
     Path(id): Path<String>,
     PortalForm(f): PortalForm<ActionForm>,
 ) -> PortalResult<Redirect> {
-    session.authorize(&f.csrf, Role::Operator)?;
+    session.authorize(&f.csrf, Permission::ChangeMessages)?;
     let m = load(&state, &session, &id).await?;
     let now = state.service.now();
     // An empty field is not "now": that takes its own button.
@@ -70,10 +70,7 @@ pub async fn reschedule(
     } else {
         when::resolve(&f.at, &f.tz, now).map_err(PortalError::BadRequest)?
     };
-    let m = state
-        .service
-        .reschedule(&session.account, &m.id, at)
-        .await?;
+    let m = state.service.reschedule(session.actor(), &m.id, at).await?;
     // The page watches only a delivery that is about to happen.
     let watch = if m.delivery_time <= now + WATCH_AHEAD {
         "&watch=1"
@@ -104,7 +101,7 @@ pub async fn bulk(
     session: Session,
     PortalForm(f): PortalForm<BulkForm>,
 ) -> PortalResult<Response> {
-    session.authorize(&f.csrf, Role::Operator)?;
+    session.authorize(&f.csrf, Permission::ChangeMessages)?;
     let ids: Vec<MessageId> = f
         .ids
         .iter()
@@ -128,7 +125,7 @@ pub async fn bulk(
     // What the selection holds now: only these can be acted on.
     let mut eligible = Vec::new();
     for id in &ids {
-        if let Some(m) = state.store.get_message(&session.account, id).await? {
+        if let Some(m) = session.reads(&state).message(id).await? {
             let fits = if redrive {
                 m.state == MsgState::DeadLetter
             } else {
@@ -176,7 +173,7 @@ pub async fn bulk(
         state
             .service
             .redrive(
-                &session.account,
+                session.actor(),
                 &MessageFilter::default(),
                 Some(&eligible),
                 at,
@@ -185,7 +182,7 @@ pub async fn bulk(
     } else {
         state
             .service
-            .cancel_many(&session.account, &eligible)
+            .cancel_many(session.actor(), &eligible)
             .await?
     };
     let notice = if redrive {
@@ -202,17 +199,14 @@ pub async fn redrive_confirm(
     session: Session,
     Query(q): Query<ListQuery>,
 ) -> PortalResult<Html<String>> {
-    session.require(Role::Operator)?;
+    session.require(Permission::ChangeMessages)?;
     let filter = dead_letters(&q)?;
-    let count = state
-        .store
-        .count_messages(&session.account, &filter)
-        .await?;
+    let count = session.reads(&state).count_messages(&filter).await?;
     let target = match &filter.target_id {
         Some(id) => Some(
-            state
-                .store
-                .get_target(&session.account, id)
+            session
+                .reads(&state)
+                .target(id)
                 .await?
                 .ok_or(PortalError::NotFound)?,
         ),
@@ -278,7 +272,7 @@ pub async fn redrive(
     session: Session,
     PortalForm(f): PortalForm<RedriveForm>,
 ) -> PortalResult<Redirect> {
-    session.authorize(&f.csrf, Role::Operator)?;
+    session.authorize(&f.csrf, Permission::ChangeMessages)?;
     let q = ListQuery {
         target: f.target.clone(),
         from: f.from,
@@ -288,16 +282,16 @@ pub async fn redrive(
     };
     let filter = dead_letters(&q)?;
     if let Some(id) = &filter.target_id {
-        state
-            .store
-            .get_target(&session.account, id)
+        session
+            .reads(&state)
+            .target(id)
             .await?
             .ok_or(PortalError::NotFound)?;
     }
     let at = when::resolve(&f.at, &f.tz, state.service.now()).map_err(PortalError::BadRequest)?;
     let n = state
         .service
-        .redrive(&session.account, &filter, None, at)
+        .redrive(session.actor(), &filter, None, at)
         .await?;
     let target = if f.target.is_empty() {
         String::new()

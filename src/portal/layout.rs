@@ -1,10 +1,11 @@
 //! The page shell and the small pieces every page uses.
 
+use crate::service::Permission;
 use chrono::{DateTime, Utc};
 use maud::{html, Markup, DOCTYPE};
 
 use super::session::Session;
-use crate::{domain::message::State, store::portal::Role};
+use crate::domain::message::State;
 
 /// A page for a signed-in person: navigation, sign-out, an optional notice.
 pub fn page(
@@ -26,7 +27,7 @@ pub fn page(
                         (nav_item("/portal/targets", "Targets", current == Section::Targets))
                         (nav_item("/portal/messages", "Messages", current == Section::Messages))
                         (nav_item("/portal/schedules", "Schedules", current == Section::Schedules))
-                        @if session.may(Role::Admin) {
+                        @if session.may(Permission::ManagePeople) {
                             (nav_item("/portal/people", "People", current == Section::People))
                         }
                     }

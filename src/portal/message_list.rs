@@ -1,6 +1,7 @@
 //! The messages list: filters, quick ranges, the total (counted to a
 //! bound), the bounded payload search, paging and the bulk selection.
 
+use crate::service::Permission;
 use std::collections::HashMap;
 
 use axum::{
@@ -24,7 +25,7 @@ use crate::{
         message::State as MsgState,
     },
     state::AppState,
-    store::{portal::Role, MessageFilter},
+    store::MessageFilter,
 };
 
 const PAGE: u32 = 50;
@@ -147,10 +148,9 @@ pub async fn list(
     let searching = !text.is_empty() && problem.is_none();
     let page = async {
         if searching {
-            let found = state
-                .store
+            let found = session
+                .reads(&state)
                 .search_payloads(
-                    &session.account,
                     &filter,
                     before.as_ref(),
                     text,
@@ -158,11 +158,11 @@ pub async fn list(
                     PAGE + 1,
                 )
                 .await?;
-            Ok::<_, crate::store::StoreError>((found.messages, found.scanned_to))
+            Ok::<_, crate::service::ServiceError>((found.messages, found.scanned_to))
         } else {
-            let listed = state
-                .store
-                .list_messages(&session.account, &filter, before.as_ref(), PAGE + 1)
+            let listed = session
+                .reads(&state)
+                .messages(&filter, before.as_ref(), PAGE + 1)
                 .await?;
             Ok((listed, None))
         }
@@ -170,15 +170,15 @@ pub async fn list(
     let total = async {
         match searching {
             true => Ok(None),
-            false => state
-                .store
-                .count_messages_upto(&session.account, &filter, super::quick::COUNTED + 1)
+            false => session
+                .reads(&state)
+                .count_messages_upto(&filter, super::quick::COUNTED + 1)
                 .await
                 .map(Some),
         }
     };
     let ((mut messages, scanned_to), targets, total) =
-        tokio::try_join!(page, all_targets(&state, &session.account), total)?;
+        tokio::try_join!(page, all_targets(session.reads(&state)), total)?;
     let next = if messages.len() > PAGE as usize {
         messages.truncate(PAGE as usize);
         messages.last().map(|m| m.id)
@@ -244,7 +244,7 @@ pub async fn list(
         }
         // (Not while searching payloads: the redrive takes every dead letter
         // the filters select, whatever their payload holds.)
-        @if filter.state == Some(MsgState::DeadLetter) && !messages.is_empty() && !searching && session.may(Role::Operator) {
+        @if filter.state == Some(MsgState::DeadLetter) && !messages.is_empty() && !searching && session.may(Permission::ChangeMessages) {
             p { a.button.secondary #redrive-filtered href={ "/portal/messages/redrive?" (filters) } { "Reschedule every dead letter that matches…" } }
         }
         @if messages.is_empty() {

@@ -1,5 +1,6 @@
 //! Messages: the message page (the list is in `message_list`).
 
+use crate::service::Permission;
 use axum::{
     extract::{Path, Query, State},
     response::Html,
@@ -14,7 +15,6 @@ use super::{
     targets::destination,
     when, PortalError, PortalResult,
 };
-use crate::store::portal::Role;
 use crate::{
     domain::{
         ids::MessageId,
@@ -53,9 +53,9 @@ pub(super) fn shown_error(m: &Message) -> Option<&str> {
 
 pub async fn load(state: &AppState, session: &Session, id: &str) -> PortalResult<Message> {
     let id: MessageId = id.parse().map_err(|_| PortalError::NotFound)?;
-    state
-        .store
-        .get_message(&session.account, &id)
+    session
+        .reads(state)
+        .message(&id)
         .await?
         .ok_or(PortalError::NotFound)
 }
@@ -71,20 +71,15 @@ pub async fn show(
     let head = async {
         match (&m.ordering_key, m.state) {
             (Some(key), MsgState::Scheduled) => {
-                state
-                    .store
-                    .key_head(&session.account, &m.target_id, key)
-                    .await
+                session.reads(&state).key_head(&m.target_id, key).await
             }
             _ => Ok(None),
         }
     };
     let (attempts, events, target, head) = tokio::try_join!(
-        state
-            .store
-            .list_attempts(&session.account, &m.id, None, 1000),
-        state.store.list_events(&session.account, &m.id),
-        state.store.get_target(&session.account, &m.target_id),
+        session.reads(&state).attempts(&m.id, None, 1000),
+        session.reads(&state).events(&m.id),
+        session.reads(&state).target(&m.target_id),
         head,
     )?;
     let attempts = attempts.unwrap_or_default();
@@ -131,7 +126,7 @@ pub async fn show(
             @if let Some(t) = &m.dead_lettered_at { dt { "Dead-lettered" } dd { (layout::time(t)) } }
             @if let Some(e) = shown_error(&m) { dt { "Last error" } dd.wrap { (e) } }
         }
-        @if actionable && session.may(Role::Operator) {
+        @if actionable && session.may(Permission::ChangeMessages) {
             section.actions-box aria-labelledby="actions-heading" {
                 h2 #actions-heading { "Actions" }
                 form method="post" action={ "/portal/messages/" (m.id) "/reschedule" } {

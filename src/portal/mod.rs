@@ -224,6 +224,14 @@ impl From<ServiceError> for PortalError {
                     .collect::<Vec<_>>()
                     .join("; "),
             ),
+            ServiceError::Forbidden(refusal) => PortalError::Forbidden(match refusal.role {
+                Some(role) => format!(
+                    "Your role, {role}, does not allow this: it needs the {} role. \
+                     An admin of the account can change your role.",
+                    refusal.needed.role()
+                ),
+                None => refusal.to_string(),
+            }),
             ServiceError::NotFound => PortalError::NotFound,
             ServiceError::Conflict(Conflict::WrongState { state, action }) => {
                 PortalError::Conflict(format!(

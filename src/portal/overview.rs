@@ -21,11 +21,9 @@ pub async fn page(
     let now = state.service.now();
     let since = now - TimeDelta::hours(24);
     let (overview, targets, activity) = tokio::try_join!(
-        state.store.overview(&session.account, since, now),
-        all_targets(&state, &session.account),
-        state
-            .store
-            .activity(&session.account, charts::window_start(now)),
+        session.reads(&state).overview(since, now),
+        all_targets(session.reads(&state)),
+        session.reads(&state).activity(charts::window_start(now)),
     )?;
     let dead_waiting = overview.total(MsgState::DeadLetter);
     let body = html! {

@@ -2,6 +2,7 @@
 //! role changed, a person removed, invitations (a one-time sign-up link,
 //! shown once by post/redirect/get) made and revoked.
 
+use crate::service::Permission;
 use axum::{
     extract::{Path, Query, State},
     http::{header, HeaderMap},
@@ -69,13 +70,10 @@ pub async fn list(
     session: Session,
     Query(q): Query<layout::NoticeQuery>,
 ) -> PortalResult<Html<String>> {
-    session.require(Role::Admin)?;
+    session.require(Permission::ManagePeople)?;
     let now = state.service.now();
-    let account = session.account.as_str();
-    let (people, invitations) = tokio::try_join!(
-        state.store.list_users(account),
-        state.store.list_invitations(account, now),
-    )?;
+    let reads = session.reads(&state);
+    let (people, invitations) = tokio::try_join!(reads.people(), reads.invitations(now))?;
     let body = html! {
         h1 { "People" }
         p { "Viewers read everything of the account; operators also cancel, reschedule, redrive and replay messages, send test messages and manage schedules; admins also manage targets and people." }
@@ -164,11 +162,11 @@ pub async fn invite(
     jar: CookieJar,
     PortalForm(f): PortalForm<InviteForm>,
 ) -> PortalResult<Response> {
-    session.authorize(&f.csrf, Role::Admin)?;
+    session.authorize(&f.csrf, Permission::ManagePeople)?;
     let role = role_from_form(&f.role)?;
     let new = state
         .service
-        .invite(&session.account, &session.email, &f.email, role)
+        .invite(session.actor(), &session.email, &f.email, role)
         .await
         .map_err(refused)?;
     let scheme = if secure(&state, &headers) {
@@ -193,7 +191,7 @@ pub async fn invite(
 
 /// The one time an invitation's link is shown.
 pub async fn invited(session: Session, jar: CookieJar) -> PortalResult<Response> {
-    session.require(Role::Admin)?;
+    session.require(Permission::ManagePeople)?;
     let Some((email, link)) = jar.get(LINK_ONCE).and_then(|c| {
         c.value()
             .split_once('|')
@@ -227,11 +225,11 @@ pub async fn set_role(
     Path(id): Path<String>,
     PortalForm(f): PortalForm<RoleForm>,
 ) -> PortalResult<Redirect> {
-    session.authorize(&f.csrf, Role::Admin)?;
+    session.authorize(&f.csrf, Permission::ManagePeople)?;
     let role = role_from_form(&f.role)?;
     state
         .service
-        .set_role(&session.account, &id, role)
+        .set_role(session.actor(), &id, role)
         .await
         .map_err(refused)?;
     Ok(Redirect::to("/portal/people?notice=role-changed"))
@@ -243,10 +241,10 @@ pub async fn remove(
     Path(id): Path<String>,
     PortalForm(f): PortalForm<CsrfForm>,
 ) -> PortalResult<Redirect> {
-    session.authorize(&f.csrf, Role::Admin)?;
+    session.authorize(&f.csrf, Permission::ManagePeople)?;
     state
         .service
-        .remove_person(&session.account, &id)
+        .remove_person(session.actor(), &id)
         .await
         .map_err(refused)?;
     Ok(Redirect::to("/portal/people?notice=removed"))
@@ -258,10 +256,10 @@ pub async fn revoke(
     Path(id): Path<String>,
     PortalForm(f): PortalForm<CsrfForm>,
 ) -> PortalResult<Redirect> {
-    session.authorize(&f.csrf, Role::Admin)?;
+    session.authorize(&f.csrf, Permission::ManagePeople)?;
     state
         .service
-        .revoke_invitation(&session.account, &id)
+        .revoke_invitation(session.actor(), &id)
         .await?;
     Ok(Redirect::to("/portal/people?notice=revoked"))
 }

@@ -4,6 +4,7 @@
 //! counted first and done only when confirmed, like the dead-letter redrive
 //! form.
 
+use crate::service::Permission;
 use axum::{
     extract::{Path, Query, State},
     response::{Html, Redirect},
@@ -18,7 +19,6 @@ use super::{
     targets::load,
     when, PortalError, PortalForm, PortalResult,
 };
-use crate::store::portal::Role;
 use crate::{
     domain::{message::State as MsgState, target::Target},
     state::AppState,
@@ -179,14 +179,14 @@ async fn confirm(
     Path(id): Path<String>,
     Query(q): Query<RangeForm>,
 ) -> PortalResult<Html<String>> {
-    session.require(Role::Operator)?;
+    session.require(Permission::ChangeMessages)?;
     let t = load(&state, &session, &id).await?;
     let now = state.service.now();
     let bulk = q.bulk(kind, &t, now)?;
     let max = state.service.config().bulk.max;
-    let count = state
-        .store
-        .bulk_count(&session.account, &bulk, max.saturating_add(1), now)
+    let count = session
+        .reads(&state)
+        .bulk_count(&bulk, max.saturating_add(1), now)
         .await?;
     let (title, what, verb) = match kind {
         Kind::Replay => (
@@ -273,10 +273,10 @@ async fn act(
     Path(id): Path<String>,
     PortalForm(f): PortalForm<RangeForm>,
 ) -> PortalResult<Redirect> {
-    session.authorize(&f.csrf, Role::Operator)?;
+    session.authorize(&f.csrf, Permission::ChangeMessages)?;
     let t = load(&state, &session, &id).await?;
     let bulk = f.bulk(kind, &t, state.service.now())?;
-    let n = state.service.bulk(&session.account, &bulk).await?;
+    let n = state.service.bulk(session.actor(), &bulk).await?;
     let notice = match kind {
         Kind::Replay => "replayed",
         Kind::Cancel => "bulk-cancelled",

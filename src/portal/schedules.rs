@@ -4,6 +4,7 @@
 //! takes, checked by the same rules; the preview works without script (a
 //! button) and, with it, follows what is typed.
 
+use crate::service::Permission;
 use axum::{
     extract::{Path, Query, State},
     http::StatusCode,
@@ -19,7 +20,6 @@ use super::{
     targets::all_targets,
     PortalError, PortalForm, PortalResult,
 };
-use crate::store::portal::Role;
 use crate::{
     domain::{
         ids::ScheduleId,
@@ -59,9 +59,9 @@ pub async fn list(
     let mut all = Vec::new();
     let mut after: Option<ScheduleCursor> = None;
     loop {
-        let page = state
-            .store
-            .list_schedules(&session.account, None, after.as_ref(), 1000, now)
+        let page = session
+            .reads(&state)
+            .schedules(None, after.as_ref(), 1000, now)
             .await?;
         let done = page.len() < 1000;
         after = page.last().map(ScheduleCursor::after);
@@ -70,7 +70,7 @@ pub async fn list(
             break;
         }
     }
-    let targets = all_targets(&state, &session.account).await?;
+    let targets = all_targets(session.reads(&state)).await?;
     let target_name = |s: &Schedule| {
         targets
             .iter()
@@ -80,7 +80,7 @@ pub async fn list(
     let body = html! {
         div.heading {
             h1 { "Schedules" }
-            @if session.may(Role::Operator) { a.button href="/portal/schedules/new" { "New schedule" } }
+            @if session.may(Permission::ChangeMessages) { a.button href="/portal/schedules/new" { "New schedule" } }
         }
         @if all.is_empty() {
             p { "No schedules yet. A schedule sends a message to a target on a cron expression or every fixed period." }
@@ -90,7 +90,7 @@ pub async fn list(
                     thead { tr {
                         th scope="col" { "Name" } th scope="col" { "Target" } th scope="col" { "Runs" }
                         th scope="col" { "Next run" } th scope="col" { "Status" }
-                        @if session.may(Role::Operator) { th scope="col" { span.visually-hidden { "Actions" } } }
+                        @if session.may(Permission::ChangeMessages) { th scope="col" { span.visually-hidden { "Actions" } } }
                     } }
                     tbody {
                         @for s in &all {
@@ -101,7 +101,7 @@ pub async fn list(
                                 td { (rule_text(s)) }
                                 td { @match s.next_run(now) { Some(t) => (in_zone(&t, s.zone)), None => span.none { "—" } } }
                                 td { @if s.paused { span.off { "Paused" } } @else { "Active" } }
-                                @if session.may(Role::Operator) { td { (toggle(&session, s)) } }
+                                @if session.may(Permission::ChangeMessages) { td { (toggle(&session, s)) } }
                             }
                         }
                     }
@@ -136,8 +136,8 @@ fn toggle(session: &Session, s: &Schedule) -> Markup {
 }
 
 pub async fn new(State(state): State<AppState>, session: Session) -> PortalResult<Response> {
-    session.require(Role::Operator)?;
-    let targets = all_targets(&state, &session.account).await?;
+    session.require(Permission::ChangeMessages)?;
+    let targets = all_targets(session.reads(&state)).await?;
     let mut f = ScheduleForm::blank();
     f.target_id = targets
         .first()
@@ -159,9 +159,9 @@ pub async fn create(
     session: Session,
     PortalForm(f): PortalForm<ScheduleForm>,
 ) -> PortalResult<Response> {
-    session.authorize(&f.csrf, Role::Operator)?;
+    session.authorize(&f.csrf, Permission::ChangeMessages)?;
     let now = state.service.now();
-    let targets = all_targets(&state, &session.account).await?;
+    let targets = all_targets(session.reads(&state)).await?;
     let again = |errors: &[FieldError], status| {
         let body = html! {
             h1 { "New schedule" }
@@ -176,7 +176,7 @@ pub async fn create(
         Ok(spec) => spec,
         Err(errors) => return Ok(again(&errors, StatusCode::BAD_REQUEST)),
     };
-    match state.service.create_schedule(&session.account, spec).await {
+    match state.service.create_schedule(session.actor(), spec).await {
         Ok(s) => {
             Ok(Redirect::to(&format!("/portal/schedules/{}?notice=created", s.id)).into_response())
         }
@@ -189,9 +189,9 @@ pub async fn create(
 
 async fn load(state: &AppState, session: &Session, id: &str) -> PortalResult<Schedule> {
     let id: ScheduleId = id.parse().map_err(|_| PortalError::NotFound)?;
-    state
-        .store
-        .get_schedule(&session.account, &id, state.service.now())
+    session
+        .reads(state)
+        .schedule(&id, state.service.now())
         .await?
         .ok_or(PortalError::NotFound)
 }
@@ -213,7 +213,7 @@ fn show_page(
     let body = html! {
         div.heading {
             h1 { (title) }
-            @if session.may(Role::Operator) { (toggle(session, s)) }
+            @if session.may(Permission::ChangeMessages) { (toggle(session, s)) }
         }
         dl.facts {
             dt { "Id" } dd { code { (s.id) } }
@@ -224,7 +224,7 @@ fn show_page(
             dt { "Messages" } dd { a href={ "/portal/messages?schedule=" (s.id) } { "The messages of its runs" } }
         }
         // Viewers read; operators change (the server checks each action).
-        @if session.may(Role::Operator) {
+        @if session.may(Permission::ChangeMessages) {
             h2 { "Edit" }
             (form(session, &format!("/portal/schedules/{}", s.id), f, targets, errors, now))
             form.inline method="post" action={ "/portal/schedules/" (s.id) "/delete" }
@@ -250,7 +250,7 @@ pub async fn show(
     Query(q): Query<layout::NoticeQuery>,
 ) -> PortalResult<Html<String>> {
     let s = load(&state, &session, &id).await?;
-    let targets = all_targets(&state, &session.account).await?;
+    let targets = all_targets(session.reads(&state)).await?;
     let page = show_page(
         &session,
         &s,
@@ -269,10 +269,10 @@ pub async fn update(
     Path(id): Path<String>,
     PortalForm(f): PortalForm<ScheduleForm>,
 ) -> PortalResult<Response> {
-    session.authorize(&f.csrf, Role::Operator)?;
+    session.authorize(&f.csrf, Permission::ChangeMessages)?;
     let s = load(&state, &session, &id).await?;
     let now = state.service.now();
-    let targets = all_targets(&state, &session.account).await?;
+    let targets = all_targets(session.reads(&state)).await?;
     let again = |errors: &[FieldError], status: StatusCode| {
         let page = show_page(&session, &s, &f, &targets, errors, None, now);
         (status, Html(page.into_string())).into_response()
@@ -286,7 +286,7 @@ pub async fn update(
     };
     match state
         .service
-        .update_schedule(&session.account, &s.id, &doc)
+        .update_schedule(session.actor(), &s.id, &doc)
         .await
     {
         Ok(saved) => Ok(
@@ -306,11 +306,11 @@ async fn set_paused(
     csrf: &str,
     paused: bool,
 ) -> PortalResult<Redirect> {
-    session.authorize(csrf, Role::Operator)?;
+    session.authorize(csrf, Permission::ChangeMessages)?;
     let id: ScheduleId = id.parse().map_err(|_| PortalError::NotFound)?;
     state
         .service
-        .set_schedule_paused(&session.account, &id, paused)
+        .set_schedule_paused(session.actor(), &id, paused)
         .await?;
     let notice = if paused { "paused" } else { "resumed" };
     Ok(Redirect::to(&format!(
@@ -342,9 +342,9 @@ pub async fn delete(
     Path(id): Path<String>,
     PortalForm(f): PortalForm<CsrfForm>,
 ) -> PortalResult<Redirect> {
-    session.authorize(&f.csrf, Role::Operator)?;
+    session.authorize(&f.csrf, Permission::ChangeMessages)?;
     let id: ScheduleId = id.parse().map_err(|_| PortalError::NotFound)?;
-    state.service.delete_schedule(&session.account, &id).await?;
+    state.service.delete_schedule(session.actor(), &id).await?;
     Ok(Redirect::to("/portal/schedules?notice=deleted"))
 }
 

@@ -1,5 +1,9 @@
 //! Sign-in, sessions and CSRF.
 
+use crate::service::{
+    sessions::{random_token, token_hash, NewSession},
+    Actor, Permission, Reads,
+};
 use std::net::SocketAddr;
 
 use axum::{
@@ -8,12 +12,9 @@ use axum::{
     response::{Html, IntoResponse, Redirect, Response},
 };
 use axum_extra::extract::cookie::{Cookie, CookieJar, SameSite};
-use base64::{engine::general_purpose::URL_SAFE_NO_PAD as B64URL, Engine};
 use chrono::TimeDelta;
 use maud::html;
-use rand::Rng;
 use serde::Deserialize;
-use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use super::{layout, PortalError, PortalForm, PortalResult};
@@ -22,7 +23,7 @@ use crate::{
     domain::ids::AccountId,
     state::AppState,
     store::{
-        portal::{Role, SessionRecord, UserRecord},
+        portal::{Role, UserRecord},
         StoreResult,
     },
 };
@@ -32,20 +33,8 @@ const LOGIN_COOKIE: &str = "dispatch_login";
 
 /// A password hash of the same kind and cost as real ones, verified when the
 /// email is unknown so that the answer takes as long either way.
-static DUMMY_HASH: std::sync::LazyLock<String> =
-    std::sync::LazyLock::new(|| secrets::hash_secret("not a password anyone has"));
-
 pub fn hash_password(password: &str) -> String {
     secrets::hash_secret(password)
-}
-
-fn random_token() -> String {
-    let bytes: [u8; 32] = rand::rng().random();
-    B64URL.encode(bytes)
-}
-
-fn token_hash(token: &str) -> Vec<u8> {
-    Sha256::digest(token.as_bytes()).to_vec()
 }
 
 fn same(a: &str, b: &str) -> bool {
@@ -86,6 +75,9 @@ pub struct Session {
     pub token_hash: Vec<u8>,
     /// The zone the person chose for times; None: the browser's.
     pub time_zone: Option<String>,
+    /// The person, as the use cases' actor: they decide what the role
+    /// allows.
+    actor: Actor,
 }
 
 impl Session {
@@ -98,27 +90,29 @@ impl Session {
         }
     }
 
-    /// Whether the person's role allows what `needed` allows.
-    pub fn may(&self, needed: Role) -> bool {
-        self.role >= needed
+    pub fn actor(&self) -> &Actor {
+        &self.actor
     }
 
-    /// Refuses (403, nothing changes) what the person's role does not allow.
-    pub fn require(&self, needed: Role) -> PortalResult<()> {
-        if self.may(needed) {
-            Ok(())
-        } else {
-            Err(PortalError::Forbidden(format!(
-                "Your role, {}, does not allow this: it needs the {needed} role. \
-                 An admin of the account can change your role.",
-                self.role
-            )))
-        }
+    /// What the person may read of the account.
+    pub fn reads<'a>(&'a self, state: &'a AppState) -> Reads<'a> {
+        state.service.reads(&self.actor)
+    }
+
+    /// Whether the person may do what needs `permission` (what a page offers).
+    pub fn may(&self, permission: Permission) -> bool {
+        self.actor().may(permission)
+    }
+
+    /// Refuses (403, nothing changes) what the person may not do, before a
+    /// page reads its form; the use case decides again.
+    pub fn require(&self, permission: Permission) -> PortalResult<()> {
+        Ok(self.actor().allow(permission).map(|_| ())?)
     }
 
     /// An action's two checks: the form came from this session, and the
-    /// role allows it.
-    pub fn authorize(&self, sent_csrf: &str, needed: Role) -> PortalResult<()> {
+    /// person may do it.
+    pub fn authorize(&self, sent_csrf: &str, needed: Permission) -> PortalResult<()> {
         self.check_csrf(sent_csrf)?;
         self.require(needed)
     }
@@ -176,6 +170,7 @@ impl Session {
             .find_session(&token_hash(&token), state.service.now())
             .await?;
         Ok(record.map(|s| Session {
+            actor: Actor::person(AccountId::from_trusted(&s.account), &s.user_id, s.role),
             account: AccountId::from_trusted(s.account),
             user_id: s.user_id,
             email: s.email,
@@ -315,15 +310,7 @@ pub async fn login(
         );
         return Ok((StatusCode::TOO_MANY_REQUESTS, Html(page.into_string())).into_response());
     }
-    let user = state.store.find_user(&email).await?;
-    let password = form.password;
-    let hash = user
-        .as_ref()
-        .map_or_else(|| DUMMY_HASH.clone(), |u| u.password_hash.clone());
-    let ok = tokio::task::spawn_blocking(move || secrets::verify_secret(&password, &hash))
-        .await
-        .unwrap_or(false);
-    let Some(user) = user.filter(|_| ok) else {
+    let Some(user) = state.service.check_password(&email, &form.password).await? else {
         let page = login_form(
             &form.csrf,
             &next,
@@ -344,23 +331,7 @@ pub(super) async fn start_session(
     jar: CookieJar,
     user: UserRecord,
 ) -> PortalResult<CookieJar> {
-    let token = random_token();
-    let now = state.service.now();
-    let ttl = TimeDelta::from_std(state.config.portal.session_ttl).unwrap_or(TimeDelta::hours(12));
-    state
-        .store
-        .create_session(&SessionRecord {
-            token_hash: token_hash(&token),
-            user_id: user.id,
-            account: user.account,
-            email: user.email,
-            csrf: random_token(),
-            created_at: now,
-            expires_at: now + ttl,
-            role: user.role,
-            time_zone: None,
-        })
-        .await?;
+    let NewSession { token, ttl } = state.service.start_session(user).await?;
     let secure = secure(state, headers);
     Ok(jar
         .remove(Cookie::build(LOGIN_COOKIE).path("/portal"))
@@ -381,7 +352,7 @@ pub async fn logout(
 ) -> PortalResult<Response> {
     session.check_csrf(&form.csrf)?;
     if let Some(token) = jar.get(SESSION_COOKIE).map(|c| c.value().to_string()) {
-        state.store.delete_session(&token_hash(&token)).await?;
+        state.service.end_session(&token).await?;
     }
     let jar = jar.remove(Cookie::build(SESSION_COOKIE).path("/portal"));
     Ok((jar, Redirect::to("/portal/login?signed_out=1")).into_response())

@@ -2,6 +2,7 @@
 //! send a test message (with a payload the person types), rotate the
 //! signing secret, delete.
 
+use crate::service::Permission;
 use axum::{
     extract::{Path, State},
     http::HeaderMap,
@@ -15,7 +16,6 @@ use crate::{
     domain::ids::TargetId,
     service::{Conflict, ServiceError},
     state::AppState,
-    store::portal::Role,
 };
 
 use super::session::CsrfForm;
@@ -35,9 +35,9 @@ pub async fn reset_breaker(
     Path(id): Path<String>,
     PortalForm(f): PortalForm<CsrfForm>,
 ) -> PortalResult<Redirect> {
-    session.authorize(&f.csrf, Role::Operator)?;
+    session.authorize(&f.csrf, Permission::OperateTargets)?;
     let id: TargetId = id.parse().map_err(|_| PortalError::NotFound)?;
-    state.service.reset_health(&session.account, &id).await?;
+    state.service.reset_health(session.actor(), &id).await?;
     Ok(Redirect::to(&format!(
         "/portal/targets/{id}?notice=breaker-closed"
     )))
@@ -50,11 +50,11 @@ async fn set_enabled(
     csrf: &str,
     enabled: bool,
 ) -> PortalResult<Redirect> {
-    session.authorize(csrf, Role::Admin)?;
+    session.authorize(csrf, Permission::ConfigureTargets)?;
     let id: TargetId = id.parse().map_err(|_| PortalError::NotFound)?;
     state
         .service
-        .set_target_enabled(&session.account, &id, enabled)
+        .set_target_enabled(session.actor(), &id, enabled)
         .await?;
     let notice = if enabled { "enabled" } else { "disabled" };
     Ok(Redirect::to(&format!(
@@ -89,12 +89,12 @@ pub async fn send_test(
     Path(id): Path<String>,
     PortalForm(f): PortalForm<TestForm>,
 ) -> PortalResult<Redirect> {
-    session.authorize(&f.csrf, Role::Operator)?;
+    session.authorize(&f.csrf, Permission::OperateTargets)?;
     let id: TargetId = id.parse().map_err(|_| PortalError::NotFound)?;
     let payload = Some(f.payload).filter(|p| !p.trim().is_empty());
     let m = state
         .service
-        .send_test(&session.account, &id, payload)
+        .send_test(session.actor(), &id, payload)
         .await?;
     Ok(Redirect::to(&format!(
         "/portal/messages/{}?notice=test&watch=1",
@@ -128,7 +128,7 @@ pub async fn rotate_secret(
     Path(id): Path<String>,
     PortalForm(f): PortalForm<RotateForm>,
 ) -> PortalResult<Response> {
-    session.authorize(&f.csrf, Role::Admin)?;
+    session.authorize(&f.csrf, Permission::ConfigureTargets)?;
     let id: TargetId = id.parse().map_err(|_| PortalError::NotFound)?;
     let seconds = f
         .overlap
@@ -143,7 +143,7 @@ pub async fn rotate_secret(
         })?;
     let saved = state
         .service
-        .rotate_signing_secret(&session.account, &id, chrono::TimeDelta::seconds(seconds))
+        .rotate_signing_secret(session.actor(), &id, chrono::TimeDelta::seconds(seconds))
         .await?;
     Ok(super::target_secret::show_once(
         &state,
@@ -162,9 +162,9 @@ pub async fn delete(
     Path(id): Path<String>,
     PortalForm(f): PortalForm<CsrfForm>,
 ) -> PortalResult<Redirect> {
-    session.authorize(&f.csrf, Role::Admin)?;
+    session.authorize(&f.csrf, Permission::ConfigureTargets)?;
     let id: TargetId = id.parse().map_err(|_| PortalError::NotFound)?;
-    match state.service.delete_target(&session.account, &id).await {
+    match state.service.delete_target(session.actor(), &id).await {
         Ok(()) => Ok(Redirect::to("/portal/targets?notice=target-deleted")),
         Err(ServiceError::Conflict(Conflict::TargetInUse)) => Err(PortalError::Conflict(
             "The target still has Scheduled messages or dead letters. Cancel them first \

@@ -1,6 +1,7 @@
 //! The one page that shows a generated signing secret: post/redirect/get,
 //! with the secret carried in a cookie sent only to that page.
 
+use crate::service::Permission;
 use axum::{
     extract::{Path, Query, State},
     http::{header, HeaderMap},
@@ -17,7 +18,6 @@ use super::{
     targets::{load, NoticeQuery},
     PortalResult,
 };
-use crate::store::portal::Role;
 use crate::{
     domain::{
         ids::TargetId,
@@ -68,7 +68,7 @@ pub async fn secret(
     Path(id): Path<String>,
     Query(q): Query<NoticeQuery>,
 ) -> PortalResult<Response> {
-    session.require(Role::Admin)?;
+    session.require(Permission::ConfigureTargets)?;
     let t = load(&state, &session, &id).await?;
     let Some(secret) = jar.get(SECRET_ONCE).map(|c| c.value().to_string()) else {
         return Ok(

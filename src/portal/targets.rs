@@ -1,6 +1,7 @@
 //! Targets: list, create, show (with limits and breaker), edit; the
 //! actions on one are in `target_actions`.
 
+use crate::service::{Permission, Reads, ServiceResult};
 use axum::{
     extract::{Path, Query, State},
     http::{HeaderMap, StatusCode},
@@ -16,7 +17,6 @@ use super::{
     target_form::{self, TargetForm},
     target_secret, PortalError, PortalForm, PortalResult,
 };
-use crate::store::portal::Role;
 use crate::{
     domain::{
         ids::TargetId,
@@ -28,18 +28,15 @@ use crate::{
     },
     service::{targets::TargetChange, ServiceError},
     state::AppState,
-    store::{MessageFilter, StoreResult, TargetCursor},
+    store::{MessageFilter, TargetCursor},
 };
 
 /// Every target of the account, newest first.
-pub async fn all_targets(state: &AppState, account: &str) -> StoreResult<Vec<Target>> {
+pub async fn all_targets(reads: Reads<'_>) -> ServiceResult<Vec<Target>> {
     let mut all = Vec::new();
     let mut after: Option<TargetCursor> = None;
     loop {
-        let page = state
-            .store
-            .list_targets(account, after.as_ref(), 1000)
-            .await?;
+        let page = reads.targets(after.as_ref(), 1000).await?;
         let done = page.len() < 1000;
         after = page.last().map(TargetCursor::after);
         all.extend(page);
@@ -51,9 +48,9 @@ pub async fn all_targets(state: &AppState, account: &str) -> StoreResult<Vec<Tar
 
 pub async fn load(state: &AppState, session: &Session, id: &str) -> PortalResult<Target> {
     let id: TargetId = id.parse().map_err(|_| PortalError::NotFound)?;
-    state
-        .store
-        .get_target(&session.account, &id)
+    session
+        .reads(state)
+        .target(&id)
         .await?
         .ok_or(PortalError::NotFound)
 }
@@ -102,7 +99,7 @@ pub async fn list(
     session: Session,
     Query(q): Query<NoticeQuery>,
 ) -> PortalResult<Html<String>> {
-    let targets = all_targets(&state, &session.account).await?;
+    let targets = all_targets(session.reads(&state)).await?;
     let notice = layout::notice(q.notice.as_deref(), q.n);
     let body = html! {
         div.heading {
@@ -172,7 +169,7 @@ fn form_page(
 }
 
 pub async fn new(session: Session, Query(q): Query<NoticeQuery>) -> PortalResult<Html<String>> {
-    session.require(Role::Admin)?;
+    session.require(Permission::ConfigureTargets)?;
     let kind = q
         .kind
         .as_deref()
@@ -210,7 +207,7 @@ pub async fn create(
     jar: CookieJar,
     PortalForm(f): PortalForm<TargetForm>,
 ) -> PortalResult<Response> {
-    session.authorize(&f.csrf, Role::Admin)?;
+    session.authorize(&f.csrf, Permission::ConfigureTargets)?;
     let action = "/portal/targets";
     let spec = match f
         .to_document(false)
@@ -219,7 +216,7 @@ pub async fn create(
         Ok(spec) => spec,
         Err(errors) => return Ok(invalid(&session, "New target", action, &f, &errors, false)),
     };
-    let saved = match state.service.create_target(&session.account, spec).await {
+    let saved = match state.service.create_target(session.actor(), spec).await {
         Ok(saved) => saved,
         Err(ServiceError::Invalid(errors)) => {
             return Ok(invalid(&session, "New target", action, &f, &errors, false))
@@ -248,9 +245,8 @@ pub async fn show(
             state: Some(s),
             ..MessageFilter::default()
         };
-        let store = state.store.clone();
-        let account = session.account.clone();
-        async move { store.count_messages(&account, &filter).await }
+        let reads = session.reads(&state);
+        async move { reads.count_messages(&filter).await }
     };
     let (scheduled, dead) =
         tokio::try_join!(count(MsgState::Scheduled), count(MsgState::DeadLetter))?;
@@ -259,7 +255,7 @@ pub async fn show(
     let body = html! {
         div.heading {
             h1 { (t.name) }
-            @if session.may(Role::Admin) {
+            @if session.may(Permission::ConfigureTargets) {
                 a.button.secondary href={ "/portal/targets/" (t.id) "/edit" } { "Edit" }
             }
         }
@@ -278,15 +274,15 @@ pub async fn show(
             pre { (serde_json::to_string_pretty(&public).unwrap_or_default()) }
         }
         section.actions-row aria-label="Actions" {
-            @if session.may(Role::Admin) { (toggle_form(&session, &t)) }
-            @if t.config.limits().breaker.is_some() && t.health.state != BreakerState::Closed && session.may(Role::Operator) {
+            @if session.may(Permission::ConfigureTargets) { (toggle_form(&session, &t)) }
+            @if t.config.limits().breaker.is_some() && t.health.state != BreakerState::Closed && session.may(Permission::OperateTargets) {
                 form.inline method="post" action={ "/portal/targets/" (t.id) "/reset-breaker" } {
                     (layout::csrf_field(&session))
                     button type="submit" #reset-breaker { "Close the breaker now" }
                 }
             }
         }
-        @if session.may(Role::Operator) {
+        @if session.may(Permission::OperateTargets) {
             section.test-message aria-labelledby="test-heading" {
                 h2 #test-heading { "Test message" }
                 form method="post" action={ "/portal/targets/" (t.id) "/test" } {
@@ -300,10 +296,10 @@ pub async fn show(
                 }
             }
         }
-        @if let (TargetConfig::Webhook(w), true) = (&t.config, session.may(Role::Admin)) {
+        @if let (TargetConfig::Webhook(w), true) = (&t.config, session.may(Permission::ConfigureTargets)) {
             (super::target_secret::rotate_section(&session, &t, w))
         }
-        @if session.may(Role::Admin) {
+        @if session.may(Permission::ConfigureTargets) {
             section.danger-zone aria-labelledby="delete-heading" {
                 h2 #delete-heading { "Delete this target" }
                 p { "A target can be deleted once it has no Scheduled messages and no dead letters (cancel them first) and its schedules are paused or deleted. Delivered and cancelled messages go with it." }
@@ -326,7 +322,7 @@ pub async fn show(
                 li { a href={ "/portal/messages?target=" (t.id) } { "All messages of this target" } }
             }
         }
-        @if session.may(Role::Operator) { (super::ranges::section(&t)) }
+        @if session.may(Permission::ChangeMessages) { (super::ranges::section(&t)) }
     };
     Ok(Html(
         layout::page(&session, &t.name, Section::Targets, notice.as_deref(), body).into_string(),
@@ -338,7 +334,7 @@ pub async fn edit(
     session: Session,
     Path(id): Path<String>,
 ) -> PortalResult<Html<String>> {
-    session.require(Role::Admin)?;
+    session.require(Permission::ConfigureTargets)?;
     let t = load(&state, &session, &id).await?;
     let action = format!("/portal/targets/{}", t.id);
     Ok(Html(
@@ -362,7 +358,7 @@ pub async fn update(
     Path(id): Path<String>,
     PortalForm(mut f): PortalForm<TargetForm>,
 ) -> PortalResult<Response> {
-    session.authorize(&f.csrf, Role::Admin)?;
+    session.authorize(&f.csrf, Permission::ConfigureTargets)?;
     let current = load(&state, &session, &id).await?;
     f.kind = current.config.kind().to_string();
     let title = format!("Edit {}", current.name);
@@ -374,7 +370,7 @@ pub async fn update(
     // The form holds every field: a secret not shown as *** was typed in.
     let saved = match state
         .service
-        .update_target(&session.account, &current.id, TargetChange::Replace(&doc))
+        .update_target(session.actor(), &current.id, TargetChange::Replace(&doc))
         .await
     {
         Ok(saved) => saved,

@@ -1,9 +1,12 @@
 //! Bulk redrive, cancel and replay
 //! (docs/api.md#bulk-redrive-cancel-and-replay), for the API and the portal.
 
-use super::{Service, ServiceError, ServiceResult};
+use super::{
+    access::{Actor, Permission},
+    Service, ServiceError, ServiceResult,
+};
 use crate::{
-    domain::{ids::AccountId, message::State},
+    domain::message::State,
     store::{Bulk, BulkAction},
 };
 
@@ -18,7 +21,8 @@ impl Service {
     /// Applies a bulk action, one batch at a time; how many messages it
     /// changed. A call matching more than `bulk.max` messages changes
     /// nothing; an unknown or foreign target is an error naming `targetId`.
-    pub async fn bulk(&self, account: &AccountId, bulk: &Bulk) -> ServiceResult<u64> {
+    pub async fn bulk(&self, actor: &Actor, bulk: &Bulk) -> ServiceResult<u64> {
+        let account = actor.allow(Permission::ChangeMessages)?;
         if let Some(target) = &bulk.target_id {
             if self.store.get_target(account, target).await?.is_none() {
                 return Err(ServiceError::field("targetId", "is not a known target"));

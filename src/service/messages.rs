@@ -4,6 +4,7 @@
 use chrono::{DateTime, Utc};
 
 use super::{
+    access::{Actor, Permission},
     idempotency::{insert_once, remember},
     Conflict, IdempotencyKey, Service, ServiceError, ServiceResult,
 };
@@ -61,7 +62,12 @@ impl Service {
     }
 
     /// Schedules one message (through the group commit, when there is one).
-    pub async fn schedule(
+    pub async fn schedule(&self, actor: &Actor, req: ScheduleRequest) -> ServiceResult<Scheduled> {
+        let account = actor.allow(Permission::ChangeMessages)?;
+        self.schedule_in(account, req).await
+    }
+
+    async fn schedule_in(
         &self,
         account: &AccountId,
         req: ScheduleRequest,
@@ -86,9 +92,10 @@ impl Service {
     /// in order. Items that failed parsing are answered with their errors.
     pub async fn schedule_batch(
         &self,
-        account: &AccountId,
+        actor: &Actor,
         requests: Vec<Result<ScheduleRequest, Vec<FieldError>>>,
     ) -> ServiceResult<Vec<ServiceResult<Scheduled>>> {
+        let account = actor.allow(Permission::ChangeMessages)?;
         let now = self.now();
         let mut answers: Vec<Option<ServiceResult<Scheduled>>> = Vec::new();
         let mut items = Vec::new();
@@ -129,10 +136,11 @@ impl Service {
     /// is a test.
     pub async fn send_test(
         &self,
-        account: &AccountId,
+        actor: &Actor,
         target: &TargetId,
         payload: Option<String>,
     ) -> ServiceResult<Message> {
+        let account = actor.allow(Permission::OperateTargets)?;
         let now = self.now();
         let payload = match payload {
             Some(p) => Payload::parse(p).map_err(|e| ServiceError::field("payload", e.to_string()))?,
@@ -149,7 +157,7 @@ impl Service {
             idempotency_key: None,
             ordering_key: None,
         };
-        match self.schedule(account, req).await {
+        match self.schedule_in(account, req).await {
             Ok(Scheduled::Created { message, .. }) => Ok(*message),
             Ok(Scheduled::Replayed { .. }) => unreachable!("no key, no replay"),
             Err(ServiceError::Invalid(_)) => Err(ServiceError::NotFound),
@@ -157,7 +165,8 @@ impl Service {
         }
     }
 
-    pub async fn cancel(&self, account: &AccountId, id: &MessageId) -> ServiceResult<Message> {
+    pub async fn cancel(&self, actor: &Actor, id: &MessageId) -> ServiceResult<Message> {
+        let account = actor.allow(Permission::ChangeMessages)?;
         let t = self.cancel_one(account, id, self.now()).await?;
         let m = transition(t, "cancelled")?;
         if m.ordering_key.is_some() {
@@ -170,10 +179,11 @@ impl Service {
     /// Delivery at `at`; the retry ladder starts over.
     pub async fn reschedule(
         &self,
-        account: &AccountId,
+        actor: &Actor,
         id: &MessageId,
         at: DateTime<Utc>,
     ) -> ServiceResult<Message> {
+        let account = actor.allow(Permission::ChangeMessages)?;
         // A message this instance claimed ahead of its time is taken back
         // first: the reschedule wins over an attempt not yet started.
         let held = self.wake.held.withdraw(id);
@@ -192,7 +202,8 @@ impl Service {
     }
 
     /// Cancels each message it can; how many it cancelled.
-    pub async fn cancel_many(&self, account: &AccountId, ids: &[MessageId]) -> ServiceResult<u64> {
+    pub async fn cancel_many(&self, actor: &Actor, ids: &[MessageId]) -> ServiceResult<u64> {
+        let account = actor.allow(Permission::ChangeMessages)?;
         let now = self.now();
         let mut n = 0;
         for id in ids {
@@ -254,13 +265,13 @@ impl Service {
     /// `ids`, when given); how many.
     pub async fn redrive(
         &self,
-        account: &AccountId,
+        actor: &Actor,
         filter: &MessageFilter,
         ids: Option<&[MessageId]>,
         at: DateTime<Utc>,
     ) -> ServiceResult<u64> {
         self.bulk(
-            account,
+            actor,
             &Bulk {
                 action: BulkAction::Redrive { at },
                 target_id: filter.target_id.clone(),

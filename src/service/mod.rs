@@ -8,13 +8,16 @@
 //! It may import the domain, the store, the outbound policy and the wire
 //! types it remembers for idempotent replays; never `api` or `portal`.
 
+pub mod access;
 pub mod bulk;
 pub mod coalesce;
 mod idempotency;
 pub mod identities;
 pub mod messages;
 pub mod people;
+mod reads;
 pub mod schedules;
+pub mod sessions;
 pub mod targets;
 
 use std::sync::Arc;
@@ -29,8 +32,10 @@ use crate::{
     wake::Wake,
 };
 
+pub use access::{Actor, Permission, Refusal};
 pub use coalesce::Coalescer;
 pub use idempotency::{insert_once, IdempotencyKey};
+pub use reads::Reads;
 
 /// What every use case needs; cheap to clone.
 #[derive(Clone)]
@@ -73,7 +78,20 @@ impl Service {
         )
     }
 
-    /// Reads need no use case: the doors read the store directly.
+    /// Whether the actor may do what needs `permission`, before a door
+    /// reads the rest of its request: a refusal comes before a complaint
+    /// about the input. The use case decides again, on its own.
+    pub fn check(&self, actor: &Actor, permission: Permission) -> ServiceResult<()> {
+        actor.allow(permission).map(|_| ())
+    }
+
+    /// What the actor may read of its account, and nothing it may change.
+    pub fn reads<'a>(&'a self, actor: &'a Actor) -> Reads<'a> {
+        Reads::new(self.store.as_ref(), actor)
+    }
+
+    /// The whole store, for the background work and the operator's
+    /// machine-wide commands; the doors use `reads` and the use cases.
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.store
     }
@@ -97,6 +115,9 @@ pub enum ServiceError {
     /// The input breaks a rule; each error names its field.
     #[error("invalid request")]
     Invalid(Vec<FieldError>),
+    /// The actor may not do this; nothing changed.
+    #[error("{0}")]
+    Forbidden(Refusal),
     /// Unknown, or another account's.
     #[error("not found")]
     NotFound,

@@ -7,12 +7,12 @@ use rand::Rng;
 use sha2::{Digest, Sha256};
 
 use super::{
+    access::{Actor, Permission},
     identities::{check_password, plausible_email},
     Conflict, Service, ServiceError, ServiceResult,
 };
 use crate::{
     auth::secrets,
-    domain::ids::AccountId,
     store::portal::{Acceptance, InvitationRecord, PeopleChange, Role, UserRecord},
 };
 
@@ -43,11 +43,12 @@ impl Service {
     /// Invites `email` into `account` with `role`; `by` is the admin's email.
     pub async fn invite(
         &self,
-        account: &AccountId,
+        actor: &Actor,
         by: &str,
         email: &str,
         role: Role,
     ) -> ServiceResult<NewInvitation> {
+        let account = actor.allow(Permission::ManagePeople)?;
         let email = plausible_email(email)?;
         if self.store.find_user(&email).await?.is_some() {
             return Err(ServiceError::Conflict(Conflict::EmailTaken));
@@ -96,7 +97,8 @@ impl Service {
         }
     }
 
-    pub async fn revoke_invitation(&self, account: &AccountId, id: &str) -> ServiceResult<()> {
+    pub async fn revoke_invitation(&self, actor: &Actor, id: &str) -> ServiceResult<()> {
+        let account = actor.allow(Permission::ManagePeople)?;
         if self.store.revoke_invitation(account.as_str(), id).await? {
             Ok(())
         } else {
@@ -104,12 +106,8 @@ impl Service {
         }
     }
 
-    pub async fn set_role(
-        &self,
-        account: &AccountId,
-        user_id: &str,
-        role: Role,
-    ) -> ServiceResult<()> {
+    pub async fn set_role(&self, actor: &Actor, user_id: &str, role: Role) -> ServiceResult<()> {
+        let account = actor.allow(Permission::ManagePeople)?;
         people_change(
             self.store
                 .set_user_role(account.as_str(), user_id, role)
@@ -118,7 +116,8 @@ impl Service {
     }
 
     /// Removes a person and ends their sessions.
-    pub async fn remove_person(&self, account: &AccountId, user_id: &str) -> ServiceResult<()> {
+    pub async fn remove_person(&self, actor: &Actor, user_id: &str) -> ServiceResult<()> {
+        let account = actor.allow(Permission::ManagePeople)?;
         people_change(self.store.remove_user(account.as_str(), user_id).await?)
     }
 

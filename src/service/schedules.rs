@@ -3,7 +3,10 @@
 
 use serde_json::Value;
 
-use super::{Conflict, Service, ServiceError, ServiceResult};
+use super::{
+    access::{Actor, Permission},
+    Conflict, Service, ServiceError, ServiceResult,
+};
 use crate::{
     domain::{
         ids::{AccountId, ScheduleId},
@@ -21,9 +24,10 @@ const SAVE_TRIES: usize = 5;
 impl Service {
     pub async fn create_schedule(
         &self,
-        account: &AccountId,
+        actor: &Actor,
         spec: ScheduleSpec,
     ) -> ServiceResult<Schedule> {
+        let account = actor.allow(Permission::ChangeMessages)?;
         // Milliseconds, as every store keeps them: `every` counts from here.
         let now = truncate_ms(self.now());
         let mut s = spec.into_schedule(ScheduleId::new(), account.to_string(), now);
@@ -42,10 +46,11 @@ impl Service {
     /// leaves its runs as they are.
     pub async fn update_schedule(
         &self,
-        account: &AccountId,
+        actor: &Actor,
         id: &ScheduleId,
         patch: &Value,
     ) -> ServiceResult<Schedule> {
+        let account = actor.allow(Permission::ChangeMessages)?;
         self.change_schedule(account, id, |current| {
             let spec = wire::parse(&wire::merge(current, patch)).map_err(ServiceError::Invalid)?;
             // `change_schedule` sets what a save sets beyond the document.
@@ -62,10 +67,11 @@ impl Service {
     /// while paused are not made up. Either, again, changes nothing.
     pub async fn set_schedule_paused(
         &self,
-        account: &AccountId,
+        actor: &Actor,
         id: &ScheduleId,
         paused: bool,
     ) -> ServiceResult<Schedule> {
+        let account = actor.allow(Permission::ChangeMessages)?;
         self.change_schedule(account, id, |current| {
             Ok(Schedule {
                 paused,
@@ -77,7 +83,8 @@ impl Service {
 
     /// Its runs made ahead of their time are cancelled; the messages of
     /// those that fell due stay as they are.
-    pub async fn delete_schedule(&self, account: &AccountId, id: &ScheduleId) -> ServiceResult<()> {
+    pub async fn delete_schedule(&self, actor: &Actor, id: &ScheduleId) -> ServiceResult<()> {
+        let account = actor.allow(Permission::ChangeMessages)?;
         let current = self
             .store
             .get_schedule(account, id, self.now())

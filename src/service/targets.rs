@@ -4,11 +4,14 @@
 use chrono::TimeDelta;
 use serde_json::Value;
 
-use super::{Conflict, Service, ServiceError, ServiceResult};
+use super::{
+    access::{Actor, Permission},
+    Conflict, Service, ServiceError, ServiceResult,
+};
 use crate::{
     delivery::policy::OutboundPolicy,
     domain::{
-        ids::{AccountId, TargetId},
+        ids::TargetId,
         target::{self, PreviousSecret, Target, TargetConfig, TargetSpec},
     },
     store::{self, DeleteTarget, TargetCursor},
@@ -44,11 +47,8 @@ impl Service {
             .map_err(ServiceError::Invalid)
     }
 
-    pub async fn create_target(
-        &self,
-        account: &AccountId,
-        spec: TargetSpec,
-    ) -> ServiceResult<Saved> {
+    pub async fn create_target(&self, actor: &Actor, spec: TargetSpec) -> ServiceResult<Saved> {
+        let account = actor.allow(Permission::ConfigureTargets)?;
         self.check_outbound(&spec.config).await?;
         let generated_secret = spec.generated_secret;
         match store::insert_new_target(self.store.as_ref(), account, &spec, self.now()).await? {
@@ -62,10 +62,11 @@ impl Service {
 
     pub async fn update_target(
         &self,
-        account: &AccountId,
+        actor: &Actor,
         id: &TargetId,
         change: TargetChange<'_>,
     ) -> ServiceResult<Saved> {
+        let account = actor.allow(Permission::ConfigureTargets)?;
         let current = self
             .store
             .get_target(account, id)
@@ -129,7 +130,7 @@ impl Service {
             self.wake.now();
         }
         if spec.enabled != updated.enabled {
-            updated = self.set_target_enabled(account, id, spec.enabled).await?;
+            updated = self.set_target_enabled(actor, id, spec.enabled).await?;
         }
         Ok(Saved {
             target: updated,
@@ -142,10 +143,11 @@ impl Service {
     /// zero), so a receiver can switch without refusing a delivery.
     pub async fn rotate_signing_secret(
         &self,
-        account: &AccountId,
+        actor: &Actor,
         id: &TargetId,
         overlap: TimeDelta,
     ) -> ServiceResult<Saved> {
+        let account = actor.allow(Permission::ConfigureTargets)?;
         if overlap < TimeDelta::zero() || overlap > target::MAX_SECRET_OVERLAP {
             return Err(ServiceError::field("overlapSeconds", OVERLAP_RULE));
         }
@@ -187,11 +189,8 @@ impl Service {
 
     /// The account's newest target of this name, if it has one (names need
     /// not be unique).
-    pub async fn target_named(
-        &self,
-        account: &AccountId,
-        name: &str,
-    ) -> ServiceResult<Option<Target>> {
+    pub async fn target_named(&self, actor: &Actor, name: &str) -> ServiceResult<Option<Target>> {
+        let account = actor.allow(Permission::ReadTargets)?;
         const PAGE: u32 = 1000;
         let mut after = None;
         loop {
@@ -215,10 +214,11 @@ impl Service {
     /// they wait without consuming retries.
     pub async fn set_target_enabled(
         &self,
-        account: &AccountId,
+        actor: &Actor,
         id: &TargetId,
         enabled: bool,
     ) -> ServiceResult<Target> {
+        let account = actor.allow(Permission::ConfigureTargets)?;
         let _no_claims_ahead = if enabled {
             None
         } else {
@@ -259,7 +259,8 @@ impl Service {
 
     /// Closes a target's circuit breaker by hand: its waiting messages go
     /// at once.
-    pub async fn reset_health(&self, account: &AccountId, id: &TargetId) -> ServiceResult<Target> {
+    pub async fn reset_health(&self, actor: &Actor, id: &TargetId) -> ServiceResult<Target> {
+        let account = actor.allow(Permission::OperateTargets)?;
         let (target, change) = self
             .store
             .reset_health(account, id, self.now())
@@ -273,7 +274,8 @@ impl Service {
     }
 
     /// Refused while it has Scheduled or DeadLetter messages.
-    pub async fn delete_target(&self, account: &AccountId, id: &TargetId) -> ServiceResult<()> {
+    pub async fn delete_target(&self, actor: &Actor, id: &TargetId) -> ServiceResult<()> {
+        let account = actor.allow(Permission::ConfigureTargets)?;
         match self.store.delete_target(account, id).await? {
             DeleteTarget::Deleted => Ok(()),
             DeleteTarget::NotFound => Err(ServiceError::NotFound),
