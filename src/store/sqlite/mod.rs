@@ -20,7 +20,6 @@ mod portal;
 mod rows;
 mod schedules;
 mod secrets;
-mod targets;
 
 use std::{
     fs::File,
@@ -84,6 +83,13 @@ impl super::sql::Backend for SqliteStore {
             writer: &self.writer,
             reader: &self.reader,
         }
+    }
+}
+
+/// Its sweeper is woken in process: nothing to notify.
+impl super::sql::Keeps for SqliteStore {
+    fn sealer(&self) -> Option<&Sealer> {
+        self.sealer.as_deref()
     }
 }
 
