@@ -32,7 +32,6 @@ mod ordering;
 mod portal;
 mod rows;
 mod schedules;
-mod secrets;
 
 use std::{sync::Arc, time::Duration};
 

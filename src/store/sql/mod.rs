@@ -27,6 +27,7 @@ mod accounts;
 mod keeps;
 pub(super) mod people;
 pub(crate) mod rows;
+mod secrets;
 mod targets;
 mod values;
 

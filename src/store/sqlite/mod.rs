@@ -19,7 +19,6 @@ mod ordering;
 mod portal;
 mod rows;
 mod schedules;
-mod secrets;
 
 use std::{
     fs::File,
