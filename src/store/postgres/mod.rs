@@ -24,7 +24,6 @@ mod claimed;
 mod delivery;
 mod filter;
 mod gates;
-mod identities;
 pub mod listen;
 mod messages;
 mod open;

@@ -24,6 +24,7 @@
 //! `postgres/` and `sqlite/`.
 
 mod accounts;
+mod identities;
 mod keeps;
 pub(super) mod people;
 pub(crate) mod rows;

@@ -12,7 +12,6 @@ mod bulk;
 mod delivery;
 mod filter;
 mod gates;
-mod identities;
 mod messages;
 mod open;
 mod ordering;
