@@ -23,7 +23,6 @@ mod claimed;
 mod delivery;
 mod filter;
 mod gates;
-mod identities;
 pub mod listen;
 mod messages;
 mod open;
@@ -31,8 +30,6 @@ mod ordering;
 mod own;
 mod portal;
 mod rows;
-mod secrets;
-mod targets;
 
 use std::{sync::Arc, time::Duration};
 
@@ -94,6 +91,25 @@ fn millis_i64(d: Duration) -> i64 {
 impl super::sql::Backend for PgStore {
     fn db(&self) -> super::sql::Db<'_> {
         super::sql::Db::Postgres(&self.pool)
+    }
+}
+
+#[async_trait]
+impl super::sql::Keeps for PgStore {
+    fn sealer(&self) -> Option<&Sealer> {
+        self.sealer.as_deref()
+    }
+
+    async fn notify_if_soon(
+        &self,
+        tx: &mut super::sql::Tx,
+        at: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> StoreResult<()> {
+        match tx {
+            super::sql::Tx::Postgres(tx) => PgStore::notify_if_soon(self, tx, at, now).await,
+            super::sql::Tx::Sqlite(_) => Ok(()),
+        }
     }
 }
 

@@ -9,7 +9,11 @@
 //! - Where the databases truly differ, the layer says so by name: SQLite
 //!   reads beside its one writer (`Db::read` and `Db::write`), and only
 //!   PostgreSQL needs rows locked to decide changes one at a time
-//!   (`Tx::locks_rows`, `Tx::for_update`).
+//!   (`Tx::locks_rows`, `Tx::for_update`). PostgreSQL plans a statement
+//!   that scans by anything but a key at each execution
+//!   (`Stmt::planned_each_time`).
+//! - What a backend keeps beside its database (the sealer, the wake-up of
+//!   other instances) is `Keeps`.
 //!
 //! - Each driver's errors are mapped once, here (`pg_err`, `sqlite_err`),
 //!   for the shared bodies and the backends alike: the backends depend on
@@ -19,12 +23,19 @@
 //! single writer, bulk inserts, LISTEN/NOTIFY, opening) stays in
 //! `postgres/` and `sqlite/`.
 
+mod accounts;
 mod actions;
+mod identities;
+mod keeps;
 pub(crate) mod own;
 pub(super) mod people;
 pub(crate) mod rows;
 mod schedules;
+mod secrets;
+mod targets;
 mod values;
+
+pub(crate) use keeps::Keeps;
 
 pub(crate) use values::{At, Text, Uid};
 
@@ -172,6 +183,8 @@ enum Run<'q, 'a> {
 pub(crate) struct Stmt<'q, 'a> {
     sql: Cow<'q, str>,
     run: Run<'q, 'a>,
+    /// False when PostgreSQL plans it at each execution (`planned_each_time`).
+    persistent: bool,
 }
 
 /// Runs a sqlx query (built by `$query` from the SQL and the arguments) on
@@ -180,13 +193,17 @@ pub(crate) struct Stmt<'q, 'a> {
 /// the backend's way.
 macro_rules! run {
     ($stmt:expr, |$sql:ident, $args:ident| $query:expr, $fetch:ident, $then:expr) => {{
-        let Stmt { sql, run } = $stmt;
+        let Stmt {
+            sql,
+            run,
+            persistent,
+        } = $stmt;
         let $sql: &str = &sql;
         match run {
             Run::Postgres(on, args) => match args {
                 Err(e) => Err(pg_err(sqlx::Error::Encode(e))),
                 Ok($args) => {
-                    let q = $query;
+                    let q = $query.persistent(persistent);
                     match on {
                         On::Pool(p) => q.$fetch(p).await,
                         On::Conn(c) => q.$fetch(&mut *c).await,
@@ -216,6 +233,7 @@ impl<'q, 'a> Stmt<'q, 'a> {
         Self {
             sql,
             run: Run::Postgres(on, Ok(PgArguments::default())),
+            persistent: true,
         }
     }
 
@@ -223,7 +241,17 @@ impl<'q, 'a> Stmt<'q, 'a> {
         Self {
             sql,
             run: Run::Sqlite(on, Ok(SqliteArguments::default())),
+            persistent: true,
         }
+    }
+
+    /// PostgreSQL plans it at each execution rather than caching its plan
+    /// (sqlx's `persistent(false)`): for statements that scan `messages` or
+    /// `attempts` by anything but a key (see `store::postgres`). SQLite
+    /// keeps caching it, as it always has.
+    pub fn planned_each_time(mut self) -> Self {
+        self.persistent = false;
+        self
     }
 
     /// Binds the next `$n`. A value that cannot be encoded fails the

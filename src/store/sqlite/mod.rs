@@ -11,15 +11,12 @@ mod bulk;
 mod delivery;
 mod filter;
 mod gates;
-mod identities;
 mod messages;
 mod open;
 mod ordering;
 mod own;
 mod portal;
 mod rows;
-mod secrets;
-mod targets;
 
 use std::{
     fs::File,
@@ -83,6 +80,13 @@ impl super::sql::Backend for SqliteStore {
             writer: &self.writer,
             reader: &self.reader,
         }
+    }
+}
+
+/// Its sweeper is woken in process: nothing to notify.
+impl super::sql::Keeps for SqliteStore {
+    fn sealer(&self) -> Option<&Sealer> {
+        self.sealer.as_deref()
     }
 }
 

@@ -1,0 +1,255 @@
+//! Targets, once for both databases: create, read, list, change,
+//! enable/disable (pausing and resuming their messages), delete.
+//!
+//! A change that moves a target's waiting messages is decided on its row:
+//! PostgreSQL locks it (`FOR UPDATE`, which conflicts with the `KEY SHARE`
+//! lock a concurrent schedule takes), SQLite's one writer orders it against
+//! concurrent schedules. PostgreSQL also tells other instances when
+//! messages may fall due at once (`Keeps::notify_if_soon`).
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use sqlx::types::Json;
+
+use super::{
+    accounts::insert_account,
+    rows::{TargetRow, TARGET_COLUMNS},
+    At, Keeps, Tx,
+};
+use crate::store::{
+    sealed::seal_config, DeleteTarget, StoreResult, Target, TargetCursor, TargetId, TargetStore,
+};
+
+/// Whether deleting a target deletes its messages by itself. PostgreSQL's
+/// messages lost their foreign key to the target (their inserts check it),
+/// so the delete removes them; SQLite's key cascades.
+fn deletes_messages_itself(tx: &Tx) -> bool {
+    matches!(tx, Tx::Postgres(_))
+}
+
+#[async_trait]
+impl<B: Keeps> TargetStore for B {
+    async fn insert_target(&self, t: &Target) -> StoreResult<bool> {
+        let mut tx = self.db().begin().await?;
+        let postgres = matches!(tx, Tx::Postgres(_));
+        insert_account(|sql| tx.sql(sql), postgres, &t.account, t.created_at)
+            .execute()
+            .await?;
+        let stored = seal_config(self.sealer(), t.id.as_str(), &t.config);
+        let inserted = tx
+            .sql(
+                "INSERT INTO targets (id, account, name, kind, enabled, config, secrets_key_id, sealed_secrets, \
+                   created_at, updated_at, gated) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) ON CONFLICT (id) DO NOTHING",
+            )
+            .bind(t.id.as_str())
+            .bind(&t.account)
+            .bind(&t.name)
+            .bind(t.config.kind())
+            .bind(t.enabled)
+            .bind(Json(&stored.config))
+            .bind(stored.key_id())
+            .bind(stored.sealed_bytes())
+            .bind(At(t.created_at))
+            .bind(At(t.updated_at))
+            .bind(t.config.limits().gated())
+            .execute()
+            .await?
+            == 1;
+        tx.commit().await?;
+        Ok(inserted)
+    }
+
+    async fn get_target(&self, account: &str, id: &TargetId) -> StoreResult<Option<Target>> {
+        let row: Option<TargetRow> = self
+            .db()
+            .read(format!(
+                "SELECT {TARGET_COLUMNS} FROM targets WHERE id = $1 AND account = $2"
+            ))
+            .bind(id.as_str())
+            .bind(account)
+            .fetch_optional()
+            .await?;
+        row.map(|r| r.into_target(self.sealer())).transpose()
+    }
+
+    async fn list_targets(
+        &self,
+        account: &str,
+        after: Option<&TargetCursor>,
+        limit: u32,
+    ) -> StoreResult<Vec<Target>> {
+        // Newest first; the cursor is the last target of the previous page.
+        let rows: Vec<TargetRow> = self
+            .db()
+            .read(format!(
+                "SELECT {TARGET_COLUMNS} FROM targets WHERE account = $1 \
+                 AND ($2 IS NULL OR (created_at, id) < ($2, $3)) \
+                 ORDER BY created_at DESC, id DESC LIMIT $4"
+            ))
+            .bind(account)
+            .bind(after.map(|c| At(c.created_at)))
+            .bind(after.map(|c| c.id.as_str()).unwrap_or(""))
+            .bind(i64::from(limit))
+            .fetch_all()
+            .await?;
+        rows.into_iter()
+            .map(|r| r.into_target(self.sealer()))
+            .collect()
+    }
+
+    async fn update_target(&self, t: &Target) -> StoreResult<Option<Target>> {
+        let stored = seal_config(self.sealer(), t.id.as_str(), &t.config);
+        let limits = t.config.limits();
+        let mut tx = self.db().begin().await?;
+        let lock = tx.for_update();
+        let before: Option<(bool,)> = tx
+            .sql(format!(
+                "SELECT gated FROM targets WHERE id = $1 AND account = $2{lock}"
+            ))
+            .bind(t.id.as_str())
+            .bind(&t.account)
+            .fetch_optional()
+            .await?;
+        let Some((was_gated,)) = before else {
+            return Ok(None);
+        };
+        // A breaker taken away forgets its state; one kept keeps it. A rate
+        // kept counts what has just started.
+        let row: TargetRow = tx
+            .sql(format!(
+                "UPDATE targets SET name = $3, config = $4, secrets_key_id = $5, sealed_secrets = $6, \
+                   updated_at = $7, gated = $8, \
+                   breaker_state = CASE WHEN $9 THEN breaker_state ELSE 'closed' END, \
+                   consecutive_failures = CASE WHEN $9 THEN consecutive_failures ELSE 0 END, \
+                   open_until = CASE WHEN $9 THEN open_until END, \
+                   cooldown_ms = CASE WHEN $9 THEN cooldown_ms END, \
+                   flow_starts = CASE WHEN $10 THEN flow_starts ELSE '[]' END \
+                 WHERE id = $1 AND account = $2 \
+                 RETURNING {TARGET_COLUMNS}"
+            ))
+            .bind(t.id.as_str())
+            .bind(&t.account)
+            .bind(&t.name)
+            .bind(Json(&stored.config))
+            .bind(stored.key_id())
+            .bind(stored.sealed_bytes())
+            .bind(At(t.updated_at))
+            .bind(limits.gated())
+            .bind(limits.breaker.is_some())
+            .bind(limits.flow.is_some_and(|f| f.rate.is_some()))
+            .fetch_one()
+            .await?;
+        if was_gated != limits.gated() {
+            // Its waiting messages move between the claims at once.
+            tx.sql(
+                "UPDATE messages SET gated = $2 \
+                 WHERE target_id = $1 AND state = 'Scheduled' AND gated <> $2",
+            )
+            .bind(t.id.as_str())
+            .bind(limits.gated())
+            .planned_each_time()
+            .execute()
+            .await?;
+            self.notify_if_soon(&mut tx, t.updated_at, t.updated_at)
+                .await?;
+        }
+        let target = row.into_target(self.sealer())?;
+        tx.commit().await?;
+        Ok(Some(target))
+    }
+
+    async fn set_target_enabled(
+        &self,
+        account: &str,
+        id: &TargetId,
+        enabled: bool,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Option<Target>> {
+        let mut tx = self.db().begin().await?;
+        let lock = tx.for_update();
+        let before: Option<(bool,)> = tx
+            .sql(format!(
+                "SELECT enabled FROM targets WHERE id = $1 AND account = $2{lock}"
+            ))
+            .bind(id.as_str())
+            .bind(account)
+            .fetch_optional()
+            .await?;
+        let Some((was_enabled,)) = before else {
+            return Ok(None);
+        };
+        let row: TargetRow = tx
+            .sql(format!(
+                "UPDATE targets SET enabled = $2, \
+                   updated_at = CASE WHEN enabled = $2 THEN updated_at ELSE $3 END \
+                 WHERE id = $1 RETURNING {TARGET_COLUMNS}"
+            ))
+            .bind(id.as_str())
+            .bind(enabled)
+            .bind(At(now))
+            .fetch_one()
+            .await?;
+        if was_enabled != enabled {
+            tx.sql(
+                "UPDATE messages SET paused = $2 \
+                 WHERE target_id = $1 AND state = 'Scheduled' AND paused <> $2",
+            )
+            .bind(id.as_str())
+            .bind(!enabled)
+            .planned_each_time()
+            .execute()
+            .await?;
+            if enabled {
+                self.notify_if_soon(&mut tx, now, now).await?;
+            }
+        }
+        // Read before commit: a row this instance cannot open changes nothing.
+        let target = row.into_target(self.sealer())?;
+        tx.commit().await?;
+        Ok(Some(target))
+    }
+
+    async fn delete_target(&self, account: &str, id: &TargetId) -> StoreResult<DeleteTarget> {
+        let mut tx = self.db().begin().await?;
+        let lock = tx.for_update();
+        let exists: Option<(String,)> = tx
+            .sql(format!(
+                "SELECT id FROM targets WHERE id = $1 AND account = $2{lock}"
+            ))
+            .bind(id.as_str())
+            .bind(account)
+            .fetch_optional()
+            .await?;
+        if exists.is_none() {
+            return Ok(DeleteTarget::NotFound);
+        }
+        let (pending,): (bool,) = tx
+            .sql(
+                "SELECT EXISTS (SELECT 1 FROM messages \
+                 WHERE target_id = $1 AND state IN ('Scheduled', 'DeadLetter'))",
+            )
+            .bind(id.as_str())
+            .planned_each_time()
+            .fetch_one()
+            .await?;
+        if pending {
+            return Ok(DeleteTarget::HasPending);
+        }
+        if deletes_messages_itself(&tx) {
+            // Its delivered and cancelled messages go here, their attempts
+            // and events with them. New ones wait for the row's lock, then
+            // find no target.
+            tx.sql("DELETE FROM messages WHERE target_id = $1")
+                .bind(id.as_str())
+                .execute()
+                .await?;
+        }
+        tx.sql("DELETE FROM targets WHERE id = $1")
+            .bind(id.as_str())
+            .execute()
+            .await?;
+        tx.commit().await?;
+        Ok(DeleteTarget::Deleted)
+    }
+}
