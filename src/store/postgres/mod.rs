@@ -17,19 +17,16 @@
 //! the index's first entry even on an empty table.
 
 mod actions;
-mod activity;
 mod bulk;
 mod claimed;
 #[macro_use]
 mod delivery;
-mod filter;
 mod gates;
 mod identities;
 pub mod listen;
 mod messages;
 mod open;
 mod ordering;
-mod portal;
 mod rows;
 mod schedules;
 mod secrets;

@@ -11,6 +11,11 @@
 //!   PostgreSQL needs rows locked to decide changes one at a time
 //!   (`Tx::locks_rows`, `Tx::for_update`).
 //!
+//! - A statement with optional parts is put together piece by piece
+//!   (`Stmt::push`, `Stmt::push_bind`, in `build`); SQL that only one
+//!   database has is named in `dialect` (`indexed_by`, `is_false`);
+//!   `Stmt::replanned` is PostgreSQL's plan at each execution.
+//!
 //! - Each driver's errors are mapped once, here (`pg_err`, `sqlite_err`),
 //!   for the shared bodies and the backends alike: the backends depend on
 //!   this layer, never the other way.
@@ -19,7 +24,12 @@
 //! single writer, bulk inserts, LISTEN/NOTIFY, opening) stays in
 //! `postgres/` and `sqlite/`.
 
+mod activity;
+mod build;
+mod dialect;
+pub(super) mod filter;
 pub(super) mod people;
+mod portal;
 pub(crate) mod rows;
 mod values;
 
@@ -169,6 +179,8 @@ enum Run<'q, 'a> {
 pub(crate) struct Stmt<'q, 'a> {
     sql: Cow<'q, str>,
     run: Run<'q, 'a>,
+    /// Whether PostgreSQL keeps the statement's plan (`replanned`).
+    persistent: bool,
 }
 
 /// Runs a sqlx query (built by `$query` from the SQL and the arguments) on
@@ -177,13 +189,17 @@ pub(crate) struct Stmt<'q, 'a> {
 /// the backend's way.
 macro_rules! run {
     ($stmt:expr, |$sql:ident, $args:ident| $query:expr, $fetch:ident, $then:expr) => {{
-        let Stmt { sql, run } = $stmt;
+        let Stmt {
+            sql,
+            run,
+            persistent,
+        } = $stmt;
         let $sql: &str = &sql;
         match run {
             Run::Postgres(on, args) => match args {
                 Err(e) => Err(pg_err(sqlx::Error::Encode(e))),
                 Ok($args) => {
-                    let q = $query;
+                    let q = $query.persistent(persistent);
                     match on {
                         On::Pool(p) => q.$fetch(p).await,
                         On::Conn(c) => q.$fetch(&mut *c).await,
@@ -213,6 +229,7 @@ impl<'q, 'a> Stmt<'q, 'a> {
         Self {
             sql,
             run: Run::Postgres(on, Ok(PgArguments::default())),
+            persistent: true,
         }
     }
 
@@ -220,6 +237,7 @@ impl<'q, 'a> Stmt<'q, 'a> {
         Self {
             sql,
             run: Run::Sqlite(on, Ok(SqliteArguments::default())),
+            persistent: true,
         }
     }
 
@@ -230,6 +248,15 @@ impl<'q, 'a> Stmt<'q, 'a> {
             Run::Postgres(_, args) => add(args, value),
             Run::Sqlite(_, args) => add(args, value),
         }
+        self
+    }
+
+    /// PostgreSQL plans it at each execution rather than keeping a plan
+    /// (sqlx's `persistent(false)`): for statements that scan `messages`
+    /// or `attempts` by anything but a key, whose cached plans outlive the
+    /// tables' growth (see `store::postgres`). SQLite keeps its statements.
+    pub fn replanned(mut self) -> Self {
+        self.persistent = false;
         self
     }
 

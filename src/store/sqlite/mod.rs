@@ -7,16 +7,13 @@
 //! short writes with the server's.
 
 mod actions;
-mod activity;
 mod bulk;
 mod delivery;
-mod filter;
 mod gates;
 mod identities;
 mod messages;
 mod open;
 mod ordering;
-mod portal;
 mod rows;
 mod schedules;
 mod secrets;

@@ -1,0 +1,26 @@
+//! Words of SQL that only one database has, named for what they do, for
+//! the shared bodies' statements.
+
+use super::Db;
+
+impl Db<'_> {
+    /// ` INDEXED BY index` on SQLite, whose planner would otherwise pick a
+    /// worse index for the statement (it says which, beside the statement);
+    /// nothing on PostgreSQL, which has no such hint and picks by itself.
+    pub fn indexed_by(self, index: &str) -> String {
+        match self {
+            Db::Postgres(_) => String::new(),
+            Db::Sqlite { .. } => format!(" INDEXED BY {index}"),
+        }
+    }
+
+    /// A boolean column tested false the way each database's partial
+    /// indexes test it, so that a statement can use them: `NOT flag` in
+    /// PostgreSQL (a boolean), `flag = 0` in SQLite (an integer).
+    pub fn is_false(self, flag: &str) -> String {
+        match self {
+            Db::Postgres(_) => format!("NOT {flag}"),
+            Db::Sqlite { .. } => format!("{flag} = 0"),
+        }
+    }
+}
