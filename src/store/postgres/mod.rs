@@ -21,7 +21,7 @@ mod bulk;
 mod claimed;
 #[macro_use]
 mod delivery;
-mod gates;
+mod claim_gated;
 mod identities;
 pub mod listen;
 mod messages;

@@ -1,7 +1,7 @@
 //! Words of SQL that only one database has, named for what they do, for
 //! the shared bodies' statements.
 
-use super::Db;
+use super::{Db, Tx};
 
 impl Db<'_> {
     /// ` INDEXED BY index` on SQLite, whose planner would otherwise pick a
@@ -21,6 +21,20 @@ impl Db<'_> {
         match self {
             Db::Postgres(_) => format!("NOT {flag}"),
             Db::Sqlite { .. } => format!("{flag} = 0"),
+        }
+    }
+}
+
+impl Tx {
+    /// ` FOR NO KEY UPDATE` where rows are locked (`Tx::locks_rows`), else
+    /// nothing: PostgreSQL's lock for a change that leaves the row's key
+    /// alone, which does not wait for (nor block) the `KEY SHARE` that
+    /// inserting a message takes on its target.
+    pub fn for_no_key_update(&self) -> &'static str {
+        if self.locks_rows() {
+            " FOR NO KEY UPDATE"
+        } else {
+            ""
         }
     }
 }

@@ -28,6 +28,7 @@ mod activity;
 mod build;
 mod dialect;
 pub(super) mod filter;
+pub(super) mod gates;
 pub(super) mod people;
 mod portal;
 pub(crate) mod rows;

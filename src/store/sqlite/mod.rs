@@ -8,8 +8,8 @@
 
 mod actions;
 mod bulk;
+mod claim_gated;
 mod delivery;
-mod gates;
 mod identities;
 mod messages;
 mod open;
