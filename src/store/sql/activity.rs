@@ -133,7 +133,7 @@ async fn delivered(
             Ok((hours, by_target))
         }
         Db::Sqlite { .. } => {
-            let index = db.indexed_by("messages_delivered");
+            let index = db.dialect().indexed_by("messages_delivered");
             let hours = stmt(format!(
                 "SELECT {hour} AS hour, CASE WHEN attempt_count = 1 THEN {bucket} END AS bucket, \
                    count(*) \

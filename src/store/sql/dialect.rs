@@ -1,16 +1,41 @@
 //! Words of SQL that only one database has, named for what they do, for
 //! the shared bodies' statements.
 
-use super::{Db, Tx};
+use super::{Conn, Db, Tx};
+
+/// Which database a statement is written for, where its SQL must differ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Dialect {
+    Postgres,
+    Sqlite,
+}
 
 impl Db<'_> {
+    pub fn dialect(self) -> Dialect {
+        match self {
+            Db::Postgres(_) => Dialect::Postgres,
+            Db::Sqlite { .. } => Dialect::Sqlite,
+        }
+    }
+}
+
+impl Conn<'_> {
+    pub fn dialect(&self) -> Dialect {
+        match self {
+            Conn::Postgres(_) => Dialect::Postgres,
+            Conn::Sqlite(_) => Dialect::Sqlite,
+        }
+    }
+}
+
+impl Dialect {
     /// ` INDEXED BY index` on SQLite, whose planner would otherwise pick a
     /// worse index for the statement (it says which, beside the statement);
     /// nothing on PostgreSQL, which has no such hint and picks by itself.
     pub fn indexed_by(self, index: &str) -> String {
         match self {
-            Db::Postgres(_) => String::new(),
-            Db::Sqlite { .. } => format!(" INDEXED BY {index}"),
+            Dialect::Postgres => String::new(),
+            Dialect::Sqlite => format!(" INDEXED BY {index}"),
         }
     }
 
@@ -19,8 +44,8 @@ impl Db<'_> {
     /// PostgreSQL (a boolean), `flag = 0` in SQLite (an integer).
     pub fn is_false(self, flag: &str) -> String {
         match self {
-            Db::Postgres(_) => format!("NOT {flag}"),
-            Db::Sqlite { .. } => format!("{flag} = 0"),
+            Dialect::Postgres => format!("NOT {flag}"),
+            Dialect::Sqlite => format!("{flag} = 0"),
         }
     }
 }

@@ -12,8 +12,10 @@
 //!   (`Tx::locks_rows`, `Tx::for_update`).
 //!
 //! - A statement with optional parts is put together piece by piece
-//!   (`Stmt::push`, `Stmt::push_bind`, in `build`); SQL that only one
-//!   database has is named in `dialect` (`indexed_by`, `is_false`);
+//!   (`Stmt::push`, `Stmt::push_bind`, in `build`), and a value only one
+//!   database's form of a statement takes is bound by name (`bind_pg`,
+//!   `bind_sqlite`: arrays, JSON lists); SQL that only one database has is
+//!   named in `dialect` (`Dialect::indexed_by`, `Dialect::is_false`);
 //!   `Stmt::replanned` is PostgreSQL's plan at each execution.
 //!
 //! - Each driver's errors are mapped once, here (`pg_err`, `sqlite_err`),
@@ -29,6 +31,7 @@ mod build;
 mod dialect;
 pub(super) mod filter;
 pub(super) mod gates;
+pub(super) mod ordering;
 pub(super) mod people;
 mod portal;
 pub(crate) mod rows;

@@ -71,7 +71,7 @@ impl<B: Backend> PortalReads for B {
         let delivered = window(format!(
             "SELECT count(*) FROM messages{} \
              WHERE state = 'Delivered' AND delivered_at >= $2 AND account = $1",
-            db.indexed_by("messages_delivered")
+            db.dialect().indexed_by("messages_delivered")
         ));
         let dead = window(
             "SELECT count(*) FROM message_events WHERE kind = 'DeadLettered' AND account = $1 AND at >= $2"
@@ -201,7 +201,7 @@ impl<B: Backend> PortalReads for B {
             .read(format!(
                 "SELECT id FROM messages WHERE target_id = $1 AND ordering_key = $2 AND account = $3 \
                  AND state = 'Scheduled' AND {} LIMIT 1",
-                db.is_false("held")
+                db.dialect().is_false("held")
             ))
             .bind(target.as_str())
             .bind(key)
