@@ -3,9 +3,9 @@
 //! `held`: the head, the only one any claim can take. After anything that
 //! changes a key's Scheduled messages (a new one, a result, a cancel, a
 //! reschedule, a redrive or replay), the backend reads the key's head as it
-//! is and the one its order wants, and `settle` says what to flip. The
-//! locking (PostgreSQL: an advisory lock per key, taken before any row) and
-//! the SQL are each backend's own.
+//! is and the one its order wants, and `settle` says what to flip. The SQL,
+//! with PostgreSQL's locking (an advisory lock per key, taken before any
+//! row), is written once for both databases in `sql::ordering`.
 
 use std::collections::{BTreeSet, HashMap};
 

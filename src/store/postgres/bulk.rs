@@ -17,7 +17,7 @@ use crate::store::{ordering::distinct_keys, *};
 /// the account's `(account, state, id)` index is read on its own: an
 /// action on two states (a cancel of both) reads them as a UNION ALL of
 /// parts with their own order and limit, which PostgreSQL merges in id
-/// order (see `filter::newest_first`).
+/// order (see `sql::filter::newest_first`).
 fn matching(bulk: &Bulk, columns: &str, ordered: bool) -> String {
     let order = if ordered { " ORDER BY id" } else { "" };
     let col = bulk.range_on.column();

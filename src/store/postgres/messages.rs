@@ -7,10 +7,14 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use super::{filter, map_err, ordering, rows::*, PgStore};
+use super::{map_err, ordering, rows::*, PgStore};
 use crate::{
     domain::message::Message,
-    store::{ordering::distinct_keys, *},
+    store::{
+        ordering::distinct_keys,
+        sql::{self, Backend},
+        *,
+    },
 };
 
 #[async_trait]
@@ -352,23 +356,7 @@ impl MessageStore for PgStore {
         before: Option<&MessageId>,
         limit: u32,
     ) -> StoreResult<Vec<Message>> {
-        // UUIDv7 ids are creation-ordered, so "newest first" is "id descending".
-        let mut q = filter::newest_first(
-            MESSAGE_COLUMNS,
-            account,
-            filter,
-            before,
-            |_| {},
-            0,
-            i64::from(limit),
-        );
-        let rows: Vec<MessageRow> = q
-            .build_query_as()
-            .persistent(false)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(map_err)?;
-        rows.into_iter().map(Message::try_from).collect()
+        sql::filter::list_messages(self.db(), account, filter, before, limit).await
     }
 
     async fn list_attempts(

@@ -16,19 +16,16 @@
 //! next-due, now `ORDER BY claim_at LIMIT 1`, which is planned as a read of
 //! the index's first entry even on an empty table.
 
-mod activity;
 mod bulk;
 mod claimed;
 #[macro_use]
 mod delivery;
-mod filter;
-mod gates;
+mod claim_gated;
 pub mod listen;
 mod messages;
 mod open;
 mod ordering;
 mod own;
-mod portal;
 mod rows;
 
 use std::{sync::Arc, time::Duration};

@@ -10,9 +10,7 @@ use crate::{
     store::{StoreError, StoreResult},
 };
 
-pub use crate::store::sql::rows::{
-    AttemptRow, MessageRow, TargetRow, ATTEMPT_COLUMNS, MESSAGE_COLUMNS, TARGET_COLUMNS,
-};
+pub use crate::store::sql::rows::{AttemptRow, MessageRow, ATTEMPT_COLUMNS, MESSAGE_COLUMNS};
 
 #[derive(sqlx::FromRow)]
 pub struct ClaimRow {

@@ -9,11 +9,16 @@
 //! - Where the databases truly differ, the layer says so by name: SQLite
 //!   reads beside its one writer (`Db::read` and `Db::write`), and only
 //!   PostgreSQL needs rows locked to decide changes one at a time
-//!   (`Tx::locks_rows`, `Tx::for_update`). PostgreSQL plans a statement
-//!   that scans by anything but a key at each execution
-//!   (`Stmt::planned_each_time`).
+//!   (`Tx::locks_rows`, `Tx::for_update`).
 //! - What a backend keeps beside its database (the sealer, the wake-up of
 //!   other instances) is `Keeps`.
+//!
+//! - A statement with optional parts is put together piece by piece
+//!   (`Stmt::push`, `Stmt::push_bind`, in `build`), and a value only one
+//!   database's form of a statement takes is bound by name (`bind_pg`,
+//!   `bind_sqlite`: arrays, JSON lists); SQL that only one database has is
+//!   named in `dialect` (`Dialect::indexed_by`, `Dialect::is_false`);
+//!   `Stmt::replanned` is PostgreSQL's plan at each execution.
 //!
 //! - Each driver's errors are mapped once, here (`pg_err`, `sqlite_err`),
 //!   for the shared bodies and the backends alike: the backends depend on
@@ -25,10 +30,17 @@
 
 mod accounts;
 mod actions;
+mod activity;
+mod build;
+mod dialect;
+pub(super) mod filter;
+pub(super) mod gates;
 mod identities;
 mod keeps;
+pub(super) mod ordering;
 pub(crate) mod own;
 pub(super) mod people;
+mod portal;
 pub(crate) mod rows;
 mod schedules;
 mod secrets;
@@ -183,7 +195,7 @@ enum Run<'q, 'a> {
 pub(crate) struct Stmt<'q, 'a> {
     sql: Cow<'q, str>,
     run: Run<'q, 'a>,
-    /// False when PostgreSQL plans it at each execution (`planned_each_time`).
+    /// Whether PostgreSQL keeps the statement's plan (`replanned`).
     persistent: bool,
 }
 
@@ -245,15 +257,6 @@ impl<'q, 'a> Stmt<'q, 'a> {
         }
     }
 
-    /// PostgreSQL plans it at each execution rather than caching its plan
-    /// (sqlx's `persistent(false)`): for statements that scan `messages` or
-    /// `attempts` by anything but a key (see `store::postgres`). SQLite
-    /// keeps caching it, as it always has.
-    pub fn planned_each_time(mut self) -> Self {
-        self.persistent = false;
-        self
-    }
-
     /// Binds the next `$n`. A value that cannot be encoded fails the
     /// statement when it runs, as sqlx's own `bind` does.
     pub fn bind<T: Value<'q>>(mut self, value: T) -> Self {
@@ -261,6 +264,15 @@ impl<'q, 'a> Stmt<'q, 'a> {
             Run::Postgres(_, args) => add(args, value),
             Run::Sqlite(_, args) => add(args, value),
         }
+        self
+    }
+
+    /// PostgreSQL plans it at each execution rather than keeping a plan
+    /// (sqlx's `persistent(false)`): for statements that scan `messages`
+    /// or `attempts` by anything but a key, whose cached plans outlive the
+    /// tables' growth (see `store::postgres`). SQLite keeps its statements.
+    pub fn replanned(mut self) -> Self {
+        self.persistent = false;
         self
     }
 

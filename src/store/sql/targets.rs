@@ -148,7 +148,7 @@ impl<B: Keeps> TargetStore for B {
             )
             .bind(t.id.as_str())
             .bind(limits.gated())
-            .planned_each_time()
+            .replanned()
             .execute()
             .await?;
             self.notify_if_soon(&mut tx, t.updated_at, t.updated_at)
@@ -197,7 +197,7 @@ impl<B: Keeps> TargetStore for B {
             )
             .bind(id.as_str())
             .bind(!enabled)
-            .planned_each_time()
+            .replanned()
             .execute()
             .await?;
             if enabled {
@@ -230,7 +230,7 @@ impl<B: Keeps> TargetStore for B {
                  WHERE target_id = $1 AND state IN ('Scheduled', 'DeadLetter'))",
             )
             .bind(id.as_str())
-            .planned_each_time()
+            .replanned()
             .fetch_one()
             .await?;
         if pending {

@@ -3,10 +3,14 @@
 
 use async_trait::async_trait;
 
-use super::{filter, map_err, ordering, rows::*, SqliteStore};
+use super::{map_err, ordering, rows::*, SqliteStore};
 use crate::{
     domain::message::Message,
-    store::{ordering::distinct_keys, *},
+    store::{
+        ordering::distinct_keys,
+        sql::{self, Backend},
+        *,
+    },
 };
 
 #[async_trait]
@@ -93,20 +97,7 @@ impl MessageStore for SqliteStore {
         before: Option<&MessageId>,
         limit: u32,
     ) -> StoreResult<Vec<Message>> {
-        let head = format!("SELECT {MESSAGE_COLUMNS} FROM messages");
-        let mut q = filter::filtered(&head, account, filter);
-        // UUIDv7 ids are creation-ordered, so "newest first" is "id descending".
-        if let Some(m) = before {
-            q.push(" AND id < ").push_bind(id_text(m));
-        }
-        q.push(" ORDER BY id DESC LIMIT ")
-            .push_bind(i64::from(limit));
-        let rows: Vec<MessageRow> = q
-            .build_query_as()
-            .fetch_all(&self.reader)
-            .await
-            .map_err(map_err)?;
-        rows.into_iter().map(Message::try_from).collect()
+        sql::filter::list_messages(self.db(), account, filter, before, limit).await
     }
 
     async fn list_attempts(

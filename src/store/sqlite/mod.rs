@@ -6,16 +6,13 @@
 //! the lock, beside a running server: SQLite's own locking orders their few
 //! short writes with the server's.
 
-mod activity;
 mod bulk;
+mod claim_gated;
 mod delivery;
-mod filter;
-mod gates;
 mod messages;
 mod open;
 mod ordering;
 mod own;
-mod portal;
 mod rows;
 
 use std::{

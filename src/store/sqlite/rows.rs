@@ -11,9 +11,7 @@ use crate::{
     store::{sealed::open_config, StoreError, StoreResult},
 };
 
-pub use crate::store::sql::rows::{
-    AttemptRow, MessageRow, TargetRow, ATTEMPT_COLUMNS, MESSAGE_COLUMNS, TARGET_COLUMNS,
-};
+pub use crate::store::sql::rows::{AttemptRow, MessageRow, ATTEMPT_COLUMNS, MESSAGE_COLUMNS};
 
 pub fn ms(t: DateTime<Utc>) -> i64 {
     t.timestamp_millis()

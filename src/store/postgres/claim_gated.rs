@@ -1,9 +1,10 @@
-//! Gated targets in the PostgreSQL store
-//! (docs/api.md#flow-control-and-fairness). A claim locks the rows of the
-//! gated targets that have due messages (SKIP LOCKED: another instance
-//! claiming one of them skips it), then, in a fresh statement that sees every
-//! lease committed before the lock was granted, counts their attempts in
-//! flight and takes what each gate admits. The index on leased gated messages
+//! The claim of gated messages in the PostgreSQL store
+//! (docs/api.md#flow-control-and-fairness; the rest of what gates do is
+//! written once for both databases, in `store::sql::gates`). A claim locks
+//! the rows of the gated targets that have due messages (SKIP LOCKED:
+//! another instance claiming one of them skips it), then, in a fresh
+//! statement that sees every lease committed before the lock was granted,
+//! counts their attempts in flight and takes what each gate admits. The index on leased gated messages
 //! bounds the count by the parallelism, and the per-target index bounds the
 //! claim by what it takes: a held-back backlog is never read.
 
@@ -16,8 +17,11 @@ use uuid::Uuid;
 
 use super::{map_err, millis_i64, rows::*, PgStore};
 use crate::{
-    domain::{ids::TargetId, target::gate::BreakerChange},
-    store::*,
+    auth::sealing::Sealer,
+    store::{
+        sql::{gates::GateBackend, Tx},
+        *,
+    },
 };
 
 type PgGateRow = GateRow<Value, DateTime<Utc>>;
@@ -27,8 +31,8 @@ const GATE_COLUMNS: &str =
      t.open_until, t.cooldown_ms, t.flow_starts";
 
 #[async_trait]
-impl GateStore for PgStore {
-    async fn claim_gated(
+impl GateBackend for PgStore {
+    async fn claim_gated_messages(
         &self,
         now: DateTime<Utc>,
         limit: u32,
@@ -166,85 +170,19 @@ impl GateStore for PgStore {
         })
     }
 
-    async fn record_health(
-        &self,
-        ended: &[(TargetId, Option<bool>)],
-        now: DateTime<Utc>,
-    ) -> StoreResult<Vec<(TargetId, BreakerChange)>> {
-        let by_target = outcomes_by_target(ended);
-        let ids: Vec<&str> = by_target.keys().copied().collect();
-        let mut tx = self.begin().await?;
-        let rows: Vec<PgGateRow> = sqlx::query_as(&format!(
-            "SELECT {GATE_COLUMNS} FROM targets t WHERE t.id = ANY($1) AND t.gated \
-             ORDER BY t.id FOR NO KEY UPDATE OF t"
-        ))
-        .bind(&ids)
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(map_err)?;
-        let mut changes = Vec::new();
-        for row in rows {
-            let (id, mut gate) = row.into_gate(|c| c, Some);
-            let outcomes = by_target.get(id.as_str()).map_or(&[][..], Vec::as_slice);
-            if learn(&id, &mut gate, outcomes, now, &mut changes) {
-                write_health(&mut tx, &id, &gate.health).await?;
-            }
-        }
-        tx.commit().await.map_err(map_err)?;
-        Ok(changes)
+    fn sealer(&self) -> Option<&Sealer> {
+        PgStore::sealer(self)
     }
 
-    async fn reset_health(
+    async fn wake_others(
         &self,
-        account: &str,
-        id: &TargetId,
+        tx: &mut Tx,
+        at: DateTime<Utc>,
         now: DateTime<Utc>,
-    ) -> StoreResult<Option<(Target, Option<BreakerChange>)>> {
-        let mut tx = self.begin().await?;
-        let was: Option<(String,)> = sqlx::query_as(
-            "SELECT breaker_state FROM targets WHERE id = $1 AND account = $2 FOR NO KEY UPDATE",
-        )
-        .bind(id.as_str())
-        .bind(account)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(map_err)?;
-        let Some((was,)) = was else {
-            return Ok(None);
-        };
-        let row: TargetRow = sqlx::query_as(&format!(
-            "{RESET_HEALTH} WHERE id = $1 RETURNING {TARGET_COLUMNS}"
-        ))
-        .bind(id.as_str())
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(map_err)?;
-        let change = closed_from(&was);
-        if change.is_some() {
-            self.notify_if_soon(&mut tx, now, now).await?;
+    ) -> StoreResult<()> {
+        match tx {
+            Tx::Postgres(tx) => self.notify_if_soon(tx, at, now).await,
+            Tx::Sqlite(_) => Ok(()),
         }
-        let target = row.into_target(self.sealer())?;
-        tx.commit().await.map_err(map_err)?;
-        Ok(Some((target, change)))
     }
-}
-
-async fn write_health(
-    tx: &mut sqlx::PgConnection,
-    id: &TargetId,
-    h: &crate::domain::target::gate::Health,
-) -> StoreResult<()> {
-    sqlx::query(
-        "UPDATE targets SET breaker_state = $2, consecutive_failures = $3, open_until = $4, cooldown_ms = $5 \
-         WHERE id = $1",
-    )
-    .bind(id.as_str())
-    .bind(h.state.as_str())
-    .bind(i32::try_from(h.consecutive_failures).unwrap_or(i32::MAX))
-    .bind(h.open_until)
-    .bind(i64::try_from(h.cooldown_ms).unwrap_or(i64::MAX))
-    .execute(&mut *tx)
-    .await
-    .map_err(map_err)?;
-    Ok(())
 }

@@ -1,5 +1,6 @@
-//! Gated targets in the embedded SQLite store
-//! (docs/api.md#flow-control-and-fairness). Its one writer serialises claims,
+//! The claim of gated messages in the embedded SQLite store
+//! (docs/api.md#flow-control-and-fairness; the rest of what gates do is
+//! written once for both databases, in `store::sql::gates`). Its one writer serialises claims,
 //! so a claim reads each gate, counts the attempts in flight and takes what
 //! the gate admits in one transaction; the indexes on gated messages bound
 //! what it reads by what it takes.
@@ -12,8 +13,11 @@ use uuid::Uuid;
 
 use super::{map_err, rows::*, SqliteStore};
 use crate::{
-    domain::{ids::TargetId, target::gate::BreakerChange},
-    store::*,
+    auth::sealing::Sealer,
+    store::{
+        sql::{gates::GateBackend, Tx},
+        *,
+    },
 };
 
 type LiteGateRow = GateRow<String, i64>;
@@ -30,8 +34,8 @@ fn time(ms: i64) -> Option<DateTime<Utc>> {
 }
 
 #[async_trait]
-impl GateStore for SqliteStore {
-    async fn claim_gated(
+impl GateBackend for SqliteStore {
+    async fn claim_gated_messages(
         &self,
         now: DateTime<Utc>,
         limit: u32,
@@ -137,78 +141,17 @@ impl GateStore for SqliteStore {
         })
     }
 
-    async fn record_health(
-        &self,
-        ended: &[(TargetId, Option<bool>)],
-        now: DateTime<Utc>,
-    ) -> StoreResult<Vec<(TargetId, BreakerChange)>> {
-        let by_target = outcomes_by_target(ended);
-        let mut tx = self.begin().await?;
-        let mut changes = Vec::new();
-        for (id, outcomes) in by_target {
-            let row: Option<LiteGateRow> = sqlx::query_as(&format!(
-                "SELECT {GATE_COLUMNS} FROM targets t WHERE t.id = ?1 AND t.gated = 1"
-            ))
-            .bind(id)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(map_err)?;
-            let Some(row) = row else { continue };
-            let (id, mut gate) = row.into_gate(json, time);
-            if learn(&id, &mut gate, &outcomes, now, &mut changes) {
-                write_health(&mut tx, &id, &gate.health).await?;
-            }
-        }
-        tx.commit().await.map_err(map_err)?;
-        Ok(changes)
+    fn sealer(&self) -> Option<&Sealer> {
+        SqliteStore::sealer(self)
     }
 
-    async fn reset_health(
+    /// Nothing: the store serves one process, whose sweeper the service wakes.
+    async fn wake_others(
         &self,
-        account: &str,
-        id: &TargetId,
+        _tx: &mut Tx,
+        _at: DateTime<Utc>,
         _now: DateTime<Utc>,
-    ) -> StoreResult<Option<(Target, Option<BreakerChange>)>> {
-        let mut tx = self.begin().await?;
-        let was: Option<(String,)> =
-            sqlx::query_as("SELECT breaker_state FROM targets WHERE id = ?1 AND account = ?2")
-                .bind(id.as_str())
-                .bind(account)
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(map_err)?;
-        let Some((was,)) = was else {
-            return Ok(None);
-        };
-        let row: TargetRow = sqlx::query_as(&format!(
-            "{RESET_HEALTH} WHERE id = ?1 RETURNING {TARGET_COLUMNS}"
-        ))
-        .bind(id.as_str())
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(map_err)?;
-        let target = row.into_target(self.sealer())?;
-        tx.commit().await.map_err(map_err)?;
-        Ok(Some((target, closed_from(&was))))
+    ) -> StoreResult<()> {
+        Ok(())
     }
-}
-
-async fn write_health(
-    tx: &mut sqlx::SqliteConnection,
-    id: &TargetId,
-    h: &crate::domain::target::gate::Health,
-) -> StoreResult<()> {
-    sqlx::query(
-        "UPDATE targets SET breaker_state = ?2, consecutive_failures = ?3, open_until = ?4, cooldown_ms = ?5 \
-         WHERE id = ?1",
-    )
-    .bind(id.as_str())
-    .bind(h.state.as_str())
-    .bind(i64::from(h.consecutive_failures))
-    .bind(h.open_until.map(ms))
-    .bind(i64::try_from(h.cooldown_ms).unwrap_or(i64::MAX))
-    .execute(&mut *tx)
-    .await
-    .map_err(map_err)?;
-    Ok(())
 }

@@ -1,0 +1,180 @@
+//! Gated targets (docs/api.md#flow-control-and-fairness) once for both
+//! databases: ended attempts learnt by their targets' breakers, and a
+//! breaker closed by hand. The claim of gated messages stays each
+//! database's own (`GateBackend::claim_gated_messages`): PostgreSQL locks
+//! the gates it claims from with `SKIP LOCKED`, so that instances claim side
+//! by side, and takes from all of them in one statement over arrays; SQLite's
+//! one writer reads and takes gate by gate. The two share no statement.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use sqlx::types::Json;
+
+use super::{
+    pg_err,
+    rows::{TargetRow, TARGET_COLUMNS},
+    At, Backend, Tx,
+};
+use crate::{
+    auth::sealing::Sealer,
+    domain::{
+        ids::TargetId,
+        target::{
+            gate::{BreakerChange, Health},
+            Target,
+        },
+    },
+    store::{
+        closed_from, learn, outcomes_by_target, ClaimShares, GateRow, GateStore, GatedClaim,
+        StoreResult, RESET_HEALTH,
+    },
+};
+
+/// What a backend adds to its database for gated targets.
+#[async_trait]
+pub(in crate::store) trait GateBackend: Backend {
+    /// `GateStore::claim_gated`, the database's own way (see this module).
+    async fn claim_gated_messages(
+        &self,
+        now: DateTime<Utc>,
+        limit: u32,
+        lease: Duration,
+        shares: &ClaimShares,
+    ) -> StoreResult<GatedClaim>;
+
+    /// Opens a target's secrets as it is read.
+    fn sealer(&self) -> Option<&Sealer>;
+
+    /// Tells the sweepers of other instances, as `tx` commits, that messages
+    /// fall due at `at`: PostgreSQL notifies them when it is soon; SQLite
+    /// serves one process, whose own sweeper the service wakes.
+    async fn wake_others(
+        &self,
+        tx: &mut Tx,
+        at: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> StoreResult<()>;
+}
+
+type Row = GateRow<Json<Value>, At>;
+
+const GATE_COLUMNS: &str =
+    "t.id, t.config, t.breaker_state, CAST(t.consecutive_failures AS bigint) AS consecutive_failures, \
+     t.open_until, t.cooldown_ms, t.flow_starts";
+
+/// The gated targets among `ids` (in id order), locked where rows are
+/// locked. PostgreSQL reads them in one statement, the ids bound as an
+/// array, and locks them in its order of ids; SQLite binds no arrays and
+/// reads them one by one, in `ids`' order.
+async fn gated_targets(tx: &mut Tx, ids: Vec<&str>) -> StoreResult<Vec<Row>> {
+    match &mut *tx {
+        Tx::Postgres(pg) => sqlx::query_as(&format!(
+            "SELECT {GATE_COLUMNS} FROM targets t WHERE t.id = ANY($1) AND t.gated \
+             ORDER BY t.id FOR NO KEY UPDATE OF t"
+        ))
+        .bind(ids)
+        .fetch_all(&mut **pg)
+        .await
+        .map_err(pg_err),
+        Tx::Sqlite(_) => {
+            let mut rows = Vec::with_capacity(ids.len());
+            for id in ids {
+                let row: Option<Row> = tx
+                    .sql(format!(
+                        "SELECT {GATE_COLUMNS} FROM targets t WHERE t.id = $1 AND t.gated = 1"
+                    ))
+                    .bind(id)
+                    .fetch_optional()
+                    .await?;
+                rows.extend(row);
+            }
+            Ok(rows)
+        }
+    }
+}
+
+async fn write_health(tx: &mut Tx, id: &TargetId, h: &Health) -> StoreResult<()> {
+    tx.sql(
+        "UPDATE targets SET breaker_state = $2, consecutive_failures = $3, open_until = $4, cooldown_ms = $5 \
+         WHERE id = $1",
+    )
+    .bind(id.as_str())
+    .bind(h.state.as_str())
+    .bind(i32::try_from(h.consecutive_failures).unwrap_or(i32::MAX))
+    .bind(h.open_until.map(At))
+    .bind(i64::try_from(h.cooldown_ms).unwrap_or(i64::MAX))
+    .execute()
+    .await?;
+    Ok(())
+}
+
+#[async_trait]
+impl<B: GateBackend> GateStore for B {
+    async fn claim_gated(
+        &self,
+        now: DateTime<Utc>,
+        limit: u32,
+        lease: Duration,
+        shares: &ClaimShares,
+    ) -> StoreResult<GatedClaim> {
+        self.claim_gated_messages(now, limit, lease, shares).await
+    }
+
+    async fn record_health(
+        &self,
+        ended: &[(TargetId, Option<bool>)],
+        now: DateTime<Utc>,
+    ) -> StoreResult<Vec<(TargetId, BreakerChange)>> {
+        let by_target = outcomes_by_target(ended);
+        let mut tx = self.db().begin().await?;
+        let rows = gated_targets(&mut tx, by_target.keys().copied().collect()).await?;
+        let mut changes = Vec::new();
+        for row in rows {
+            let (id, mut gate) = row.into_gate(|c| c.0, |t| Some(t.0));
+            let outcomes = by_target.get(id.as_str()).map_or(&[][..], Vec::as_slice);
+            if learn(&id, &mut gate, outcomes, now, &mut changes) {
+                write_health(&mut tx, &id, &gate.health).await?;
+            }
+        }
+        tx.commit().await?;
+        Ok(changes)
+    }
+
+    async fn reset_health(
+        &self,
+        account: &str,
+        id: &TargetId,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Option<(Target, Option<BreakerChange>)>> {
+        let mut tx = self.db().begin().await?;
+        let lock = tx.for_no_key_update();
+        let was: Option<(String,)> = tx
+            .sql(format!(
+                "SELECT breaker_state FROM targets WHERE id = $1 AND account = $2{lock}"
+            ))
+            .bind(id.as_str())
+            .bind(account)
+            .fetch_optional()
+            .await?;
+        let Some((was,)) = was else {
+            return Ok(None);
+        };
+        let row: TargetRow = tx
+            .sql(format!(
+                "{RESET_HEALTH} WHERE id = $1 RETURNING {TARGET_COLUMNS}"
+            ))
+            .bind(id.as_str())
+            .fetch_one()
+            .await?;
+        let change = closed_from(&was);
+        if change.is_some() {
+            self.wake_others(&mut tx, now, now).await?;
+        }
+        let target = row.into_target(self.sealer())?;
+        tx.commit().await?;
+        Ok(Some((target, change)))
+    }
+}
