@@ -14,6 +14,7 @@ pub mod metrics;
 pub mod portal;
 pub mod retention;
 pub mod schedules;
+pub mod sealing;
 pub mod service;
 pub mod state;
 pub mod store;

@@ -8,9 +8,9 @@ use std::{process::Stdio, time::Duration};
 
 use common::{in_ms, receiver::Receiver, TestApp, TestDb};
 use dispatch::{
-    auth::sealing::SealingKey,
     config::{Config, KeyText},
     domain::{ids::TargetId, target::TargetConfig},
+    sealing::SealingKey,
 };
 use serde_json::{json, Value};
 use sqlx::{Connection, PgConnection, SqliteConnection};

@@ -1,9 +1,8 @@
 //! Authentication: client secrets, access tokens we issue, tokens of an
-//! external issuer, scopes, and the sealing of secrets at rest.
+//! external issuer, and scopes.
 
 pub mod jwks;
 pub mod revocations;
-pub mod sealing;
 pub mod secrets;
 pub mod tokens;
 

@@ -14,8 +14,8 @@ use figment::{
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::{
-    auth::sealing::{Sealer, SealingKey},
     delivery::resolver::Resolver,
+    sealing::{Sealer, SealingKey},
 };
 
 /// The defaults compiled into the binary, identical to `config/default.toml`,

@@ -87,7 +87,7 @@ pub enum StoreError {
     Sealing {
         row: String,
         #[source]
-        source: crate::auth::sealing::SealError,
+        source: crate::sealing::SealError,
     },
     /// Re-sealing needs `secrets.encryption_key`.
     #[error("no encryption key is configured (secrets.encryption_key)")]

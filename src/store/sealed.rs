@@ -11,8 +11,8 @@ use serde_json::Value;
 
 use super::{Store, StoreError, StoreResult};
 use crate::{
-    auth::sealing::{open_with, Sealed, Sealer},
     domain::target::TargetConfig,
+    sealing::{open_with, Sealed, Sealer},
 };
 
 /// A target's configuration as written: plain, or masked with its secrets sealed.

@@ -3,8 +3,8 @@
 //! the database really holds; and the targets and keys those checks use.
 
 pub(crate) use dispatch::{
-    auth::sealing::{Sealer, SealingKey},
     domain::target::{AwsCredentials, OAuthClientCredentials, PreviousSecret},
+    sealing::{Sealer, SealingKey},
     store::{reseal_all, ResealPage, StoreError},
 };
 use sqlx::{Connection, PgConnection, SqliteConnection};

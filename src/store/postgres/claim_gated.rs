@@ -17,7 +17,7 @@ use uuid::Uuid;
 
 use super::{map_err, millis_i64, rows::*, PgStore};
 use crate::{
-    auth::sealing::Sealer,
+    sealing::Sealer,
     store::{
         sql::{gates::GateBackend, Tx},
         *,

@@ -36,7 +36,7 @@ use sqlx::{PgPool, Postgres, Transaction};
 
 use super::sql::pg_err as map_err;
 use super::*;
-use crate::auth::sealing::Sealer;
+use crate::sealing::Sealer;
 
 /// The channel other instances LISTEN on.
 pub const WAKE_CHANNEL: &str = "dispatch_wake";

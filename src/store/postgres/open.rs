@@ -10,7 +10,7 @@ use sqlx::{
 
 use super::{map_err, PgStore};
 use crate::{
-    auth::sealing::Sealer,
+    sealing::Sealer,
     store::{StoreError, StoreResult},
 };
 

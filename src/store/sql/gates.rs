@@ -19,7 +19,6 @@ use super::{
     At, Backend, Tx,
 };
 use crate::{
-    auth::sealing::Sealer,
     domain::{
         ids::TargetId,
         target::{
@@ -27,6 +26,7 @@ use crate::{
             Target,
         },
     },
+    sealing::Sealer,
     store::{
         closed_from, learn, outcomes_by_target, ClaimShares, GateRow, GateStore, GatedClaim,
         StoreResult, RESET_HEALTH,

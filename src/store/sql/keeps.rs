@@ -5,7 +5,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use super::{Backend, Tx};
-use crate::{auth::sealing::Sealer, store::StoreResult};
+use crate::{sealing::Sealer, store::StoreResult};
 
 #[async_trait]
 pub(crate) trait Keeps: Backend {

@@ -6,13 +6,13 @@ use sqlx::types::Json;
 
 use super::{At, Text, Uid};
 use crate::{
-    auth::sealing::Sealer,
     domain::{
         ids::{MessageId, ScheduleId, TargetId},
         message::{Attempt, Message},
         payload::Payload,
         target::Target,
     },
+    sealing::Sealer,
     store::{
         health_from_row, outcome_from_str, sealed::open_config, state_from_str, StoreError,
         StoreResult,

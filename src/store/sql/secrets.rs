@@ -18,7 +18,7 @@ use uuid::Uuid;
 
 use super::{At, Db, Keeps};
 use crate::{
-    auth::sealing::Sealer,
+    sealing::Sealer,
     store::{sealed::*, SecretStore, SigningKey, StoreError, StoreResult},
 };
 

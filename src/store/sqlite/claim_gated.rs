@@ -13,7 +13,7 @@ use uuid::Uuid;
 
 use super::{map_err, rows::*, SqliteStore};
 use crate::{
-    auth::sealing::Sealer,
+    sealing::Sealer,
     store::{
         sql::{gates::GateBackend, Tx},
         *,

@@ -26,7 +26,7 @@ use sqlx::{Sqlite, SqlitePool, Transaction};
 
 use super::sql::sqlite_err as map_err;
 use super::*;
-use crate::auth::sealing::Sealer;
+use crate::sealing::Sealer;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
 

@@ -6,8 +6,8 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::{
-    auth::sealing::Sealer,
     domain::{ids::MessageId, target::TargetConfig},
+    sealing::Sealer,
     store::{sealed::open_config, StoreError, StoreResult},
 };
 
