@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use super::{error::ApiError, AppState};
 use crate::{
-    auth::{tokens::TokenError, Principal},
+    auth::{Principal, TokenError},
     service::Actor,
 };
 

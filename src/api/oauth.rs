@@ -12,7 +12,7 @@ use axum::{
 use base64::{engine::general_purpose::STANDARD as B64, Engine};
 
 use crate::{
-    auth::{known_scopes, parse_scopes, tokens::TokenError},
+    auth::{known_scopes, parse_scopes, TokenError},
     limits::retry_after_secs,
     state::AppState,
     store::ClientRecord,

@@ -19,7 +19,7 @@ use jsonwebtoken::{
 };
 use serde_json::Value;
 
-use super::{known_scopes, tokens::TokenError, Principal};
+use super::{known_scopes, Principal, TokenError};
 use crate::{config::ExternalIssuerConfig, domain::ids::AccountId};
 
 const MIN_REFETCH: Duration = Duration::from_secs(1);

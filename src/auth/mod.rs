@@ -76,6 +76,17 @@ impl Principal {
     }
 }
 
+/// Why a bearer token establishes no `Principal`, whichever issuer signed it
+/// (this server, `tokens`, or an external one, `jwks`).
+#[derive(Debug, thiserror::Error)]
+pub enum TokenError {
+    /// Malformed, badly signed, expired, or from an unknown issuer.
+    #[error("invalid token: {0}")]
+    Invalid(String),
+    #[error("token keys are unavailable")]
+    Unavailable(#[source] crate::store::StoreError),
+}
+
 /// Splits a space-separated scope string into scopes, each once, in the
 /// order given; the first unknown one is the error.
 pub fn parse_scopes(s: &str) -> Result<Vec<Scope>, String> {

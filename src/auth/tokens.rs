@@ -17,21 +17,13 @@ use tokio::sync::{Mutex, RwLock};
 
 use super::{
     join_scopes, jwks::ExternalIssuer, known_scopes, revocations::Revocations, Principal, Scope,
+    TokenError,
 };
 use crate::{
     config::AuthConfig,
     domain::ids::AccountId,
     store::{ClientRecord, SigningKey, Store, StoreError},
 };
-
-#[derive(Debug, thiserror::Error)]
-pub enum TokenError {
-    /// Malformed, badly signed, expired, or from an unknown issuer.
-    #[error("invalid token: {0}")]
-    Invalid(String),
-    #[error("token keys are unavailable")]
-    Unavailable(#[source] StoreError),
-}
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Claims {
