@@ -4,10 +4,7 @@
 //! brings its own AWS credentials unless the operator allows the server's.
 
 use super::{guard, resolver::Resolver};
-use crate::{
-    config::Config,
-    domain::target::{FieldError, TargetConfig},
-};
+use crate::domain::target::{FieldError, TargetConfig};
 
 #[derive(Debug, Clone)]
 pub struct OutboundPolicy {
@@ -18,14 +15,6 @@ pub struct OutboundPolicy {
 }
 
 impl OutboundPolicy {
-    pub fn from_config(c: &Config) -> Self {
-        Self {
-            allow_private_networks: c.webhook.allow_private_networks,
-            allow_default_credentials: c.aws.allow_default_credentials,
-            names: c.guard_names(),
-        }
-    }
-
     /// Every problem, each naming its field; never the address a name resolved to.
     pub async fn check(&self, config: &TargetConfig) -> Result<(), Vec<FieldError>> {
         let mut addresses: Vec<(&str, &str)> = Vec::new();

@@ -41,10 +41,13 @@ pub enum TargetChange<'a> {
 impl Service {
     /// The outbound rules (private networks, AWS credentials), as field errors.
     pub async fn check_outbound(&self, config: &TargetConfig) -> ServiceResult<()> {
-        OutboundPolicy::from_config(&self.config)
-            .check(config)
-            .await
-            .map_err(ServiceError::Invalid)
+        let c = &self.config;
+        let policy = OutboundPolicy {
+            allow_private_networks: c.webhook.allow_private_networks,
+            allow_default_credentials: c.aws.allow_default_credentials,
+            names: c.guard_names(),
+        };
+        policy.check(config).await.map_err(ServiceError::Invalid)
     }
 
     pub async fn create_target(&self, actor: &Actor, spec: TargetSpec) -> ServiceResult<Saved> {
