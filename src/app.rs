@@ -205,6 +205,9 @@ pub async fn start_with(
         .await
         .context("loading token signing keys")?;
     let wake = Arc::new(crate::wake::Wake::default());
+    // What the sweeper claims ahead of its time; the service takes messages
+    // back from it before their attempt.
+    let held = Arc::new(crate::sweeper::ahead::Held::default());
     let shutdown = CancellationToken::new();
     let tasks = TaskTracker::new();
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
@@ -219,6 +222,7 @@ pub async fn start_with(
             store.clone(),
             config.clone(),
             wake.clone(),
+            held.clone(),
             Some(Arc::new(inserts)),
             clock.clone(),
         ),
@@ -256,6 +260,7 @@ pub async fn start_with(
         policy: RetryPolicy::from(&config.retry),
         config: config.sweeper.clone(),
         wake: wake.clone(),
+        held,
         clock: clock.clone(),
     };
 

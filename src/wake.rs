@@ -18,8 +18,6 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use chrono::{DateTime, Utc};
 use tokio::sync::Notify;
 
-use crate::sweeper::ahead::Held;
-
 /// The sweeper is working, not sleeping.
 const AWAKE: i64 = i64::MAX;
 /// Nothing announced during the look.
@@ -34,9 +32,6 @@ pub struct Wake {
     /// The earliest due time announced while the sweeper looks, in
     /// milliseconds since the epoch.
     announced_ms: AtomicI64,
-    /// Messages the sweeper claimed ahead of their time and holds: a
-    /// cancel or reschedule on this instance takes them back first.
-    pub(crate) held: Held,
 }
 
 impl Default for Wake {
@@ -46,7 +41,6 @@ impl Default for Wake {
             schedules: Notify::new(),
             sleeps_until_ms: AtomicI64::new(AWAKE),
             announced_ms: AtomicI64::new(NOTHING),
-            held: Held::default(),
         }
     }
 }

@@ -47,9 +47,8 @@ impl Service {
         let cancels_scheduled = matches!(bulk.action, BulkAction::Cancel { .. })
             && bulk.action.states().contains(&State::Scheduled);
         let _no_claims_ahead = if cancels_scheduled {
-            let gate = self.wake.held.gate.write().await;
+            let gate = self.held.gate.write().await;
             let back: Vec<_> = self
-                .wake
                 .held
                 .take_all()
                 .into_iter()

@@ -186,7 +186,7 @@ impl Service {
         let account = actor.allow(Permission::ChangeMessages)?;
         // A message this instance claimed ahead of its time is taken back
         // first: the reschedule wins over an attempt not yet started.
-        let held = self.wake.held.withdraw(id);
+        let held = self.held.withdraw(id);
         let t = self
             .store
             .reschedule_held(account, id, at, self.now(), held)
@@ -225,7 +225,7 @@ impl Service {
         id: &MessageId,
         now: DateTime<Utc>,
     ) -> StoreResult<Transition> {
-        let held = self.wake.held.withdraw(id);
+        let held = self.held.withdraw(id);
         let t = self.store.cancel_held(account, id, now, held).await;
         self.settle_withdrawn(id, held, &t).await;
         t

@@ -5,8 +5,9 @@
 //! one request), the outbound policy, the wake-up of the sweeper, the metrics
 //! and the group commit.
 //!
-//! It may import the domain, the store, the outbound policy and the wire
-//! types it remembers for idempotent replays; never `api` or `portal`.
+//! It may import the domain, the store, the outbound policy, the sweeper's
+//! buffer of messages claimed ahead (`Held`, handed to it at start) and the
+//! wire types it remembers for idempotent replays; never `api` or `portal`.
 
 pub mod access;
 pub mod bulk;
@@ -29,6 +30,7 @@ use crate::{
     config::Config,
     domain::{message::State, target::FieldError},
     store::{Store, StoreError},
+    sweeper::ahead::Held,
     wake::Wake,
 };
 
@@ -43,6 +45,9 @@ pub struct Service {
     store: Arc<dyn Store>,
     config: Arc<Config>,
     wake: Arc<Wake>,
+    /// The sweeper's messages claimed ahead of their time: a cancel or
+    /// reschedule on this instance takes them back first.
+    held: Arc<Held>,
     /// Single schedule requests go through the group commit when there is one.
     inserts: Option<Arc<Coalescer>>,
     clock: Arc<dyn Clock>,
@@ -53,6 +58,7 @@ impl Service {
         store: Arc<dyn Store>,
         config: Arc<Config>,
         wake: Arc<Wake>,
+        held: Arc<Held>,
         inserts: Option<Arc<Coalescer>>,
         clock: Arc<dyn Clock>,
     ) -> Self {
@@ -60,6 +66,7 @@ impl Service {
             store,
             config,
             wake,
+            held,
             inserts,
             clock,
         }
@@ -73,6 +80,7 @@ impl Service {
             store,
             config,
             Arc::new(Wake::default()),
+            Arc::new(Held::default()),
             None,
             Arc::new(SystemClock),
         )

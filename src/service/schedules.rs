@@ -91,7 +91,7 @@ impl Service {
             .await?
             .ok_or(ServiceError::NotFound)?;
         let deleted = {
-            let _no_claims_ahead = self.wake.held.gate.write().await;
+            let _no_claims_ahead = self.held.gate.write().await;
             self.take_back_held(&current).await?;
             self.store.delete_schedule(account, id, self.now()).await?
         };
@@ -127,7 +127,7 @@ impl Service {
                 // What this instance claimed ahead goes back first, so the
                 // runs it holds are cancelled too (as a cancel takes a held
                 // message back), and nothing is claimed ahead meanwhile.
-                let _no_claims_ahead = self.wake.held.gate.write().await;
+                let _no_claims_ahead = self.held.gate.write().await;
                 self.take_back_held(&current).await?;
                 let now = self.now();
                 changed.updated_at = truncate_ms(now);
@@ -164,7 +164,6 @@ impl Service {
     /// are claimed again. The caller holds the held messages' gate.
     async fn take_back_held(&self, s: &Schedule) -> ServiceResult<()> {
         let back: Vec<_> = self
-            .wake
             .held
             .take_target(&s.target_id)
             .into_iter()

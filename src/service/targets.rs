@@ -116,7 +116,7 @@ impl Service {
         };
         let limits_changed = changed.config.limits() != current.config.limits();
         let mut updated = if changed.name != current.name || changed.config != current.config {
-            let _no_claims_ahead = self.wake.held.gate.write().await;
+            let _no_claims_ahead = self.held.gate.write().await;
             let updated = self
                 .store
                 .update_target(&changed)
@@ -177,7 +177,7 @@ impl Service {
             updated_at: now,
             ..current
         };
-        let _no_claims_ahead = self.wake.held.gate.write().await;
+        let _no_claims_ahead = self.held.gate.write().await;
         let target = self
             .store
             .update_target(&changed)
@@ -225,7 +225,7 @@ impl Service {
         let _no_claims_ahead = if enabled {
             None
         } else {
-            Some(self.wake.held.gate.write().await)
+            Some(self.held.gate.write().await)
         };
         let t = self
             .store
@@ -249,7 +249,6 @@ impl Service {
     /// on their own (late, not lost).
     async fn give_back_held(&self, id: &TargetId) {
         let back: Vec<_> = self
-            .wake
             .held
             .take_target(id)
             .into_iter()

@@ -197,7 +197,7 @@ pub(super) async fn fire_held(
     sweeper: Sweeper,
     shutdown: CancellationToken,
 ) {
-    let held = &sweeper.wake.held;
+    let held = &sweeper.held;
     loop {
         // A burst is started a chunk at a time: the first chunk's attempts
         // run while the rest is handed out, rather than after all of it.

@@ -72,7 +72,7 @@ impl Dispatch {
 
     fn launch(self: &Arc<Self>, waiting: Waiting, share: Share, permit: OwnedSemaphorePermit) {
         if waiting.ahead {
-            self.sweeper.wake.held.done(&waiting.group);
+            self.sweeper.held.done(&waiting.group);
         }
         let this = self.clone();
         // The attempt's future is large (a request in flight): boxed, the
@@ -139,7 +139,7 @@ impl Dispatch {
             return;
         }
         for w in waiting.iter().filter(|w| w.ahead) {
-            self.sweeper.wake.held.done(&w.group);
+            self.sweeper.held.done(&w.group);
         }
         let store = self.sweeper.store.clone();
         let wake = self.sweeper.wake.clone();
@@ -152,7 +152,7 @@ impl Dispatch {
     /// Stops: what waits is given back, the attempts in flight end.
     pub async fn stop(&self) {
         let mut waiting = self.targets.take_waiting();
-        let held = self.sweeper.wake.held.take_all();
+        let held = self.sweeper.held.take_all();
         waiting.extend(held.into_iter().map(|c| Waiting {
             group: vec![c],
             claimed_at: Instant::now(),

@@ -28,12 +28,13 @@ use crate::{
     wake::Wake,
 };
 
-pub(crate) mod ahead;
+pub mod ahead;
 mod by_hand;
 mod dispatch;
 mod record;
 mod shares;
 
+use ahead::Held;
 use dispatch::Dispatch;
 use record::{count_breaker_changes, record_loop, Done};
 
@@ -50,6 +51,9 @@ pub struct Sweeper {
     pub policy: RetryPolicy,
     pub config: SweeperConfig,
     pub wake: Arc<Wake>,
+    /// What this instance claimed ahead of its time and holds; the service
+    /// is handed the same buffer, to take messages back before their attempt.
+    pub held: Arc<Held>,
     /// What "now" is for claims, results and lateness.
     pub clock: Arc<dyn Clock>,
 }
@@ -77,7 +81,7 @@ impl Sweeper {
         let queue_cap = self.config.concurrency;
         let horizon = chrono::TimeDelta::from_std(self.config.claim_ahead).unwrap_or_default();
         let ahead_on = horizon > chrono::TimeDelta::zero() && self.config.claim_ahead_max > 0;
-        let held = &self.wake.held;
+        let held = &self.held;
         let timer = ahead_on.then(|| {
             tokio::spawn(ahead::fire_held(
                 dispatch.clone(),
