@@ -1,21 +1,74 @@
-//! What every operation of the OpenAPI document shares, added in one place
-//! rather than repeated on each handler: the answers of the extractors
+//! The OpenAPI document: its operations (`ApiDoc`), the handler that serves
+//! it, and what every operation shares, added in one place rather than
+//! repeated on each handler: the answers of the extractors
 //! (401, 403, 429 for a token; 400, 413, 415 for a JSON body; 404 for an id
 //! in the path), the bounds of `limit` and the values of `state`, and links from the operations that
 //! create ids to those that take them.
 
+use axum::{
+    response::{IntoResponse, Response as HttpResponse},
+    Json,
+};
 use utoipa::{
     openapi::{
         header::HeaderBuilder,
         link::LinkBuilder,
         path::{Operation, ParameterIn},
         schema::{ObjectBuilder, Type},
+        security::{Http, HttpAuthScheme, SecurityScheme},
         Content, OpenApi, Ref, RefOr, Response, ResponseBuilder,
     },
     Modify,
 };
 
 use super::extract::MAX_LIMIT;
+
+/// This document.
+#[utoipa::path(get, path = "/openapi.json", tag = "operations",
+    responses((status = 200, description = "The OpenAPI 3.1 document")))]
+pub async fn openapi() -> HttpResponse {
+    static DOCUMENT: std::sync::OnceLock<serde_json::Value> = std::sync::OnceLock::new();
+    Json(DOCUMENT.get_or_init(document)).into_response()
+}
+
+struct BearerAuth;
+
+impl Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        let mut http = Http::new(HttpAuthScheme::Bearer);
+        http.bearer_format = Some("JWT".into());
+        http.description =
+            Some("An access token from POST /oauth/token (client credentials grant)".into());
+        components.add_security_scheme("bearer", SecurityScheme::Http(http));
+    }
+}
+
+#[derive(utoipa::OpenApi)]
+#[openapi(
+    info(title = "Dispatch", description = "Scheduled delivery to webhooks, Amazon SQS and Amazon SNS, with a retry ladder and dead letters."),
+    paths(
+        super::oauth::token,
+        super::targets::create, super::targets::list, super::targets::get, super::targets::patch,
+        super::targets::enable, super::targets::disable, super::targets::rotate_secret, super::targets::delete,
+        super::messages::create, super::batch::create, super::messages::list, super::messages::get, super::messages::attempts,
+        super::messages::cancel, super::messages::reschedule,
+        super::bulk::redrive, super::bulk::cancel, super::bulk::replay,
+        super::schedules::create, super::schedules::list, super::schedules::get, super::schedules::patch,
+        super::schedules::pause, super::schedules::resume, super::schedules::delete,
+        super::ops::live, super::ops::ready, super::ops::metrics, openapi,
+    ),
+    components(schemas(super::batch::BatchMessageIn)),
+    modifiers(&BearerAuth, &CommonResponses, &Links),
+    tags(
+        (name = "auth", description = "OAuth 2 client credentials"),
+        (name = "targets", description = "Where messages go"),
+        (name = "messages", description = "What is delivered, and when"),
+        (name = "schedules", description = "Recurring schedules: one message per run"),
+        (name = "operations", description = "Health, metrics, this document"),
+    )
+)]
+pub struct ApiDoc;
 
 fn problem(description: &str) -> ResponseBuilder {
     ResponseBuilder::new().description(description).content(
@@ -42,8 +95,7 @@ fn add(op: &mut Operation, status: &str, response: &Response) {
 /// snake_case (`operation_ref`); OpenAPI spells them in camelCase.
 pub fn document() -> serde_json::Value {
     use utoipa::OpenApi as _;
-    let mut doc =
-        serde_json::to_value(super::ops::ApiDoc::openapi()).expect("the document serializes");
+    let mut doc = serde_json::to_value(ApiDoc::openapi()).expect("the document serializes");
     if let Some(paths) = doc.get_mut("paths").and_then(|p| p.as_object_mut()) {
         let responses = paths
             .values_mut()

@@ -54,5 +54,5 @@ pub fn routes() -> Router<AppState> {
         .route("/health/live", get(ops::live))
         .route("/health/ready", get(ops::ready))
         .route("/metrics", get(ops::metrics))
-        .route("/openapi.json", get(ops::openapi))
+        .route("/openapi.json", get(doc::openapi))
 }
