@@ -20,6 +20,7 @@ mod ranges;
 mod schedule_form;
 mod schedules;
 mod session;
+mod sign_in;
 mod target_actions;
 mod target_form;
 mod target_secret;
@@ -52,7 +53,7 @@ pub fn router(state: AppState) -> Router<AppState> {
         )
         .route(
             "/portal/login",
-            get(session::login_page).post(session::login),
+            get(sign_in::login_page).post(sign_in::login),
         )
         .route("/portal/logout", post(session::logout))
         .route("/portal/overview", get(overview::page))

@@ -1,23 +1,22 @@
-//! Sign-in, sessions and CSRF.
+//! Sessions and CSRF: who a request is (`Session`), starting and ending a
+//! session, and the tokens that tie forms to it (the sign-in page is in
+//! `sign_in`).
 
+use axum::{
+    extract::{FromRequestParts, State},
+    http::{request::Parts, HeaderMap},
+    response::{IntoResponse, Redirect, Response},
+};
+use axum_extra::extract::cookie::{Cookie, CookieJar, SameSite};
+use chrono::TimeDelta;
+use serde::Deserialize;
+use subtle::ConstantTimeEq;
+
+use super::{PortalError, PortalForm, PortalResult};
 use crate::service::{
     sessions::{random_token, token_hash, NewSession},
     Actor, Permission, Reads,
 };
-use std::net::SocketAddr;
-
-use axum::{
-    extract::{ConnectInfo, FromRequestParts, Query, State},
-    http::{request::Parts, HeaderMap, StatusCode},
-    response::{Html, IntoResponse, Redirect, Response},
-};
-use axum_extra::extract::cookie::{Cookie, CookieJar, SameSite};
-use chrono::TimeDelta;
-use maud::html;
-use serde::Deserialize;
-use subtle::ConstantTimeEq;
-
-use super::{layout, PortalError, PortalForm, PortalResult};
 use crate::{
     auth::secrets,
     domain::ids::AccountId,
@@ -31,8 +30,6 @@ use crate::{
 pub const SESSION_COOKIE: &str = "dispatch_session";
 const LOGIN_COOKIE: &str = "dispatch_login";
 
-/// A password hash of the same kind and cost as real ones, verified when the
-/// email is unknown so that the answer takes as long either way.
 pub fn hash_password(password: &str) -> String {
     secrets::hash_secret(password)
 }
@@ -127,7 +124,8 @@ impl IntoResponse for SessionRejection {
     fn into_response(self) -> Response {
         match self {
             SessionRejection::SignIn(next) => {
-                let to = format!("/portal/login?next={}", super::layout::encode(&next));
+                let next: String = url::form_urlencoded::byte_serialize(next.as_bytes()).collect();
+                let to = format!("/portal/login?next={next}");
                 Redirect::to(&to).into_response()
             }
             SessionRejection::Error(e) => e.into_response(),
@@ -182,23 +180,6 @@ impl Session {
     }
 }
 
-#[derive(Debug, Deserialize)]
-pub struct LoginQuery {
-    next: Option<String>,
-    /// Set by sign-out's redirect.
-    signed_out: Option<String>,
-}
-
-/// Only paths inside the portal are followed after sign-in.
-fn safe_next(next: Option<&str>) -> String {
-    match next {
-        Some(n) if n.starts_with("/portal") && !n.starts_with("//") && !n.contains('\\') => {
-            n.to_string()
-        }
-        _ => "/portal/overview".to_string(),
-    }
-}
-
 /// A form sent before there is a session (sign-in, joining by invitation)
 /// carries a token tied to a cookie of its own: another site cannot send
 /// it (and so cannot sign a browser in to an account of its choosing).
@@ -228,100 +209,6 @@ pub(super) fn check_pre_session_csrf(jar: &CookieJar, sent: &str) -> PortalResul
     } else {
         Err(PortalError::Csrf)
     }
-}
-
-pub async fn login_page(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    jar: CookieJar,
-    Query(q): Query<LoginQuery>,
-) -> Response {
-    let (jar, token) = pre_session_csrf(&state, &headers, jar);
-    let next = safe_next(q.next.as_deref());
-    let notice = q.signed_out.is_some().then_some("You are signed out.");
-    let page = login_form(&token, &next, "", None, notice);
-    (jar, Html(page.into_string())).into_response()
-}
-
-fn login_form(
-    csrf: &str,
-    next: &str,
-    email: &str,
-    error: Option<&str>,
-    notice: Option<&str>,
-) -> maud::Markup {
-    layout::bare(
-        "Sign in",
-        html! {
-            div.signin {
-                h1 { "Sign in to Dispatch" }
-                @if let Some(notice) = notice {
-                    p.notice role="status" { (notice) }
-                }
-                @if let Some(error) = error {
-                    p.error role="alert" id="signin-error" { (error) }
-                }
-                form method="post" action="/portal/login" {
-                    input type="hidden" name="csrf" value=(csrf);
-                    input type="hidden" name="next" value=(next);
-                    label for="email" { "Email" }
-                    input id="email" name="email" type="email" autocomplete="username" required value=(email) autofocus[error.is_none()];
-                    label for="password" { "Password" }
-                    input id="password" name="password" type="password" autocomplete="current-password" required
-                        autofocus[error.is_some()] aria-describedby=[error.map(|_| "signin-error")];
-                    button type="submit" { "Sign in" }
-                }
-            }
-        },
-    )
-}
-
-#[derive(Debug, Deserialize)]
-pub struct LoginForm {
-    #[serde(default)]
-    csrf: String,
-    #[serde(default)]
-    next: String,
-    #[serde(default)]
-    email: String,
-    #[serde(default)]
-    password: String,
-}
-
-pub async fn login(
-    State(state): State<AppState>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
-    jar: CookieJar,
-    PortalForm(form): PortalForm<LoginForm>,
-) -> PortalResult<Response> {
-    check_pre_session_csrf(&jar, &form.csrf)?;
-    let email = form.email.trim().to_lowercase();
-    let next = safe_next(Some(&form.next));
-    let runtime = &state.sign_ins;
-    if runtime.by_address.check(&peer.ip()).is_err() || runtime.by_email.check(&email).is_err() {
-        tracing::warn!(address = %peer.ip(), "portal sign-in rate limited");
-        let page = login_form(
-            &form.csrf,
-            &next,
-            &email,
-            Some("Too many sign-in attempts. Wait a few minutes, then try again."),
-            None,
-        );
-        return Ok((StatusCode::TOO_MANY_REQUESTS, Html(page.into_string())).into_response());
-    }
-    let Some(user) = state.service.check_password(&email, &form.password).await? else {
-        let page = login_form(
-            &form.csrf,
-            &next,
-            &email,
-            Some("The email or the password is wrong."),
-            None,
-        );
-        return Ok((StatusCode::UNAUTHORIZED, Html(page.into_string())).into_response());
-    };
-    let jar = start_session(&state, &headers, jar, user).await?;
-    Ok((jar, Redirect::to(&next)).into_response())
 }
 
 /// Signs `user` in: a new session, its cookie set (and the sign-in form's removed).
