@@ -12,7 +12,8 @@ use serde::Deserialize;
 
 use super::{
     layout::{self, Section},
-    messages::{load, ListQuery},
+    list_query::ListQuery,
+    messages::{load, WATCH_AHEAD},
     session::Session,
     when, PortalError, PortalForm, PortalResult,
 };
@@ -31,10 +32,6 @@ pub struct ActionForm {
     /// Set by the "Deliver now" button.
     now: Option<String>,
 }
-
-/// A message page watches (reloads until settled) only a delivery due
-/// within this long.
-pub const WATCH_AHEAD: chrono::TimeDelta = chrono::TimeDelta::minutes(2);
 
 pub async fn cancel(
     State(state): State<AppState>,

@@ -25,8 +25,9 @@ use crate::{
     store::portal::{EventKind, MessageEvent},
 };
 
-pub use super::actions::{bulk, cancel, redrive, redrive_confirm, reschedule};
-pub use super::message_list::{list, ListQuery};
+/// A message page watches (reloads until settled) only a delivery due
+/// within this long.
+pub const WATCH_AHEAD: chrono::TimeDelta = chrono::TimeDelta::minutes(2);
 
 pub(super) fn truncate(s: &str, n: usize) -> String {
     match s.char_indices().nth(n) {
@@ -89,7 +90,7 @@ pub async fn show(
     let due = m.next_attempt_at.unwrap_or(m.delivery_time);
     let watching = q.watch.is_some()
         && m.state == MsgState::Scheduled
-        && due <= state.service.now() + super::actions::WATCH_AHEAD;
+        && due <= state.service.now() + WATCH_AHEAD;
     let body = html! {
         div.heading {
             h1 { "Message " code.id #message-id { (m.id) } }

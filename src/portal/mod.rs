@@ -11,6 +11,7 @@ mod actions;
 mod charts;
 mod error_page;
 mod layout;
+mod list_query;
 mod message_list;
 mod messages;
 mod overview;
@@ -88,17 +89,17 @@ pub fn router(state: AppState) -> Router<AppState> {
             "/portal/targets/{id}/cancel-range",
             get(ranges::cancel_confirm).post(ranges::cancel),
         )
-        .route("/portal/messages", get(messages::list))
-        .route("/portal/messages/bulk", post(messages::bulk))
+        .route("/portal/messages", get(message_list::list))
+        .route("/portal/messages/bulk", post(actions::bulk))
         .route(
             "/portal/messages/redrive",
-            get(messages::redrive_confirm).post(messages::redrive),
+            get(actions::redrive_confirm).post(actions::redrive),
         )
         .route("/portal/messages/{id}", get(messages::show))
-        .route("/portal/messages/{id}/cancel", post(messages::cancel))
+        .route("/portal/messages/{id}/cancel", post(actions::cancel))
         .route(
             "/portal/messages/{id}/reschedule",
-            post(messages::reschedule),
+            post(actions::reschedule),
         )
         .route(
             "/portal/schedules",

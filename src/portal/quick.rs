@@ -5,7 +5,7 @@ use chrono::{DateTime, NaiveTime, TimeDelta, TimeZone, Utc};
 use chrono_tz::Tz;
 use maud::{html, Markup};
 
-use super::{layout, messages::ListQuery};
+use super::{layout, list_query::ListQuery};
 
 /// `from`/`to` as the filter's local date-times in `tz`.
 fn local(t: DateTime<Utc>, tz: Tz) -> String {
