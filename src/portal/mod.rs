@@ -24,6 +24,7 @@ mod session;
 mod sign_in;
 mod target_actions;
 mod target_form;
+mod target_pages;
 mod target_secret;
 mod targets;
 mod when;
@@ -58,13 +59,16 @@ pub fn router(state: AppState) -> Router<AppState> {
         )
         .route("/portal/logout", post(session::logout))
         .route("/portal/overview", get(overview::page))
-        .route("/portal/targets", get(targets::list).post(targets::create))
-        .route("/portal/targets/new", get(targets::new))
+        .route(
+            "/portal/targets",
+            get(target_pages::list).post(target_pages::create),
+        )
+        .route("/portal/targets/new", get(target_pages::new))
         .route(
             "/portal/targets/{id}",
-            get(targets::show).post(targets::update),
+            get(target_pages::show).post(target_pages::update),
         )
-        .route("/portal/targets/{id}/edit", get(targets::edit))
+        .route("/portal/targets/{id}/edit", get(target_pages::edit))
         .route("/portal/targets/{id}/secret", get(target_secret::secret))
         .route("/portal/targets/{id}/enable", post(target_actions::enable))
         .route(

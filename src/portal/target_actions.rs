@@ -11,7 +11,7 @@ use axum::{
 use axum_extra::extract::cookie::CookieJar;
 use serde::Deserialize;
 
-use super::{session::Session, PortalError, PortalForm, PortalResult};
+use super::{session::Session, target_secret::OVERLAPS, PortalError, PortalForm, PortalResult};
 use crate::{
     domain::ids::TargetId,
     service::{Conflict, ServiceError},
@@ -109,14 +109,6 @@ pub struct RotateForm {
     #[serde(default)]
     overlap: String,
 }
-
-/// How long a replaced secret may keep signing, as the form offers it.
-pub(super) const OVERLAPS: [(i64, &str); 4] = [
-    (0, "Not at all: replace it now"),
-    (3_600, "1 hour"),
-    (86_400, "24 hours"),
-    (604_800, "7 days"),
-];
 
 /// A fresh signing secret, shown once; the replaced one keeps signing
 /// beside it for the overlap chosen, so the receiver can switch.

@@ -14,7 +14,6 @@ use maud::{html, Markup};
 use super::{
     layout::{self, Section},
     session::Session,
-    target_actions::OVERLAPS,
     targets::{load, NoticeQuery},
     PortalResult,
 };
@@ -33,6 +32,15 @@ const SECRET_ONCE: &str = "dispatch_secret_once";
 fn secret_path(id: &TargetId) -> String {
     format!("/portal/targets/{id}/secret")
 }
+
+/// How long a replaced secret may keep signing: what the rotation form
+/// offers and the rotation accepts.
+pub(super) const OVERLAPS: [(i64, &str); 4] = [
+    (0, "Not at all: replace it now"),
+    (3_600, "1 hour"),
+    (86_400, "24 hours"),
+    (604_800, "7 days"),
+];
 
 /// Post/redirect/get for a generated secret: the answer to the form is a
 /// redirect (reloading it posts nothing again); the secret rides to the
