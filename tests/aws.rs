@@ -12,6 +12,7 @@ use std::{collections::HashMap, time::Duration};
 
 use aws_sdk_sqs::types::{MessageSystemAttributeName, QueueAttributeName};
 use common::{in_ms, moto::Moto, proxy::Proxy, Api, TestApp};
+use dispatch::delivery::Outgoing;
 use serde_json::{json, Value};
 
 struct Aws {
@@ -252,7 +253,10 @@ async fn a_fifo_queue_drops_a_redelivery_of_the_same_message() {
     assert_eq!(claimed.len(), 1);
     // Deliver twice without recording, as two instances would after a lost lease.
     for _ in 0..2 {
-        let d = sweeper.deliverer.deliver(&claimed[0]).await;
+        let d = sweeper
+            .deliverer
+            .deliver(&Outgoing::from(&claimed[0]))
+            .await;
         assert_eq!(
             d.outcome,
             dispatch::domain::retry::AttemptOutcome::Success,

@@ -22,8 +22,19 @@ use crate::{
         target::TargetConfig,
         time,
     },
-    store::Claimed,
 };
+
+/// One message as delivery reads it: what is sent, and where. The sweeper
+/// lends it from what it claimed.
+#[derive(Debug, Clone, Copy)]
+pub struct Outgoing<'a> {
+    pub id: &'a MessageId,
+    pub target_id: &'a TargetId,
+    pub target: &'a TargetConfig,
+    pub payload: &'a str,
+    pub delivery_time: DateTime<Utc>,
+    pub ordering_key: Option<&'a str>,
+}
 
 /// The JSON body every target receives (docs/api.md#delivery-formats).
 #[derive(Debug, Serialize)]
@@ -37,13 +48,13 @@ pub struct Envelope<'a> {
 }
 
 impl<'a> Envelope<'a> {
-    pub fn new(claimed: &'a Claimed, now: DateTime<Utc>) -> Self {
+    pub fn new(m: &Outgoing<'a>, now: DateTime<Utc>) -> Self {
         Self {
-            message_id: &claimed.id,
-            target_id: &claimed.target_id,
-            original_delivery_time: time::format(&claimed.delivery_time),
+            message_id: m.id,
+            target_id: m.target_id,
+            original_delivery_time: time::format(&m.delivery_time),
             delivery_time: time::format(&now),
-            payload: &claimed.payload,
+            payload: m.payload,
         }
     }
 
@@ -111,15 +122,14 @@ impl Deliverer {
     }
 
     /// Messages with the same key may be delivered together by `deliver_batch`.
-    pub fn batch_key(&self, claimed: &Claimed) -> Option<TargetId> {
-        (self.sqs_batch && matches!(*claimed.target, TargetConfig::Sqs(_)))
-            .then(|| claimed.target_id.clone())
+    pub fn batch_key(&self, m: &Outgoing) -> Option<TargetId> {
+        (self.sqs_batch && matches!(m.target, TargetConfig::Sqs(_))).then(|| m.target_id.clone())
     }
 
     /// The longest one attempt at this target may take: with OAuth, up to
     /// two token requests and two sends.
-    pub fn attempt_timeout(&self, claimed: &Claimed) -> Duration {
-        match &*claimed.target {
+    pub fn attempt_timeout(&self, m: &Outgoing) -> Duration {
+        match m.target {
             TargetConfig::Webhook(c) if c.auth.is_some() => 4 * self.webhook.timeout_for(c),
             TargetConfig::Webhook(c) => self.webhook.timeout_for(c),
             TargetConfig::Sqs(_) | TargetConfig::Sns(_) => self.aws.timeout(),
@@ -128,64 +138,58 @@ impl Deliverer {
 
     /// The longest `deliver` can take for this message, where its clients'
     /// own timeouts end it (a webhook's request, with or without tokens).
-    pub fn bounded_by(&self, claimed: &Claimed) -> Option<Duration> {
-        match &*claimed.target {
+    pub fn bounded_by(&self, m: &Outgoing) -> Option<Duration> {
+        match m.target {
             TargetConfig::Webhook(c) if c.auth.is_none() => Some(self.webhook.timeout_for(c)),
             TargetConfig::Webhook(_) => Some(self.webhook.max_timeout()),
             TargetConfig::Sqs(_) | TargetConfig::Sns(_) => None,
         }
     }
 
-    pub async fn deliver(&self, claimed: &Claimed) -> Delivered {
-        let envelope = Envelope::new(claimed, SystemClock.now());
-        match &*claimed.target {
+    pub async fn deliver(&self, m: &Outgoing<'_>) -> Delivered {
+        let envelope = Envelope::new(m, SystemClock.now());
+        match m.target {
             TargetConfig::Webhook(config) => {
                 let letter = webhook::Letter {
-                    id: &claimed.id,
-                    ordering_key: claimed.ordering_key.as_deref(),
+                    id: m.id,
+                    ordering_key: m.ordering_key,
                     body: envelope.to_bytes().into(),
                 };
                 self.webhook.deliver(config, &letter).await
             }
-            TargetConfig::Sqs(config) => {
-                self.aws
-                    .send_sqs(config, &sqs_entry(claimed, &envelope))
-                    .await
-            }
+            TargetConfig::Sqs(config) => self.aws.send_sqs(config, &sqs_entry(m, &envelope)).await,
             TargetConfig::Sns(config) => {
-                self.aws
-                    .publish_sns(config, &sqs_entry(claimed, &envelope))
-                    .await
+                self.aws.publish_sns(config, &sqs_entry(m, &envelope)).await
             }
         }
     }
 
     /// Delivers up to ten messages of one SQS target in one call; one result
     /// per message, in order. Other targets are delivered one by one.
-    pub async fn deliver_batch(&self, claimed: &[Claimed]) -> Vec<Delivered> {
-        match claimed.first().map(|c| &*c.target) {
-            Some(TargetConfig::Sqs(config)) if claimed.len() > 1 => {
+    pub async fn deliver_batch(&self, messages: &[Outgoing<'_>]) -> Vec<Delivered> {
+        match messages.first().map(|m| m.target) {
+            Some(TargetConfig::Sqs(config)) if messages.len() > 1 => {
                 let now = SystemClock.now();
                 let envelopes: Vec<Envelope> =
-                    claimed.iter().map(|c| Envelope::new(c, now)).collect();
-                let entries: Vec<aws::SqsEntry> = claimed
+                    messages.iter().map(|m| Envelope::new(m, now)).collect();
+                let entries: Vec<aws::SqsEntry> = messages
                     .iter()
                     .zip(&envelopes)
                     .map(|(c, e)| sqs_entry(c, e))
                     .collect();
                 self.aws.send_sqs_batch(config, &entries).await
             }
-            _ => futures::future::join_all(claimed.iter().map(|c| self.deliver(c))).await,
+            _ => futures::future::join_all(messages.iter().map(|m| self.deliver(m))).await,
         }
     }
 }
 
-fn sqs_entry<'a>(claimed: &'a Claimed, envelope: &'a Envelope<'a>) -> aws::SqsEntry<'a> {
+fn sqs_entry<'a>(m: &Outgoing<'a>, envelope: &'a Envelope<'a>) -> aws::SqsEntry<'a> {
     aws::SqsEntry {
-        message_id: claimed.id.to_string(),
-        target_id: claimed.target_id.as_str(),
+        message_id: m.id.to_string(),
+        target_id: m.target_id.as_str(),
         original_delivery_time: &envelope.original_delivery_time,
-        ordering_key: claimed.ordering_key.as_deref(),
+        ordering_key: m.ordering_key,
         body: String::from_utf8(envelope.to_bytes()).expect("JSON is UTF-8"),
     }
 }

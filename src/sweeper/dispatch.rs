@@ -17,7 +17,7 @@ use super::{
     shares::{InFlight, Share, Waiting},
     Sweeper,
 };
-use crate::{domain::ids::TargetId, store::Claimed};
+use crate::{delivery::Outgoing, domain::ids::TargetId, store::Claimed};
 
 pub(super) struct Dispatch {
     sweeper: Sweeper,
@@ -127,7 +127,7 @@ impl Dispatch {
         let needs = self
             .sweeper
             .deliverer
-            .attempt_timeout(&waiting.group[0])
+            .attempt_timeout(&Outgoing::from(&waiting.group[0]))
             .min(self.sweeper.config.lease / 2);
         Instant::now() + needs < self.sweeper.lease_deadline(waiting.claimed_at)
     }

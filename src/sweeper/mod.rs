@@ -16,7 +16,7 @@ use tracing::{debug, warn, Instrument};
 use crate::{
     clock::Clock,
     config::SweeperConfig,
-    delivery::{Delivered, Deliverer, SQS_BATCH_MAX},
+    delivery::{Delivered, Deliverer, Outgoing, SQS_BATCH_MAX},
     domain::{
         ids::TargetId,
         lateness,
@@ -261,7 +261,7 @@ impl Sweeper {
         let mut groups: Vec<Vec<Claimed>> = Vec::new();
         let mut open: HashMap<TargetId, usize> = HashMap::new();
         for c in claimed {
-            match self.deliverer.batch_key(&c) {
+            match self.deliverer.batch_key(&Outgoing::from(&c)) {
                 Some(key) => match open.get(&key) {
                     Some(&i) if groups[i].len() < SQS_BATCH_MAX => groups[i].push(c),
                     _ => {
@@ -287,11 +287,16 @@ impl Sweeper {
         for c in &group {
             self.observe_lateness(c, started_at);
         }
-        let results =
-            match tokio::time::timeout_at(deadline, self.deliverer.deliver_batch(&group)).await {
-                Ok(results) => results,
-                Err(_) => vec![cut_off(); group.len()],
-            };
+        let messages: Vec<Outgoing> = group.iter().map(Outgoing::from).collect();
+        let results = match tokio::time::timeout_at(
+            deadline,
+            self.deliverer.deliver_batch(&messages),
+        )
+        .await
+        {
+            Ok(results) => results,
+            Err(_) => vec![cut_off(); group.len()],
+        };
         let elapsed = clock.elapsed();
         let mut recorded = Vec::with_capacity(group.len());
         for (c, d) in group.iter().zip(results) {
@@ -328,8 +333,9 @@ impl Sweeper {
         // No attempt outlives its lease: past it, another instance may take
         // the message, or a cancel may succeed. Where the client's own
         // timeout ends the attempt well before, no second timer is set.
-        let deliver = self.deliverer.deliver(c).instrument(span.clone());
-        let delivered = match self.deliverer.bounded_by(c) {
+        let message = Outgoing::from(c);
+        let deliver = self.deliverer.deliver(&message).instrument(span.clone());
+        let delivered = match self.deliverer.bounded_by(&message) {
             Some(bound) if clock + bound + LEASE_MARGIN < deadline => deliver.await,
             _ => match tokio::time::timeout_at(deadline, deliver).await {
                 Ok(d) => d,
@@ -372,7 +378,8 @@ impl Sweeper {
                 return recorded;
             };
             let immediate = at <= recorded.last().finished_at;
-            let room = Instant::now() + self.deliverer.attempt_timeout(c) < deadline;
+            let room =
+                Instant::now() + self.deliverer.attempt_timeout(&Outgoing::from(c)) < deadline;
             if !immediate || !room {
                 return recorded;
             }
@@ -453,6 +460,20 @@ fn meters() -> &'static Meters {
         lateness: metrics::histogram!(m::LATENESS),
         delivery: metrics::histogram!(m::DELIVERY_SECONDS),
     })
+}
+
+/// A claimed message as delivery reads it.
+impl<'a> From<&'a Claimed> for Outgoing<'a> {
+    fn from(c: &'a Claimed) -> Self {
+        Outgoing {
+            id: &c.id,
+            target_id: &c.target_id,
+            target: &c.target,
+            payload: &c.payload,
+            delivery_time: c.delivery_time,
+            ordering_key: c.ordering_key.as_deref(),
+        }
+    }
 }
 
 fn cut_off() -> Delivered {

@@ -425,7 +425,7 @@ async fn the_entries_of_an_sqs_batch_are_classified_each() {
             .running()
             .sweeper
             .deliverer
-            .deliver_batch(&claimed)
+            .deliver_batch(&claimed.iter().map(Outgoing::from).collect::<Vec<_>>())
             .await;
         let calls = stub.calls(&queue);
         let called: Vec<&str> = calls.iter().map(|c| c.action.as_str()).collect();

@@ -155,7 +155,7 @@ async fn fifo_requests_carry_the_ordering_key_as_message_group_id() {
         .running()
         .sweeper
         .deliverer
-        .deliver_batch(&claimed)
+        .deliver_batch(&claimed.iter().map(Outgoing::from).collect::<Vec<_>>())
         .await;
     assert!(results
         .iter()
