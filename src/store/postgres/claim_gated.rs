@@ -16,13 +16,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::{map_err, millis_i64, rows::*, PgStore};
-use crate::{
-    sealing::Sealer,
-    store::{
-        sql::{gates::GateBackend, Tx},
-        *,
-    },
-};
+use crate::store::{sql::gates::GateBackend, *};
 
 type PgGateRow = GateRow<Value, DateTime<Utc>>;
 
@@ -168,21 +162,5 @@ impl GateBackend for PgStore {
             next: [reopens, later].into_iter().flatten().min(),
             waits_for_attempts,
         })
-    }
-
-    fn sealer(&self) -> Option<&Sealer> {
-        PgStore::sealer(self)
-    }
-
-    async fn wake_others(
-        &self,
-        tx: &mut Tx,
-        at: DateTime<Utc>,
-        now: DateTime<Utc>,
-    ) -> StoreResult<()> {
-        match tx {
-            Tx::Postgres(tx) => self.notify_if_soon(tx, at, now).await,
-            Tx::Sqlite(_) => Ok(()),
-        }
     }
 }

@@ -39,15 +39,6 @@ impl Own for PgStore {
         ordering::settle_keys(pg(tx), keys).await
     }
 
-    async fn notify_if_soon(
-        &self,
-        tx: &mut Tx,
-        at: DateTime<Utc>,
-        now: DateTime<Utc>,
-    ) -> StoreResult<()> {
-        PgStore::notify_if_soon(self, pg(tx), at, now).await
-    }
-
     async fn count_bulk(
         &self,
         account: &str,

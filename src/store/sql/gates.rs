@@ -16,7 +16,7 @@ use sqlx::types::Json;
 use super::{
     pg_err,
     rows::{TargetRow, TARGET_COLUMNS},
-    At, Backend, Tx,
+    At, Keeps, Tx,
 };
 use crate::{
     domain::{
@@ -26,7 +26,6 @@ use crate::{
             Target,
         },
     },
-    sealing::Sealer,
     store::{
         closed_from, learn, outcomes_by_target, ClaimShares, GateRow, GateStore, GatedClaim,
         StoreResult, RESET_HEALTH,
@@ -35,7 +34,7 @@ use crate::{
 
 /// What a backend adds to its database for gated targets.
 #[async_trait]
-pub(in crate::store) trait GateBackend: Backend {
+pub(in crate::store) trait GateBackend: Keeps {
     /// `GateStore::claim_gated`, the database's own way (see this module).
     async fn claim_gated_messages(
         &self,
@@ -44,19 +43,6 @@ pub(in crate::store) trait GateBackend: Backend {
         lease: Duration,
         shares: &ClaimShares,
     ) -> StoreResult<GatedClaim>;
-
-    /// Opens a target's secrets as it is read.
-    fn sealer(&self) -> Option<&Sealer>;
-
-    /// Tells the sweepers of other instances, as `tx` commits, that messages
-    /// fall due at `at`: PostgreSQL notifies them when it is soon; SQLite
-    /// serves one process, whose own sweeper the service wakes.
-    async fn wake_others(
-        &self,
-        tx: &mut Tx,
-        at: DateTime<Utc>,
-        now: DateTime<Utc>,
-    ) -> StoreResult<()>;
 }
 
 type Row = GateRow<Json<Value>, At>;
@@ -171,7 +157,7 @@ impl<B: GateBackend> GateStore for B {
             .await?;
         let change = closed_from(&was);
         if change.is_some() {
-            self.wake_others(&mut tx, now, now).await?;
+            self.notify_if_soon(&mut tx, now, now).await?;
         }
         let target = row.into_target(self.sealer())?;
         tx.commit().await?;

@@ -1,12 +1,12 @@
 //! What a shared body still asks of its backend's own code: the ordering
-//! keys (their locks and heads), the wake-up of other instances and the
-//! bulk actions, each written per backend. A backend implements `Own` by
+//! keys (their locks and heads) and the bulk actions (the sealer and the
+//! wake-up of other instances are `Keeps`, which it extends), each written per backend. A backend implements `Own` by
 //! calling that code as it is; a part moves here once it is written once.
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
-use super::{Backend, Tx};
+use super::{Keeps, Tx};
 use crate::{
     domain::ids::MessageId,
     store::{ordering::Key, Bulk, BulkBatch, StoreResult},
@@ -15,7 +15,7 @@ use crate::{
 /// A backend's own parts, called inside a transaction the shared body
 /// began on the backend's database (`Backend::db`).
 #[async_trait]
-pub(crate) trait Own: Backend {
+pub(crate) trait Own: Keeps {
     /// Locks ordering keys for the rest of the transaction, before any row
     /// of theirs is touched. PostgreSQL takes an advisory lock per key;
     /// SQLite's one writer needs none.
@@ -26,16 +26,6 @@ pub(crate) trait Own: Backend {
 
     /// Makes each key's head the first of its order (`ordering::settle`).
     async fn settle_keys(&self, tx: &mut Tx, keys: &[Key]) -> StoreResult<()>;
-
-    /// Tells the other instances' sweepers, when the transaction commits,
-    /// that a message falls due at `at` if that is soon (PostgreSQL's
-    /// NOTIFY). SQLite serves one process, which wakes its own sweeper.
-    async fn notify_if_soon(
-        &self,
-        tx: &mut Tx,
-        at: DateTime<Utc>,
-        now: DateTime<Utc>,
-    ) -> StoreResult<()>;
 
     /// `ActionStore::bulk_count`.
     async fn count_bulk(

@@ -12,13 +12,7 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::{map_err, rows::*, SqliteStore};
-use crate::{
-    sealing::Sealer,
-    store::{
-        sql::{gates::GateBackend, Tx},
-        *,
-    },
-};
+use crate::store::{sql::gates::GateBackend, *};
 
 type LiteGateRow = GateRow<String, i64>;
 
@@ -139,19 +133,5 @@ impl GateBackend for SqliteStore {
             next: [reopens, later.map(from_ms)].into_iter().flatten().min(),
             waits_for_attempts,
         })
-    }
-
-    fn sealer(&self) -> Option<&Sealer> {
-        SqliteStore::sealer(self)
-    }
-
-    /// Nothing: the store serves one process, whose sweeper the service wakes.
-    async fn wake_others(
-        &self,
-        _tx: &mut Tx,
-        _at: DateTime<Utc>,
-        _now: DateTime<Utc>,
-    ) -> StoreResult<()> {
-        Ok(())
     }
 }

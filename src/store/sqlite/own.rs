@@ -40,15 +40,6 @@ impl Own for SqliteStore {
         ordering::settle_keys(conn(tx), keys).await
     }
 
-    async fn notify_if_soon(
-        &self,
-        _: &mut Tx,
-        _: DateTime<Utc>,
-        _: DateTime<Utc>,
-    ) -> StoreResult<()> {
-        Ok(())
-    }
-
     async fn count_bulk(
         &self,
         account: &str,
