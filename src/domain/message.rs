@@ -96,7 +96,7 @@ impl Message {
     ) -> Self {
         let delivery_time = crate::domain::time::truncate_ms(delivery_time);
         Self {
-            id: MessageId::new(),
+            id: MessageId::at(now),
             account: account.to_string(),
             target_id,
             state: State::Scheduled,

@@ -6,7 +6,7 @@ use crate::{
         secrets::{self, ClientSecretCheck},
         Scope,
     },
-    domain::ids::AccountId,
+    domain::ids::{uuid_v7_at, AccountId},
     store::{
         portal::{Role, UserRecord},
         ClientRecord, ClientSummary, Resealed,
@@ -155,7 +155,7 @@ pub fn new_user(
     now: chrono::DateTime<chrono::Utc>,
 ) -> UserRecord {
     UserRecord {
-        id: uuid::Uuid::now_v7().to_string(),
+        id: uuid_v7_at(now).to_string(),
         account: account.to_string(),
         email: email.trim().to_lowercase(),
         password_hash: secrets::hash_secret(password),
