@@ -253,6 +253,7 @@ pub async fn start_with(
             config.aws.allow_default_credentials,
         ),
         config.aws.sqs_batch,
+        clock.clone(),
     );
     let sweeper = Sweeper {
         store: store.clone(),
