@@ -128,7 +128,7 @@ async fn insert_runs_postgres(
     runs: &[Run<'_>],
     now: DateTime<Utc>,
 ) -> StoreResult<(u64, Option<DateTime<Utc>>)> {
-    let ids: Vec<Uuid> = runs.iter().map(|_| MessageId::new().0).collect();
+    let ids: Vec<Uuid> = runs.iter().map(|_| MessageId::at(now).0).collect();
     let accounts: Vec<&str> = runs.iter().map(|(s, _)| s.account.as_str()).collect();
     let targets: Vec<&str> = runs.iter().map(|(s, _)| s.target_id.as_str()).collect();
     let payloads: Vec<&[u8]> = runs
@@ -192,7 +192,7 @@ async fn insert_runs_sqlite(
              v.column8, v.column5 FROM (",
         );
         q.push_values(chunk, |mut row, (s, at)| {
-            row.push_bind(Uid(MessageId::new().0))
+            row.push_bind(Uid(MessageId::at(now).0))
                 .push_bind(s.account.as_str())
                 .push_bind(s.target_id.as_str())
                 .push_bind(s.payload.as_str())
