@@ -56,6 +56,9 @@ impl Modify for BearerAuth {
         super::bulk::redrive, super::bulk::cancel, super::bulk::replay,
         super::schedules::create, super::schedules::list, super::schedules::get, super::schedules::patch,
         super::schedules::pause, super::schedules::resume, super::schedules::delete,
+        super::events::create_subscription, super::events::list_subscriptions, super::events::get_subscription,
+        super::events::patch_subscription, super::events::delete_subscription,
+        super::events::publish, super::events::get_event, super::events::list_events,
         super::ops::live, super::ops::ready, super::ops::metrics, openapi,
     ),
     components(schemas(super::batch::BatchMessageIn)),
@@ -65,6 +68,7 @@ impl Modify for BearerAuth {
         (name = "targets", description = "Where messages go"),
         (name = "messages", description = "What is delivered, and when"),
         (name = "schedules", description = "Recurring schedules: one message per run"),
+        (name = "events", description = "Events by type, and the subscriptions that fan them out to targets"),
         (name = "operations", description = "Health, metrics, this document"),
     )
 )]

@@ -14,7 +14,8 @@ use super::{
 };
 use crate::{
     domain::{
-        ids::{MessageId, ScheduleId, TargetId},
+        event::EventType,
+        ids::{EventId, MessageId, ScheduleId, TargetId},
         message::{parse_ordering_key, State as MsgState},
         payload::Payload,
         target::FieldError,
@@ -173,6 +174,8 @@ pub async fn create(
         ("targetId" = Option<String>, Query), ("state" = Option<String>, Query, description = "Scheduled, Delivered, Cancelled or DeadLetter"),
         ("orderingKey" = Option<String>, Query, description = "Only the messages with this orderingKey"),
         ("scheduleId" = Option<String>, Query, description = "Only the messages of this schedule's runs"),
+        ("eventId" = Option<String>, Query, description = "Only the messages this event made"),
+        ("type" = Option<String>, Query, description = "Only the messages made from events of this type"),
         ("limit" = Option<u32>, Query, description = "1 to 1000, default 50"), ("cursor" = Option<String>, Query),
     ),
     responses((status = 200, body = List<MessageOut>), (status = 400, body = Problem, content_type = "application/problem+json")),
@@ -201,6 +204,20 @@ pub async fn list(
                 None
             }
         });
+    let event_id = q.get("eventId").and_then(|s| match s.parse::<EventId>() {
+        Ok(e) => Some(e),
+        Err(_) => {
+            errors.push(FieldError::new("eventId", "is not an event id"));
+            None
+        }
+    });
+    let event_type = q.get("type").and_then(|t| match EventType::parse(t) {
+        Ok(t) => Some(t.to_string()),
+        Err(rule) => {
+            errors.push(FieldError::new("type", rule));
+            None
+        }
+    });
     let state_filter = q.sent("state").and_then(|s| match MsgState::parse(s) {
         Some(st) => Some(st),
         None => {
@@ -221,6 +238,8 @@ pub async fn list(
         state: state_filter,
         ordering_key: q.get("orderingKey").map(str::to_string),
         schedule_id,
+        event_id,
+        event_type,
         ..MessageFilter::default()
     };
     let mut messages = state

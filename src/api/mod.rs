@@ -5,6 +5,7 @@ pub mod body;
 pub mod bulk;
 mod doc;
 pub mod error;
+pub mod events;
 pub mod extract;
 pub mod messages;
 pub mod oauth;
@@ -51,6 +52,18 @@ pub fn routes() -> Router<AppState> {
         )
         .route("/schedules/{id}/pause", post(schedules::pause))
         .route("/schedules/{id}/resume", post(schedules::resume))
+        .route(
+            "/subscriptions",
+            get(events::list_subscriptions).post(events::create_subscription),
+        )
+        .route(
+            "/subscriptions/{id}",
+            get(events::get_subscription)
+                .patch(events::patch_subscription)
+                .delete(events::delete_subscription),
+        )
+        .route("/events", get(events::list_events).post(events::publish))
+        .route("/events/{id}", get(events::get_event))
         .route("/health/live", get(ops::live))
         .route("/health/ready", get(ops::ready))
         .route("/metrics", get(ops::metrics))

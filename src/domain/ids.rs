@@ -62,6 +62,44 @@ pub struct InvalidId(&'static str);
 const MESSAGE_PREFIX: &str = "DI-M-";
 const TARGET_PREFIX: &str = "DI-T-";
 const SCHEDULE_PREFIX: &str = "DI-S-";
+const SUBSCRIPTION_PREFIX: &str = "DI-U-";
+const EVENT_PREFIX: &str = "DI-E-";
+
+/// An event (docs/api.md#events-and-subscriptions): `DI-E-<uuidv7>`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct EventId(pub Uuid);
+
+impl EventId {
+    /// A new time-ordered id.
+    pub fn new() -> Self {
+        Self(Uuid::now_v7())
+    }
+}
+
+impl Default for EventId {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Display for EventId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{EVENT_PREFIX}{}", self.0.hyphenated())
+    }
+}
+
+impl FromStr for EventId {
+    type Err = InvalidId;
+    fn from_str(s: &str) -> Result<Self, InvalidId> {
+        let rest = s.strip_prefix(EVENT_PREFIX).ok_or(InvalidId("event"))?;
+        if rest.len() != 36 || rest.bytes().any(|b| b.is_ascii_uppercase()) {
+            return Err(InvalidId("event"));
+        }
+        Uuid::parse_str(rest)
+            .map(Self)
+            .map_err(|_| InvalidId("event"))
+    }
+}
 
 impl MessageId {
     /// A new time-ordered id for a message made at `now` (see `uuid_v7_at`).
@@ -163,6 +201,7 @@ macro_rules! short_id {
 
 short_id!(TargetId, TARGET_PREFIX, "target");
 short_id!(ScheduleId, SCHEDULE_PREFIX, "schedule");
+short_id!(SubscriptionId, SUBSCRIPTION_PREFIX, "subscription");
 
 macro_rules! serde_via_str {
     ($t:ty) => {
@@ -182,6 +221,8 @@ macro_rules! serde_via_str {
 serde_via_str!(MessageId);
 serde_via_str!(TargetId);
 serde_via_str!(ScheduleId);
+serde_via_str!(SubscriptionId);
+serde_via_str!(EventId);
 
 #[cfg(test)]
 mod tests {

@@ -10,7 +10,7 @@
 use chrono::{DateTime, Utc};
 
 use super::{
-    ids::{MessageId, ScheduleId, TargetId},
+    ids::{EventId, MessageId, ScheduleId, TargetId},
     payload::Payload,
 };
 
@@ -79,6 +79,9 @@ pub struct Message {
     pub ordering_key: Option<String>,
     /// docs/api.md#recurring-schedules: the schedule whose run made this message.
     pub schedule_id: Option<ScheduleId>,
+    /// docs/api.md#events-and-subscriptions: the event that made this message, and its type.
+    pub event_id: Option<EventId>,
+    pub event_type: Option<String>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     pub payload: Payload,
@@ -109,6 +112,8 @@ impl Message {
             last_error: None,
             ordering_key: None,
             schedule_id: None,
+            event_id: None,
+            event_type: None,
             created_at: now,
             updated_at: now,
             payload,

@@ -1,5 +1,6 @@
 //! Pure types and rules: no I/O, no async.
 
+pub mod event;
 pub mod ids;
 pub mod lateness;
 pub mod message;

@@ -70,6 +70,8 @@ impl ListQuery {
                         .map_err(|_| format!("`{s}` is not a schedule id"))?,
                 ),
             },
+            event_id: None,
+            event_type: None,
         })
     }
 

@@ -12,6 +12,7 @@
 pub mod access;
 pub mod bulk;
 pub mod coalesce;
+pub mod events;
 mod idempotency;
 pub mod identities;
 pub mod messages;

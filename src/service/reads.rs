@@ -9,14 +9,16 @@ use super::{
 };
 use crate::{
     domain::{
-        ids::{MessageId, ScheduleId, TargetId},
+        event::Subscription,
+        ids::{EventId, MessageId, ScheduleId, SubscriptionId, TargetId},
         message::{Attempt, Message},
         schedule::Schedule,
         target::Target,
     },
     store::{
         portal::{Activity, InvitationRecord, MessageEvent, Overview, Searched, UserRecord},
-        Bulk, MessageFilter, ScheduleCursor, Store, TargetCursor,
+        Bulk, EventCursor, EventQuery, EventView, MessageFilter, ScheduleCursor, Store,
+        SubscriptionCursor, TargetCursor,
     },
 };
 
@@ -48,6 +50,44 @@ impl<'a> Reads<'a> {
     ) -> ServiceResult<Vec<Target>> {
         let account = self.account(Permission::ReadTargets)?;
         Ok(self.store.list_targets(account, after, limit).await?)
+    }
+
+    pub async fn subscription(self, id: &SubscriptionId) -> ServiceResult<Option<Subscription>> {
+        let account = self.account(Permission::ReadTargets)?;
+        Ok(self.store.get_subscription(account, id).await?)
+    }
+
+    /// Newest first; of one target when `target` is given.
+    pub async fn subscriptions(
+        self,
+        target: Option<&TargetId>,
+        after: Option<&SubscriptionCursor>,
+        limit: u32,
+    ) -> ServiceResult<Vec<Subscription>> {
+        let account = self.account(Permission::ReadTargets)?;
+        Ok(self
+            .store
+            .list_subscriptions(account, target, after, limit)
+            .await?)
+    }
+
+    pub async fn published_event(self, id: &EventId) -> ServiceResult<Option<EventView>> {
+        let account = self.account(Permission::ReadMessages)?;
+        Ok(self.store.get_event(account, id).await?)
+    }
+
+    /// Newest first.
+    pub async fn published_events(
+        self,
+        query: &EventQuery,
+        after: Option<&EventCursor>,
+        limit: u32,
+    ) -> ServiceResult<Vec<EventView>> {
+        let account = self.account(Permission::ReadMessages)?;
+        Ok(self
+            .store
+            .list_published_events(account, query, after, limit)
+            .await?)
     }
 
     pub async fn message(self, id: &MessageId) -> ServiceResult<Option<Message>> {

@@ -17,8 +17,13 @@ use super::{
     Recorded, ResealPage, SaveSchedule, ScheduleCursor, SigningKey, StoreResult, TargetCursor,
     Transition,
 };
+use super::{
+    EventCursor, EventQuery, EventView, IdempotencyInput as EventKey, Published, ResponseJson,
+    SubscriptionCursor,
+};
 use crate::domain::{
-    ids::{MessageId, ScheduleId, TargetId},
+    event::{Event, Subscription},
+    ids::{EventId, MessageId, ScheduleId, SubscriptionId, TargetId},
     message::{Attempt, Message},
     schedule::{RunPlan, Schedule},
     target::{gate::BreakerChange, Target},
@@ -472,6 +477,67 @@ pub trait GateStore: Send + Sync + 'static {
 
 /// Every capability: what a backend is, and what the service holds
 /// (`Arc<dyn Store>`).
+/// Subscriptions (docs/api.md#events-and-subscriptions): which targets get
+/// the events of which types.
+#[async_trait]
+pub trait SubscriptionStore: Send + Sync + 'static {
+    /// False when its target is not one of the account's.
+    async fn insert_subscription(&self, s: &Subscription) -> StoreResult<bool>;
+
+    async fn get_subscription(
+        &self,
+        account: &str,
+        id: &SubscriptionId,
+    ) -> StoreResult<Option<Subscription>>;
+
+    /// Newest first; of one target when `target` is given.
+    async fn list_subscriptions(
+        &self,
+        account: &str,
+        target: Option<&TargetId>,
+        after: Option<&SubscriptionCursor>,
+        limit: u32,
+    ) -> StoreResult<Vec<Subscription>>;
+
+    /// Saves its name, types, `enabled` and `updatedAt`; false when it is
+    /// gone.
+    async fn update_subscription(&self, s: &Subscription) -> StoreResult<bool>;
+
+    /// False when there was none.
+    async fn delete_subscription(&self, account: &str, id: &SubscriptionId) -> StoreResult<bool>;
+}
+
+/// Events (docs/api.md#events-and-subscriptions): publishing fans out to the
+/// targets whose enabled subscriptions match, in one transaction; the
+/// archive keeps events for replay.
+#[async_trait]
+pub trait EventStore: Send + Sync + 'static {
+    /// Stores the event and makes one message per target with an enabled
+    /// subscription that matches its type (each target once). With a key,
+    /// the answer `render` makes of the event is kept with it, in the same
+    /// transaction.
+    async fn publish_event(
+        &self,
+        event: &Event,
+        key: Option<&EventKey>,
+        render: &(dyn for<'v> Fn(&'v EventView) -> ResponseJson + Send + Sync),
+    ) -> StoreResult<Published>;
+
+    async fn get_event(&self, account: &str, id: &EventId) -> StoreResult<Option<EventView>>;
+
+    /// Newest first.
+    async fn list_published_events(
+        &self,
+        account: &str,
+        query: &EventQuery,
+        after: Option<&EventCursor>,
+        limit: u32,
+    ) -> StoreResult<Vec<EventView>>;
+
+    /// Forgets events created before `before` (their messages stay).
+    async fn purge_events(&self, before: DateTime<Utc>, limit: u32) -> StoreResult<u64>;
+}
+
 pub trait Store:
     HealthCheck
     + IdentityStore
@@ -484,6 +550,8 @@ pub trait Store:
     + DeliveryStore
     + GateStore
     + PortalReads
+    + SubscriptionStore
+    + EventStore
 {
 }
 
@@ -499,5 +567,7 @@ impl<T> Store for T where
         + DeliveryStore
         + GateStore
         + PortalReads
+        + SubscriptionStore
+        + EventStore
 {
 }

@@ -19,6 +19,7 @@
 
 mod bulk;
 mod capability;
+mod events;
 mod gates;
 pub(crate) mod ordering;
 pub mod portal;
@@ -33,6 +34,7 @@ pub mod sqlite;
 
 pub use bulk::*;
 pub use capability::*;
+pub use events::*;
 pub(crate) use gates::{
     closed_from, health_from_row, learn, outcomes_by_target, plan, reopening, starts_to_text,
     GateRow, RESET_HEALTH,
@@ -52,7 +54,7 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use crate::domain::{
-    ids::{MessageId, ScheduleId, TargetId},
+    ids::{EventId, MessageId, ScheduleId, TargetId},
     message::{Attempt, Message, State},
     retry::Next,
     target::{gate::BreakerChange, Target, TargetConfig},
@@ -250,6 +252,8 @@ pub struct MessageFilter {
     pub delivery_to: Option<DateTime<Utc>>,
     pub ordering_key: Option<String>,
     pub schedule_id: Option<ScheduleId>,
+    pub event_id: Option<EventId>,
+    pub event_type: Option<String>,
 }
 
 /// A message handed to the sweeper with its target's configuration.

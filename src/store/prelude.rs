@@ -2,6 +2,6 @@
 //! method called on a `dyn Store` needs its trait in scope.
 
 pub use super::capability::{
-    ActionStore, DeliveryStore, GateStore, HealthCheck, IdentityStore, MessageStore, PeopleStore,
-    PortalReads, ScheduleStore, SecretStore, Store, TargetStore,
+    ActionStore, DeliveryStore, EventStore, GateStore, HealthCheck, IdentityStore, MessageStore,
+    PeopleStore, PortalReads, ScheduleStore, SecretStore, Store, SubscriptionStore, TargetStore,
 };

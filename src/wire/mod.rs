@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
+pub mod event;
 pub mod schedule;
 pub mod target;
 
@@ -119,6 +120,13 @@ pub struct MessageOut {
     /// The schedule whose run made this message (docs/api.md#recurring-schedules), if one did.
     #[schema(example = "DI-S-aabbcc1122")]
     pub schedule_id: Option<String>,
+    /// The event that made this message (docs/api.md#events-and-subscriptions), if one did.
+    #[schema(example = "DI-E-01890a5d-ac96-774b-bcce-b302099a8057")]
+    pub event_id: Option<String>,
+    /// That event's type.
+    #[serde(rename = "type")]
+    #[schema(example = "order.created")]
+    pub event_type: Option<String>,
     #[serde(with = "serde_ts")]
     #[schema(value_type = String, format = DateTime)]
     pub created_at: DateTime<Utc>,
@@ -153,6 +161,8 @@ impl MessageOut {
             last_error: m.last_error.clone(),
             ordering_key: m.ordering_key.clone(),
             schedule_id: m.schedule_id.as_ref().map(ToString::to_string),
+            event_id: m.event_id.as_ref().map(ToString::to_string),
+            event_type: m.event_type.clone(),
             created_at: m.created_at,
             updated_at: m.updated_at,
             payload: m.payload.as_str().to_string(),

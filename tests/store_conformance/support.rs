@@ -120,6 +120,8 @@ pub(crate) fn message_value(
         last_error: None,
         ordering_key: None,
         schedule_id: None,
+        event_id: None,
+        event_type: None,
         created_at,
         updated_at: created_at,
         payload: Payload::parse(format!("{{\"order\": \"{id}\", \"note\": \"héllo ✓\"}}")).unwrap(),
@@ -467,6 +469,8 @@ pub(crate) fn filter(
         delivery_to: to,
         ordering_key: None,
         schedule_id: None,
+        event_id: None,
+        event_type: None,
     }
 }
 

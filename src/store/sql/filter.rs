@@ -43,6 +43,12 @@ fn conditions<'q>(q: &mut Stmt<'q, '_>, account: &'q str, f: &'q MessageFilter) 
     if let Some(s) = &f.schedule_id {
         q.push(" AND schedule_id = ").push_bind(s.as_str());
     }
+    if let Some(e) = &f.event_id {
+        q.push(" AND event_id = ").push_bind(Uid(e.0));
+    }
+    if let Some(t) = &f.event_type {
+        q.push(" AND event_type = ").push_bind(t.as_str());
+    }
     if let Some(t) = f.delivery_from {
         q.push(" AND delivery_time >= ").push_bind(At(t));
     }
@@ -100,6 +106,7 @@ pub(in crate::store) fn newest_first<'q, 'a>(
         || f.state.is_some()
         || f.ordering_key.is_some()
         || f.schedule_id.is_some()
+        || f.event_id.is_some()
     {
         q = filtered(db, &format!("SELECT {columns} FROM messages"), account, f);
         more(&mut q);

@@ -7,7 +7,7 @@ use sqlx::types::Json;
 use super::{At, Text, Uid};
 use crate::{
     domain::{
-        ids::{MessageId, ScheduleId, TargetId},
+        ids::{EventId, MessageId, ScheduleId, TargetId},
         message::{Attempt, Message},
         payload::Payload,
         target::Target,
@@ -21,7 +21,7 @@ use crate::{
 
 pub const MESSAGE_COLUMNS: &str = "id, account, target_id, state, payload, delivery_time, next_attempt_at, \
      attempt_count, delivered_at, cancelled_at, dead_lettered_at, last_error, created_at, updated_at, ordering_key, \
-     schedule_id";
+     schedule_id, event_id, event_type";
 
 pub const TARGET_COLUMNS: &str =
     "id, account, name, kind, enabled, config, secrets_key_id, sealed_secrets, created_at, updated_at, \
@@ -47,6 +47,8 @@ pub struct MessageRow {
     last_error: Option<String>,
     ordering_key: Option<String>,
     schedule_id: Option<String>,
+    event_id: Option<Uid>,
+    event_type: Option<String>,
     created_at: At,
     updated_at: At,
 }
@@ -72,6 +74,8 @@ impl TryFrom<MessageRow> for Message {
             last_error: r.last_error,
             ordering_key: r.ordering_key,
             schedule_id: r.schedule_id.map(ScheduleId::from_trusted),
+            event_id: r.event_id.map(|u| EventId(u.0)),
+            event_type: r.event_type,
             created_at: r.created_at.into(),
             updated_at: r.updated_at.into(),
             payload: payload(r.payload)?,

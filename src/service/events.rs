@@ -1,0 +1,190 @@
+//! Subscriptions and events (docs/api.md#events-and-subscriptions):
+//! subscriptions are a target's configuration (the target permissions);
+//! events are messages (the message permissions).
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use super::{
+    access::{Actor, Permission},
+    IdempotencyKey, Service, ServiceError, ServiceResult,
+};
+use crate::{
+    domain::{
+        event::{Event, EventType, Subscription},
+        ids::{EventId, SubscriptionId},
+        payload::Payload,
+        time,
+    },
+    metrics as m,
+    retention::IDEMPOTENCY_TTL,
+    store::{EventView, IdempotencyInput, Published, ResponseJson},
+    wire::event::{self as wire, SubscriptionSpec},
+};
+
+/// An event to publish, as parsed by a door.
+#[derive(Debug, Clone)]
+pub struct PublishRequest {
+    pub ty: EventType,
+    pub payload: Payload,
+    /// None: now.
+    pub delivery_time: Option<DateTime<Utc>>,
+    pub ordering_key: Option<String>,
+    pub idempotency_key: Option<IdempotencyKey>,
+}
+
+/// A publish's answer: the event and its messages, or (for a key seen with
+/// the same request) the answer first given.
+#[derive(Debug)]
+pub enum PublishOutcome {
+    Created(Box<EventView>),
+    Replayed { status: u16, response: ResponseJson },
+}
+
+impl Service {
+    pub async fn create_subscription(
+        &self,
+        actor: &Actor,
+        spec: SubscriptionSpec,
+    ) -> ServiceResult<Subscription> {
+        let account = actor.allow(Permission::ConfigureTargets)?;
+        let now = time::truncate_ms(self.now());
+        let s = Subscription {
+            id: SubscriptionId::new(),
+            account: account.to_string(),
+            target_id: spec.target_id,
+            name: spec.name,
+            types: spec.types,
+            enabled: spec.enabled,
+            created_at: now,
+            updated_at: now,
+        };
+        if !self.store.insert_subscription(&s).await? {
+            return Err(ServiceError::field("targetId", "is not a known target"));
+        }
+        Ok(s)
+    }
+
+    /// A JSON merge patch (RFC 7396) on the subscription's document; its
+    /// `targetId` cannot change.
+    pub async fn update_subscription(
+        &self,
+        actor: &Actor,
+        id: &SubscriptionId,
+        patch: &Value,
+    ) -> ServiceResult<Subscription> {
+        let account = actor.allow(Permission::ConfigureTargets)?;
+        let current = self
+            .store
+            .get_subscription(account, id)
+            .await?
+            .ok_or(ServiceError::NotFound)?;
+        let spec = wire::parse_subscription(&wire::merge(&current, patch))
+            .map_err(ServiceError::Invalid)?;
+        if spec.target_id != current.target_id {
+            return Err(ServiceError::field("targetId", "cannot be changed"));
+        }
+        let changed = Subscription {
+            name: spec.name,
+            types: spec.types,
+            enabled: spec.enabled,
+            updated_at: time::truncate_ms(self.now()).max(current.updated_at),
+            ..current
+        };
+        if !self.store.update_subscription(&changed).await? {
+            return Err(ServiceError::NotFound);
+        }
+        Ok(changed)
+    }
+
+    pub async fn delete_subscription(
+        &self,
+        actor: &Actor,
+        id: &SubscriptionId,
+    ) -> ServiceResult<()> {
+        let account = actor.allow(Permission::ConfigureTargets)?;
+        if !self.store.delete_subscription(account, id).await? {
+            return Err(ServiceError::NotFound);
+        }
+        Ok(())
+    }
+
+    /// Publishes an event: one message to each target whose enabled
+    /// subscriptions match its type, in one transaction.
+    pub async fn publish(
+        &self,
+        actor: &Actor,
+        req: PublishRequest,
+    ) -> ServiceResult<PublishOutcome> {
+        let account = actor.allow(Permission::ChangeMessages)?;
+        if req.ty.is_own() {
+            return Err(ServiceError::field(
+                "type",
+                "is one of Dispatch's own (types under 'dispatch.' are not published by clients)",
+            ));
+        }
+        let now = self.now();
+        let request_hash = request_hash(&req);
+        let event = Event {
+            id: EventId::new(),
+            account: account.to_string(),
+            ty: req.ty,
+            payload: req.payload,
+            delivery_time: time::truncate_ms(req.delivery_time.unwrap_or(now)),
+            ordering_key: req.ordering_key,
+            created_at: now,
+        };
+        let key = req.idempotency_key.map(|k| IdempotencyInput {
+            key: k.as_str().to_string(),
+            request_hash,
+            status: 201,
+            response: ResponseJson::default(),
+            ttl: IDEMPOTENCY_TTL,
+        });
+        let render = |view: &EventView| wire::EventOut::text(view);
+        match self
+            .store
+            .publish_event(&event, key.as_ref(), &render)
+            .await?
+        {
+            Published::Created(view) => {
+                if !view.messages.is_empty() {
+                    metrics::counter!(m::SCHEDULED).increment(view.messages.len() as u64);
+                    self.wake.due(view.event.delivery_time);
+                }
+                Ok(PublishOutcome::Created(Box::new(view)))
+            }
+            Published::Replayed { status, response } => {
+                Ok(PublishOutcome::Replayed { status, response })
+            }
+            Published::KeyConflict => Err(ServiceError::Conflict(super::Conflict::KeyReused)),
+        }
+    }
+}
+
+/// What an idempotency key remembers of a publish: the request as given
+/// (its type, instant if any, orderingKey and payload). A key is the
+/// account's, across messages and events: a message's request and an
+/// event's never hash alike.
+fn request_hash(req: &PublishRequest) -> Vec<u8> {
+    let at = req.delivery_time.map(|t| time::format(&t));
+    let mut hash = Sha256::new();
+    for part in [
+        Some("event"),
+        Some(req.ty.as_str()),
+        at.as_deref(),
+        req.ordering_key.as_deref(),
+        Some(req.payload.as_str()),
+    ] {
+        match part {
+            Some(p) => {
+                hash.update([1]);
+                hash.update((p.len() as u64).to_be_bytes());
+                hash.update(p.as_bytes());
+            }
+            None => hash.update([0]),
+        }
+    }
+    hash.finalize().to_vec()
+}
