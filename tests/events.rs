@@ -599,3 +599,161 @@ async fn subscriptions_need_the_target_scopes_and_events_the_message_scopes() {
         200
     );
 }
+
+#[tokio::test]
+async fn a_replay_makes_a_range_of_events_into_messages_to_one_target() {
+    let app = TestApp::spawn_with(|c| c.bulk.max = 3).await;
+    let api = app.api("acme").await;
+    let receiver = Receiver::start().await;
+    let old = target(&api, &receiver).await;
+    subscribe(&api, &old, &["*"]).await;
+    let from = in_ms(-1);
+    let a1 = publish(
+        &api,
+        json!({"type": "a.one", "payload": "1", "orderingKey": "k"}),
+    )
+    .await;
+    let a2 = publish(
+        &api,
+        json!({"type": "a.two", "payload": "2", "orderingKey": "k"}),
+    )
+    .await;
+    let b = publish(&api, json!({"type": "b.one", "payload": "3"})).await;
+    let to = in_ms(1);
+
+    // A new subscriber catches up on its patterns.
+    let new = target(&api, &receiver).await;
+    subscribe(&api, &new, &["a.*"]).await;
+    let r = api
+        .post(
+            "/events/replay",
+            json!({"targetId": new, "from": from, "to": to}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.json::<Value>().await.unwrap(), json!({"count": 2}));
+    let made: Value = api
+        .get(&format!("/messages?targetId={new}"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let made = made["items"].as_array().unwrap();
+    assert_eq!(made.len(), 2);
+    for m in made {
+        assert!(m["type"].as_str().unwrap().starts_with("a."));
+        assert_eq!(m["orderingKey"], "k");
+        api.wait_for_state(m["messageId"].as_str().unwrap(), "Delivered", WAIT)
+            .await;
+    }
+    // The event lists the message its replay made beside the first one.
+    let e: Value = api
+        .get(&format!("/events/{}", a1["eventId"].as_str().unwrap()))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        reached(&e),
+        [old.clone(), new.clone()].into_iter().collect()
+    );
+
+    // Given types, those; `to` is exclusive.
+    let r = api
+        .post(
+            "/events/replay",
+            json!({"targetId": new, "from": from, "to": b["createdAt"], "types": ["*"]}),
+        )
+        .await;
+    let count = r.json::<Value>().await.unwrap()["count"].as_u64().unwrap();
+    assert!(count < 3, "the event at `to` is not replayed: {count}");
+    let _ = a2;
+
+    // More than bulk.max: 400, nothing made.
+    let before: Value = api.get("/messages?limit=1000").await.json().await.unwrap();
+    publish(&api, json!({"type": "a.three", "payload": "4"})).await;
+    publish(&api, json!({"type": "a.four", "payload": "5"})).await;
+    let r = api
+        .post(
+            "/events/replay",
+            json!({"targetId": new, "from": from, "to": in_ms(1000), "types": ["*"]}),
+        )
+        .await;
+    assert_problem(r, 400).await;
+    let after: Value = api.get("/messages?limit=1000").await.json().await.unwrap();
+    assert_eq!(
+        after["items"].as_array().unwrap().len(),
+        before["items"].as_array().unwrap().len() + 2 * 2,
+        "only the two publishes made messages"
+    );
+
+    // A family is a prefix, not a LIKE pattern: `_` in it is itself.
+    let odd = target(&api, &receiver).await;
+    publish(&api, json!({"type": "aXb.c", "payload": "6"})).await;
+    let r = api
+        .post(
+            "/events/replay",
+            json!({"targetId": odd, "from": from, "to": in_ms(1000), "types": ["a_b.*"]}),
+        )
+        .await;
+    assert_eq!(r.json::<Value>().await.unwrap(), json!({"count": 0}));
+
+    // A target without subscriptions and no types: nothing to replay.
+    let bare = target(&api, &receiver).await;
+    let r = api
+        .post(
+            "/events/replay",
+            json!({"targetId": bare, "from": from, "to": to}),
+        )
+        .await;
+    assert_eq!(r.json::<Value>().await.unwrap(), json!({"count": 0}));
+}
+
+#[tokio::test]
+async fn bad_replays_are_refused_naming_the_field() {
+    let app = TestApp::spawn().await;
+    let api = app.api("acme").await;
+    let receiver = Receiver::start().await;
+    let t = target(&api, &receiver).await;
+    let theirs = target(&app.api("globex").await, &receiver).await;
+    let (from, to) = (in_ms(-60_000), in_ms(0));
+    for (body, field) in [
+        (
+            json!({"targetId": theirs, "from": from, "to": to}),
+            "targetId",
+        ),
+        (json!({"from": from, "to": to}), "targetId"),
+        (json!({"targetId": t, "to": to}), "from"),
+        (json!({"targetId": t, "from": from}), "to"),
+        (json!({"targetId": t, "from": "then", "to": to}), "from"),
+        (
+            json!({"targetId": t, "from": from, "to": to, "types": ["a", "b c"]}),
+            "types[1]",
+        ),
+        (
+            json!({"targetId": t, "from": from, "to": to, "types": []}),
+            "types",
+        ),
+        (
+            json!({"targetId": t, "from": from, "to": to, "deliveryTime": "soon"}),
+            "deliveryTime",
+        ),
+    ] {
+        assert_invalid(api.post("/events/replay", body.clone()).await, field).await;
+    }
+    let messages_read = Api {
+        base: app.base.clone(),
+        http: app.http.clone(),
+        token: app.token("acme", &["messages:read"]).await,
+    };
+    assert_problem(
+        messages_read
+            .post(
+                "/events/replay",
+                json!({"targetId": t, "from": from, "to": to}),
+            )
+            .await,
+        403,
+    )
+    .await;
+}

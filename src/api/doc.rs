@@ -58,7 +58,7 @@ impl Modify for BearerAuth {
         super::schedules::pause, super::schedules::resume, super::schedules::delete,
         super::events::create_subscription, super::events::list_subscriptions, super::events::get_subscription,
         super::events::patch_subscription, super::events::delete_subscription,
-        super::events::publish, super::events::get_event, super::events::list_events,
+        super::events::publish, super::events::get_event, super::events::list_events, super::events::replay,
         super::ops::live, super::ops::ready, super::ops::metrics, openapi,
     ),
     components(schemas(super::batch::BatchMessageIn)),

@@ -11,6 +11,7 @@ use axum::{
 
 use super::{
     body::Body,
+    bulk::CountOut,
     error::{ApiError, ApiResult, Problem},
     extract::{encode_cursor, JsonBody, QueryParams},
 };
@@ -28,7 +29,7 @@ use crate::{
     state::AppState,
     store::{EventCursor, EventQuery, ResponseJson, SubscriptionCursor},
     wire::{
-        event::{self as wire, EventIn, EventOut, SubscriptionIn, SubscriptionOut},
+        event::{self as wire, EventIn, EventOut, EventReplayIn, SubscriptionIn, SubscriptionOut},
         List,
     },
 };
@@ -343,4 +344,27 @@ pub async fn list_events(
         items: events.iter().map(EventOut::new).collect(),
         next_cursor,
     }))
+}
+
+/// Deliver a time range of the account's events to one target: each event
+/// published in [`from`, `to`) whose type matches `types` (by default the
+/// target's enabled subscriptions' patterns) becomes a new message to it,
+/// due at `deliveryTime` (default now), listed among the event's messages.
+/// One transaction per 1,000 events; more than `bulk.max` answer 400 and
+/// make nothing.
+#[utoipa::path(
+    post, path = "/events/replay", operation_id = "replay_events", tag = "events", request_body = EventReplayIn,
+    responses((status = 200, body = CountOut),
+              (status = 400, description = "Invalid input, or more than bulk.max events match", body = Problem, content_type = "application/problem+json")),
+    security(("bearer" = ["messages:write"]))
+)]
+pub async fn replay(
+    State(state): State<AppState>,
+    actor: Actor,
+    Body(body): Body<EventReplayIn>,
+) -> ApiResult<Json<CountOut>> {
+    state.service.check(&actor, Permission::ChangeMessages)?;
+    let spec = wire::parse_replay(body).map_err(ApiError::Validation)?;
+    let count = state.service.replay_events(&actor, spec).await?;
+    Ok(Json(CountOut { count }))
 }

@@ -63,6 +63,7 @@ pub fn routes() -> Router<AppState> {
                 .delete(events::delete_subscription),
         )
         .route("/events", get(events::list_events).post(events::publish))
+        .route("/events/replay", post(events::replay))
         .route("/events/{id}", get(events::get_event))
         .route("/health/live", get(ops::live))
         .route("/health/ready", get(ops::ready))

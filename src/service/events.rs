@@ -12,15 +12,15 @@ use super::{
 };
 use crate::{
     domain::{
-        event::{Event, EventType, Subscription},
-        ids::{EventId, SubscriptionId},
+        event::{Event, EventType, Pattern, Subscription},
+        ids::{EventId, SubscriptionId, TargetId},
         payload::Payload,
         time,
     },
     metrics as m,
     retention::IDEMPOTENCY_TTL,
-    store::{EventView, IdempotencyInput, Published, ResponseJson},
-    wire::event::{self as wire, SubscriptionSpec},
+    store::{EventRange, EventView, IdempotencyInput, Published, ResponseJson, SubscriptionCursor},
+    wire::event::{self as wire, EventReplaySpec, SubscriptionSpec},
 };
 
 /// An event to publish, as parsed by a door.
@@ -187,4 +187,94 @@ fn request_hash(req: &PublishRequest) -> Vec<u8> {
         }
     }
     hash.finalize().to_vec()
+}
+
+/// Events per replay transaction: deliveries never wait long behind one.
+pub const REPLAY_BATCH: u32 = 1000;
+
+impl Service {
+    /// Makes each event of the account published in [`from`, `to`) whose
+    /// type matches `types` (by default the target's enabled subscriptions'
+    /// patterns) into a new message to the target, due at `delivery_time`
+    /// (default now); how many it made. More than `bulk.max` events answer
+    /// 400 and make nothing.
+    pub async fn replay_events(&self, actor: &Actor, spec: EventReplaySpec) -> ServiceResult<u64> {
+        let account = actor.allow(Permission::ChangeMessages)?;
+        if self
+            .store
+            .get_target(account, &spec.target_id)
+            .await?
+            .is_none()
+        {
+            return Err(ServiceError::field("targetId", "is not a known target"));
+        }
+        let patterns = match spec.types {
+            Some(p) => p,
+            None => self.subscribed(account, &spec.target_id).await?,
+        };
+        let range = EventRange {
+            from: spec.from,
+            to: spec.to,
+            patterns,
+        };
+        let max = self.config.bulk.max;
+        let matched = self
+            .store
+            .count_events(account, &range, max.saturating_add(1))
+            .await?;
+        if matched > max {
+            return Err(ServiceError::field(
+                "",
+                format!("more than {max} events match (bulk.max); narrow the range (from, to)"),
+            ));
+        }
+        let at = time::truncate_ms(spec.delivery_time.unwrap_or_else(|| self.now()));
+        let mut made = 0;
+        let mut after = None;
+        loop {
+            let batch = self
+                .store
+                .replay_batch(
+                    account,
+                    &spec.target_id,
+                    &range,
+                    after.as_ref(),
+                    REPLAY_BATCH,
+                    at,
+                    self.now(),
+                )
+                .await?;
+            made += batch.made;
+            if batch.made > 0 {
+                self.wake.due(at);
+            }
+            if batch.scanned < REPLAY_BATCH {
+                break;
+            }
+            after = batch.last;
+        }
+        metrics::counter!(m::SCHEDULED).increment(made);
+        Ok(made)
+    }
+
+    /// The patterns of the target's enabled subscriptions.
+    async fn subscribed(&self, account: &str, target: &TargetId) -> ServiceResult<Vec<Pattern>> {
+        let mut patterns = Vec::new();
+        let mut after = None;
+        loop {
+            let page = self
+                .store
+                .list_subscriptions(account, Some(target), after.as_ref(), 1000)
+                .await?;
+            patterns.extend(
+                page.iter()
+                    .filter(|s| s.enabled)
+                    .flat_map(|s| s.types.iter().cloned()),
+            );
+            match page.last() {
+                Some(last) if page.len() == 1000 => after = Some(SubscriptionCursor::after(last)),
+                _ => return Ok(patterns),
+            }
+        }
+    }
 }

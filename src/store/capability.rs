@@ -18,8 +18,8 @@ use super::{
     Transition,
 };
 use super::{
-    EventCursor, EventQuery, EventView, IdempotencyInput as EventKey, Published, ResponseJson,
-    SubscriptionCursor,
+    EventCursor, EventQuery, EventRange, EventView, IdempotencyInput as EventKey, Published,
+    ReplayBatch, ResponseJson, SubscriptionCursor,
 };
 use crate::domain::{
     event::{Event, Subscription},
@@ -533,6 +533,26 @@ pub trait EventStore: Send + Sync + 'static {
         after: Option<&EventCursor>,
         limit: u32,
     ) -> StoreResult<Vec<EventView>>;
+
+    /// How many of the account's events lie in `range`, counting up to
+    /// `limit`.
+    async fn count_events(&self, account: &str, range: &EventRange, limit: u64)
+        -> StoreResult<u64>;
+
+    /// Makes the next `limit` events of `range` (oldest first, after
+    /// `after`) into one new message each to `target`, due at `at`, in one
+    /// transaction; each is listed among its event's messages.
+    #[allow(clippy::too_many_arguments)]
+    async fn replay_batch(
+        &self,
+        account: &str,
+        target: &TargetId,
+        range: &EventRange,
+        after: Option<&EventCursor>,
+        limit: u32,
+        at: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> StoreResult<ReplayBatch>;
 
     /// Forgets events created before `before` (their messages stay).
     async fn purge_events(&self, before: DateTime<Utc>, limit: u32) -> StoreResult<u64>;

@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 
 use super::{PageCursor, ResponseJson};
 use crate::domain::{
-    event::{Event, Reached, Subscription},
+    event::{Event, Pattern, Reached, Subscription},
     ids::{EventId, SubscriptionId},
 };
 
@@ -40,6 +40,26 @@ pub struct EventQuery {
     pub ty: Option<String>,
     pub from: Option<DateTime<Utc>>,
     pub to: Option<DateTime<Utc>>,
+}
+
+/// The events a replay takes: created in [`from`, `to`), of a type one of
+/// `patterns` matches.
+#[derive(Debug, Clone)]
+pub struct EventRange {
+    pub from: DateTime<Utc>,
+    pub to: DateTime<Utc>,
+    pub patterns: Vec<Pattern>,
+}
+
+/// What one transaction of a replay did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReplayBatch {
+    /// Messages made.
+    pub made: u64,
+    /// Events read (fewer than asked: the range is done).
+    pub scanned: u32,
+    /// Where the next batch goes on.
+    pub last: Option<EventCursor>,
 }
 
 /// An event with the messages it made.

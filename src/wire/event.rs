@@ -75,21 +75,10 @@ pub fn parse_subscription(doc: &Value) -> Result<SubscriptionSpec, Vec<FieldErro
                 None
             }
         });
-    let types = input.types.take("types", &mut errors).and_then(|given| {
-        if given.is_empty() || given.len() > MAX_PATTERNS {
-            errors.push(FieldError::new("types", "must hold 1 to 100 patterns"));
-            return None;
-        }
-        let mut patterns = Vec::with_capacity(given.len());
-        for (i, v) in given.iter().enumerate() {
-            match v.as_str().map(Pattern::parse) {
-                Some(Ok(p)) => patterns.push(p),
-                Some(Err(rule)) => errors.push(FieldError::new(format!("types[{i}]"), rule)),
-                None => errors.push(FieldError::new(format!("types[{i}]"), "must be a string")),
-            }
-        }
-        Some(patterns)
-    });
+    let types = input
+        .types
+        .take("types", &mut errors)
+        .and_then(|given| patterns(given, &mut errors));
     let name = optional(input.name, "name", &mut errors).unwrap_or_default();
     if name.chars().count() > NAME_MAX_CHARS || name.chars().any(char::is_control) {
         errors.push(FieldError::new(
@@ -293,5 +282,99 @@ impl EventOut {
     /// The answer as JSON text, to be kept with an idempotency key.
     pub fn text(v: &EventView) -> ResponseJson {
         serde_json::value::to_raw_value(&Self::new(v)).expect("an event serialises to JSON")
+    }
+}
+
+/// Make the account's events of a time range into messages to one target
+/// again: a new subscriber catches up.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EventReplayIn {
+    #[schema(value_type = String, required = true, example = "DI-T-aabbcc1122")]
+    pub target_id: Field<String>,
+    /// RFC 3339: events published at or after.
+    #[schema(value_type = String, required = true, format = DateTime)]
+    pub from: Field<String>,
+    /// RFC 3339: events published before.
+    #[schema(value_type = String, required = true, format = DateTime)]
+    pub to: Field<String>,
+    /// Patterns the events' types must match; the target's enabled
+    /// subscriptions' patterns when left out.
+    #[schema(value_type = Option<Vec<String>>, min_items = 1, max_items = 100, example = json!(["order.*"]))]
+    pub types: Field<Vec<Value>>,
+    /// RFC 3339; now when left out.
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub delivery_time: Field<String>,
+}
+
+/// What `EventReplayIn` says, checked.
+#[derive(Debug, Clone)]
+pub struct EventReplaySpec {
+    pub target_id: TargetId,
+    pub from: DateTime<Utc>,
+    pub to: DateTime<Utc>,
+    pub types: Option<Vec<Pattern>>,
+    pub delivery_time: Option<DateTime<Utc>>,
+}
+
+fn required_instant(
+    f: Field<String>,
+    name: &str,
+    errors: &mut Vec<FieldError>,
+) -> Option<DateTime<Utc>> {
+    f.take(name, errors).and_then(|t| {
+        time::parse_rfc3339(&t)
+            .map_err(|e| errors.push(FieldError::new(name, e.to_string())))
+            .ok()
+    })
+}
+
+/// Each pattern of `types`, or its problems, each named (`types[1]`).
+fn patterns(given: Vec<Value>, errors: &mut Vec<FieldError>) -> Option<Vec<Pattern>> {
+    if given.is_empty() || given.len() > MAX_PATTERNS {
+        errors.push(FieldError::new("types", "must hold 1 to 100 patterns"));
+        return None;
+    }
+    let mut patterns = Vec::with_capacity(given.len());
+    for (i, v) in given.iter().enumerate() {
+        match v.as_str().map(Pattern::parse) {
+            Some(Ok(p)) => patterns.push(p),
+            Some(Err(rule)) => errors.push(FieldError::new(format!("types[{i}]"), rule)),
+            None => errors.push(FieldError::new(format!("types[{i}]"), "must be a string")),
+        }
+    }
+    Some(patterns)
+}
+
+/// Every problem of a replay, each named.
+pub fn parse_replay(input: EventReplayIn) -> Result<EventReplaySpec, Vec<FieldError>> {
+    let mut errors = Vec::new();
+    let target_id = input
+        .target_id
+        .take("targetId", &mut errors)
+        .and_then(|id| match id.parse::<TargetId>() {
+            Ok(t) => Some(t),
+            Err(_) => {
+                errors.push(FieldError::new("targetId", "is not a known target"));
+                None
+            }
+        });
+    let from = required_instant(input.from, "from", &mut errors);
+    let to = required_instant(input.to, "to", &mut errors);
+    let types = optional(input.types, "types", &mut errors).and_then(|t| patterns(t, &mut errors));
+    let delivery_time = optional(input.delivery_time, "deliveryTime", &mut errors).and_then(|t| {
+        time::parse_rfc3339(&t)
+            .map_err(|e| errors.push(FieldError::new("deliveryTime", e.to_string())))
+            .ok()
+    });
+    match (target_id, from, to) {
+        (Some(target_id), Some(from), Some(to)) if errors.is_empty() => Ok(EventReplaySpec {
+            target_id,
+            from,
+            to,
+            types,
+            delivery_time,
+        }),
+        _ => Err(errors),
     }
 }

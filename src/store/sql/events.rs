@@ -20,18 +20,20 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::types::Json;
 
-use super::{own::Own, rows::payload, At, Db, Text, Tx, Uid};
+use super::{own::Own, rows::payload, At, Db, Stmt, Text, Tx, Uid};
 use crate::{
     domain::{
         event::{
             pattern_texts, patterns_matching, Event, EventType, Pattern, Reached, Subscription,
+            OWN_PREFIX,
         },
         ids::{EventId, MessageId, SubscriptionId, TargetId},
         message::State,
     },
     store::{
-        ordering::distinct_keys, EventCursor, EventQuery, EventStore, EventView, IdempotencyInput,
-        Published, ResponseJson, StoreError, StoreResult, SubscriptionCursor, SubscriptionStore,
+        ordering::distinct_keys, EventCursor, EventQuery, EventRange, EventStore, EventView,
+        IdempotencyInput, Published, ReplayBatch, ResponseJson, StoreError, StoreResult,
+        SubscriptionCursor, SubscriptionStore,
     },
 };
 
@@ -322,87 +324,83 @@ async fn matching_targets(tx: &mut Tx, account: &str, ty: &str) -> StoreResult<V
     Ok(rows.into_iter().map(|r| r.0).collect())
 }
 
-/// What an event's messages are made of, beside their ids and targets.
-struct Made<'a> {
-    account: &'a str,
-    payload: &'a str,
-    delivery_time: DateTime<Utc>,
-    ordering_key: Option<&'a str>,
-    event: &'a Event,
-    now: DateTime<Utc>,
-}
+/// Rows per INSERT: well within SQLite's 32,766 bound values.
+const ROWS_PER_INSERT: usize = 1000;
 
-/// Targets (with their new messages' ids) per INSERT: well within SQLite's
-/// 32,766 bound values.
-const TARGETS_PER_INSERT: usize = 1000;
+/// A message made of an event: its new id, the event and the target.
+type Made = (MessageId, EventId, String);
 
-/// Makes one message per target, Scheduled, of the event; the targets that
-/// are no longer the account's get none. Returns the messages made, by
-/// target. The caller holds their ordering key's lock.
+/// Makes one message per (event, target) pair, Scheduled for `at`, of the
+/// event's payload, orderingKey and type (read from its row); a target that
+/// is no longer the account's gets none. Returns the messages made. The
+/// caller holds their ordering keys' locks, and made the pairs in the order
+/// their messages are to keep (ids rise with it).
 async fn make_messages(
     tx: &mut Tx,
-    made: &Made<'_>,
-    targets: &[String],
-) -> StoreResult<Vec<(MessageId, String)>> {
+    account: &str,
+    pairs: &[(EventId, &str)],
+    at: DateTime<Utc>,
+    now: DateTime<Utc>,
+) -> StoreResult<Vec<Made>> {
     let lock = if tx.locks_rows() {
         " FOR KEY SHARE OF t"
     } else {
         ""
     };
-    let mut out = Vec::with_capacity(targets.len());
-    for chunk in targets.chunks(TARGETS_PER_INSERT) {
-        // The new rows' ids and targets as a list of values, named by a
-        // common table expression both databases read.
-        let mut stmt = tx.sql("WITH v (id, target_id) AS (VALUES ");
-        for (i, target) in chunk.iter().enumerate() {
+    let mut out = Vec::with_capacity(pairs.len());
+    for chunk in pairs.chunks(ROWS_PER_INSERT) {
+        // The new rows' ids, events and targets as a list of values, named
+        // by a common table expression both databases read.
+        let mut stmt = tx.sql("WITH v (id, event_id, target_id) AS (VALUES ");
+        for (i, (event, target)) in chunk.iter().enumerate() {
             stmt.push(if i == 0 { "(" } else { ", (" })
                 .push_bind(Uid(MessageId::new().0))
                 .push(", ")
-                .push_bind(target.clone())
+                .push_bind(Uid(event.0))
+                .push(", ")
+                .push_bind(target.to_string())
                 .push(")");
         }
         stmt.push(
             ") INSERT INTO messages (id, account, target_id, state, payload, delivery_time, \
                next_attempt_at, claim_at, paused, gated, created_at, updated_at, ordering_key, held, \
                event_id, event_type) \
-             SELECT v.id, t.account, t.id, 'Scheduled', ",
+             SELECT v.id, t.account, t.id, 'Scheduled', e.payload, ",
         )
-        .push_bind(Text(made.payload.to_string()))
+        .push_bind(At(at))
         .push(", ")
-        .push_bind(At(made.delivery_time))
+        .push_bind(At(at))
         .push(", ")
-        .push_bind(At(made.delivery_time))
-        .push(", ")
-        .push_bind(At(made.delivery_time))
+        .push_bind(At(at))
         .push(", NOT t.enabled, t.gated, ")
-        .push_bind(At(made.now))
+        .push_bind(At(now))
         .push(", ")
-        .push_bind(At(made.now))
-        .push(", ")
-            .push_bind(made.ordering_key.map(str::to_string))
-            .push(", ")
-            .push_bind(made.ordering_key.is_some())
-            .push(", ")
-            .push_bind(Uid(made.event.id.0))
-            .push(", ")
-            .push_bind(made.event.ty.as_str().to_string())
-            .push(" FROM v JOIN targets t ON t.id = v.target_id AND t.account = ")
-            .push_bind(made.account.to_string())
-            .push(lock)
-            .push(" RETURNING id, target_id");
-        let rows: Vec<(Uid, String)> = stmt.fetch_all().await?;
-        out.extend(rows.into_iter().map(|(id, t)| (MessageId(id.0), t)));
+        .push_bind(At(now))
+        .push(
+            ", e.ordering_key, e.ordering_key IS NOT NULL, e.id, e.type \
+             FROM v JOIN events e ON e.id = v.event_id \
+             JOIN targets t ON t.id = v.target_id AND t.account = ",
+        )
+        .push_bind(account.to_string())
+        .push(" ORDER BY v.id")
+        .push(lock)
+        .push(" RETURNING id, event_id, target_id");
+        let rows: Vec<(Uid, Uid, String)> = stmt.fetch_all().await?;
+        out.extend(
+            rows.into_iter()
+                .map(|(id, event, t)| (MessageId(id.0), EventId(event.0), t)),
+        );
     }
-    out.sort_by(|a, b| a.1.cmp(&b.1));
+    out.sort_by_key(|m| m.0);
     Ok(out)
 }
 
-/// Remembers which message each target got of the event.
-async fn list_made(tx: &mut Tx, event: &EventId, made: &[(MessageId, String)]) -> StoreResult<()> {
-    for chunk in made.chunks(TARGETS_PER_INSERT) {
+/// Remembers which message each target got of which event.
+async fn list_made(tx: &mut Tx, made: &[Made]) -> StoreResult<()> {
+    for chunk in made.chunks(ROWS_PER_INSERT) {
         let mut stmt =
             tx.sql("INSERT INTO event_messages (event_id, message_id, target_id) VALUES ");
-        for (i, (id, target)) in chunk.iter().enumerate() {
+        for (i, (id, event, target)) in chunk.iter().enumerate() {
             stmt.push(if i == 0 { "(" } else { ", (" })
                 .push_bind(Uid(event.0))
                 .push(", ")
@@ -414,6 +412,38 @@ async fn list_made(tx: &mut Tx, event: &EventId, made: &[(MessageId, String)]) -
         stmt.execute().await?;
     }
     Ok(())
+}
+
+/// ` WHERE …` for the account's events of `range`: created in [from, to),
+/// of a type one of its patterns matches (a family by the prefix it names:
+/// `substr`, as LIKE would read `_` in a type as a wildcard).
+fn in_range<'q>(stmt: &mut Stmt<'q, '_>, account: &str, range: &EventRange) {
+    stmt.push(" WHERE account = ")
+        .push_bind(account.to_string())
+        .push(" AND created_at >= ")
+        .push_bind(At(range.from))
+        .push(" AND created_at < ")
+        .push_bind(At(range.to))
+        .push(" AND (");
+    for (i, p) in range.patterns.iter().enumerate() {
+        if i > 0 {
+            stmt.push(" OR ");
+        }
+        let (prefix, equal) = match p {
+            Pattern::Exact(t) => {
+                stmt.push("type = ").push_bind(t.clone());
+                continue;
+            }
+            Pattern::Family(prefix) => (prefix.as_str(), true),
+            Pattern::All => (OWN_PREFIX, false),
+        };
+        let len = i32::try_from(prefix.len()).unwrap_or(i32::MAX);
+        stmt.push("substr(type, 1, ")
+            .push_bind(len)
+            .push(if equal { ") = " } else { ") <> " })
+            .push_bind(prefix.to_string());
+    }
+    stmt.push(")");
 }
 
 /// A key held by an earlier request, if one is (and not yet forgotten).
@@ -500,28 +530,6 @@ impl<B: Own> EventStore for B {
                 }
             }
             let targets = matching_targets(&mut tx, &event.account, event.ty.as_str()).await?;
-            let keys = distinct_keys(
-                event
-                    .ordering_key
-                    .as_deref()
-                    .into_iter()
-                    .flat_map(|k| targets.iter().map(move |t| (t.as_str(), k))),
-            );
-            self.lock_keys(&mut tx, &keys).await?;
-            let made = make_messages(
-                &mut tx,
-                &Made {
-                    account: &event.account,
-                    payload: event.payload.as_str(),
-                    delivery_time: event.delivery_time,
-                    ordering_key: event.ordering_key.as_deref(),
-                    event,
-                    now: event.created_at,
-                },
-                &targets,
-            )
-            .await?;
-            self.settle_keys(&mut tx, &keys).await?;
             tx.sql(
                 "INSERT INTO events (id, account, type, payload, delivery_time, ordering_key, created_at) \
                  VALUES ($1, $2, $3, $4, $5, $6, $7)",
@@ -535,12 +543,31 @@ impl<B: Own> EventStore for B {
             .bind(At(event.created_at))
             .execute()
             .await?;
-            list_made(&mut tx, &event.id, &made).await?;
+            let keys = distinct_keys(
+                event
+                    .ordering_key
+                    .as_deref()
+                    .into_iter()
+                    .flat_map(|k| targets.iter().map(move |t| (t.as_str(), k))),
+            );
+            self.lock_keys(&mut tx, &keys).await?;
+            let pairs: Vec<(EventId, &str)> =
+                targets.iter().map(|t| (event.id, t.as_str())).collect();
+            let made = make_messages(
+                &mut tx,
+                &event.account,
+                &pairs,
+                event.delivery_time,
+                event.created_at,
+            )
+            .await?;
+            self.settle_keys(&mut tx, &keys).await?;
+            list_made(&mut tx, &made).await?;
             let view = EventView {
                 event: event.clone(),
                 messages: made
                     .into_iter()
-                    .map(|(id, target)| Reached {
+                    .map(|(id, _, target)| Reached {
                         message_id: id,
                         target_id: TargetId::from_trusted(target),
                         state: Some(State::Scheduled),
@@ -640,6 +667,81 @@ impl<B: Own> EventStore for B {
                 event,
             })
             .collect())
+    }
+
+    async fn count_events(
+        &self,
+        account: &str,
+        range: &EventRange,
+        limit: u64,
+    ) -> StoreResult<u64> {
+        if range.patterns.is_empty() {
+            return Ok(0);
+        }
+        let mut stmt = self.db().read("SELECT count(*) FROM (SELECT 1 FROM events");
+        in_range(&mut stmt, account, range);
+        stmt.push(" LIMIT ")
+            .push_bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .push(") AS matched");
+        let (n,): (i64,) = stmt.fetch_one().await?;
+        Ok(n.max(0) as u64)
+    }
+
+    async fn replay_batch(
+        &self,
+        account: &str,
+        target: &TargetId,
+        range: &EventRange,
+        after: Option<&EventCursor>,
+        limit: u32,
+        at: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> StoreResult<ReplayBatch> {
+        if range.patterns.is_empty() {
+            return Ok(ReplayBatch::default());
+        }
+        let mut tx = self.db().begin().await?;
+        let mut stmt = tx.sql("SELECT id, created_at, ordering_key FROM events");
+        in_range(&mut stmt, account, range);
+        if let Some(c) = after {
+            stmt.push(" AND (created_at, id) > (")
+                .push_bind(At(c.created_at))
+                .push(", ")
+                .push_bind(Uid(c.id.0))
+                .push(")");
+        }
+        stmt.push(" ORDER BY created_at, id LIMIT ")
+            .push_bind(i64::from(limit));
+        let events: Vec<(Uid, At, Option<String>)> = stmt.fetch_all().await?;
+        let Some((last_id, last_at, _)) = events.last() else {
+            return Ok(ReplayBatch::default());
+        };
+        let last = EventCursor {
+            created_at: last_at.0,
+            id: EventId(last_id.0),
+        };
+        let keys = distinct_keys(
+            events
+                .iter()
+                .filter_map(|(_, _, k)| k.as_deref().map(|k| (target.as_str(), k))),
+        );
+        self.lock_keys(&mut tx, &keys).await?;
+        let pairs: Vec<(EventId, &str)> = events
+            .iter()
+            .map(|(id, _, _)| (EventId(id.0), target.as_str()))
+            .collect();
+        let made = make_messages(&mut tx, account, &pairs, at, now).await?;
+        self.settle_keys(&mut tx, &keys).await?;
+        list_made(&mut tx, &made).await?;
+        if !made.is_empty() {
+            self.notify_if_soon(&mut tx, at, now).await?;
+        }
+        tx.commit().await?;
+        Ok(ReplayBatch {
+            made: made.len() as u64,
+            scanned: events.len() as u32,
+            last: Some(last),
+        })
     }
 
     async fn purge_events(&self, before: DateTime<Utc>, limit: u32) -> StoreResult<u64> {
