@@ -38,12 +38,17 @@ pub async fn purge_as_of(
 ) -> StoreResult<Purged> {
     let mut total = Purged::default();
     loop {
-        let p = store
-            .purge_expired(&cutoffs(config, clock.now()), config.batch_size)
+        let now = clock.now();
+        let mut p = store
+            .purge_expired(&cutoffs(config, now), config.batch_size)
             .await?;
+        let events_before =
+            now - chrono::TimeDelta::from_std(config.events).unwrap_or(chrono::TimeDelta::MAX);
+        p.events = store.purge_events(events_before, config.batch_size).await?;
         total.messages += p.messages;
         total.attempts += p.attempts;
         total.idempotency_keys += p.idempotency_keys;
+        total.events += p.events;
         if p == Purged::default() {
             return Ok(total);
         }
@@ -67,10 +72,12 @@ pub async fn run(
             Ok(p) if p != Purged::default() => {
                 metrics::counter!(m::PURGED, "kind" => "messages").increment(p.messages);
                 metrics::counter!(m::PURGED, "kind" => "attempts").increment(p.attempts);
+                metrics::counter!(m::PURGED, "kind" => "events").increment(p.events);
                 info!(
                     messages = p.messages,
                     attempts = p.attempts,
                     keys = p.idempotency_keys,
+                    events = p.events,
                     "retention purged"
                 );
             }

@@ -757,3 +757,49 @@ async fn bad_replays_are_refused_naming_the_field() {
     )
     .await;
 }
+
+#[tokio::test]
+async fn events_outlive_their_messages_until_the_archive_forgets_them() {
+    const HOUR: u64 = 3600;
+    let app = TestApp::spawn_with(|c| {
+        c.retention.interval = Duration::from_secs(HOUR); // driven by hand below
+        c.retention.delivered = Duration::from_secs(HOUR);
+        c.retention.events = Duration::from_secs(3 * HOUR);
+    })
+    .await;
+    let api = app.api("acme").await;
+    let receiver = Receiver::start().await;
+    let t = target(&api, &receiver).await;
+    subscribe(&api, &t, &["*"]).await;
+    let e = publish(&api, json!({"type": "a", "payload": "p"})).await;
+    let path = format!("/events/{}", e["eventId"].as_str().unwrap());
+    let id = e["messages"][0]["messageId"].as_str().unwrap().to_string();
+    api.wait_for_state(&id, "Delivered", WAIT).await;
+
+    let config = app.running().state.config.retention.clone();
+    let purge_at = |hours: u64| {
+        let store = app.store();
+        let config = config.clone();
+        async move {
+            let clock = dispatch::clock::ManualClock::new(
+                chrono::Utc::now() + chrono::TimeDelta::seconds((hours * HOUR) as i64),
+            );
+            dispatch::retention::purge_as_of(store.as_ref(), &config, &clock)
+                .await
+                .unwrap()
+        }
+    };
+
+    // Two hours on: the message is gone, the event stays and says so.
+    let p = purge_at(2).await;
+    assert_eq!((p.messages, p.events), (1, 0));
+    assert_problem(api.get(&format!("/messages/{id}")).await, 404).await;
+    let kept: Value = api.get(&path).await.json().await.unwrap();
+    assert_eq!(kept["messages"][0]["messageId"], id.as_str());
+    assert_eq!(kept["messages"][0]["state"], Value::Null);
+
+    // Four hours on: the archive forgets it.
+    let p = purge_at(4).await;
+    assert_eq!(p.events, 1);
+    assert_problem(api.get(&path).await, 404).await;
+}

@@ -155,6 +155,10 @@ pub struct RetryConfig {
     pub max_retry_after: Duration,
 }
 
+fn thirty_days() -> Duration {
+    Duration::from_secs(30 * 24 * 3600)
+}
+
 #[derive(Debug, Clone, Deserialize, Serialize)]
 pub struct RetentionConfig {
     #[serde(with = "duration")]
@@ -165,6 +169,10 @@ pub struct RetentionConfig {
     pub failed_attempts: Duration,
     #[serde(with = "duration")]
     pub dead_letters: Duration,
+    /// The event archive (docs/api.md#events-and-subscriptions): events are
+    /// kept this long whatever becomes of their messages.
+    #[serde(with = "duration", default = "thirty_days")]
+    pub events: Duration,
     #[serde(with = "duration")]
     pub interval: Duration,
     pub batch_size: u32,

@@ -356,4 +356,6 @@ pub struct Purged {
     pub messages: u64,
     pub attempts: u64,
     pub idempotency_keys: u64,
+    /// Events past `retention.events` (their messages are not touched).
+    pub events: u64,
 }

@@ -142,7 +142,8 @@ async fn purging_deletes_old_failed_attempts_but_keeps_their_message_and_success
         Purged {
             messages: 0,
             attempts: 3,
-            idempotency_keys: 0
+            idempotency_keys: 0,
+            events: 0
         }
     );
 
@@ -198,7 +199,8 @@ async fn purging_deletes_idempotency_keys_older_than_the_cutoff(store: Arc<dyn S
         Purged {
             messages: 0,
             attempts: 0,
-            idempotency_keys: 1
+            idempotency_keys: 1,
+            events: 0
         }
     );
     // Both messages stay; only the key is forgotten.
@@ -282,7 +284,8 @@ async fn purging_honours_the_batch_size_and_repeated_calls_delete_everything_exp
         Purged {
             messages: 5,
             attempts: 5,
-            idempotency_keys: 5
+            idempotency_keys: 5,
+            events: 0
         }
     );
     for m in &expired {

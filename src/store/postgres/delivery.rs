@@ -309,6 +309,7 @@ impl DeliveryStore for PgStore {
             messages,
             attempts,
             idempotency_keys,
+            events: 0,
         })
     }
 }

@@ -253,6 +253,7 @@ impl DeliveryStore for SqliteStore {
             messages,
             attempts,
             idempotency_keys,
+            events: 0,
         })
     }
 }
