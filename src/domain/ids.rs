@@ -70,15 +70,9 @@ const EVENT_PREFIX: &str = "DI-E-";
 pub struct EventId(pub Uuid);
 
 impl EventId {
-    /// A new time-ordered id.
-    pub fn new() -> Self {
-        Self(Uuid::now_v7())
-    }
-}
-
-impl Default for EventId {
-    fn default() -> Self {
-        Self::new()
+    /// A new time-ordered id, for the caller's time (as `MessageId::at`).
+    pub fn at(now: DateTime<Utc>) -> Self {
+        Self(uuid_v7_at(now))
     }
 }
 

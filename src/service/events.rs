@@ -127,7 +127,7 @@ impl Service {
         let now = self.now();
         let request_hash = request_hash(&req);
         let event = Event {
-            id: EventId::new(),
+            id: EventId::at(now),
             account: account.to_string(),
             ty: req.ty,
             payload: req.payload,

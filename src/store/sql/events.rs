@@ -354,7 +354,7 @@ async fn make_messages(
         let mut stmt = tx.sql("WITH v (id, event_id, target_id) AS (VALUES ");
         for (i, (event, target)) in chunk.iter().enumerate() {
             stmt.push(if i == 0 { "(" } else { ", (" })
-                .push_bind(Uid(MessageId::new().0))
+                .push_bind(Uid(MessageId::at(now).0))
                 .push(", ")
                 .push_bind(Uid(event.0))
                 .push(", ")
