@@ -131,6 +131,43 @@ async fn an_sqs_queue_receives_the_envelope_with_its_attributes() {
 }
 
 #[tokio::test]
+async fn a_message_made_from_an_event_carries_its_event_in_the_envelope_and_attributes() {
+    let aws = Aws::start().await;
+    let app = TestApp::spawn().await;
+    let api = app.api("acme").await;
+    let queue = aws.queue(false).await;
+    let t = target(&api, "sqs", aws.sqs_config(&queue, &aws.moto.url)).await;
+    let r = api
+        .post(
+            "/subscriptions",
+            json!({"targetId": t, "types": ["order.*"]}),
+        )
+        .await;
+    assert_eq!(r.status(), 201);
+    let r = api
+        .post(
+            "/events",
+            json!({"type": "order.created", "payload": "to the queue"}),
+        )
+        .await;
+    assert_eq!(r.status(), 201);
+    let e: Value = r.json().await.unwrap();
+    let id = e["messages"][0]["messageId"].as_str().unwrap();
+    api.wait_for_state(id, "Delivered", Duration::from_secs(10))
+        .await;
+
+    let got = aws.receive(&queue, 10).await;
+    assert_eq!(got.len(), 1);
+    let body: Value = serde_json::from_str(got[0].body().unwrap()).unwrap();
+    assert_eq!(body["eventId"], e["eventId"]);
+    assert_eq!(body["type"], "order.created");
+    assert_eq!(attr(&got[0], "eventId"), e["eventId"].as_str().unwrap());
+    assert_eq!(attr(&got[0], "type"), "order.created");
+    assert_eq!(attr(&got[0], "messageId"), id);
+    app.shutdown().await;
+}
+
+#[tokio::test]
 async fn fifo_queues_get_the_group_and_the_message_id_as_deduplication_id() {
     let aws = Aws::start().await;
     let app = TestApp::spawn().await;

@@ -289,7 +289,19 @@ async fn an_event_reaches_each_target_whose_enabled_subscriptions_match_once() {
         assert_eq!(msg["deliveryTime"], e["deliveryTime"]);
         api.wait_for_state(id, "Delivered", WAIT).await;
     }
-    assert_eq!(receiver.wait_for(4, WAIT).await.len(), 4);
+    // The envelope and the headers carry the event.
+    let received = receiver.wait_for(4, WAIT).await;
+    assert_eq!(received.len(), 4);
+    for r in &received {
+        let envelope = r.json();
+        assert_eq!(envelope["eventId"], e["eventId"]);
+        assert_eq!(envelope["type"], "order.created");
+        assert_eq!(envelope["payload"], "{\"id\": 42}");
+        assert_eq!(
+            r.header("dispatch-event-type").as_deref(),
+            Some("order.created")
+        );
+    }
 
     // Filters.
     let by_event: Value = api
@@ -320,6 +332,16 @@ async fn an_event_reaches_each_target_whose_enabled_subscriptions_match_once() {
         .unwrap();
     assert_eq!(plain["eventId"], Value::Null);
     assert_eq!(plain["type"], Value::Null);
+    let delivered = receiver.wait_for(5, WAIT).await;
+    let plain_envelope = delivered
+        .iter()
+        .map(|r| r.json())
+        .find(|e| e["payload"] == "plain")
+        .unwrap();
+    assert!(plain_envelope.get("eventId").is_none() && plain_envelope.get("type").is_none());
+    assert!(delivered
+        .iter()
+        .any(|r| r.json()["payload"] == "plain" && r.header("dispatch-event-type").is_none()));
     assert_invalid(api.get("/messages?eventId=DI-M-x").await, "eventId").await;
     assert_invalid(api.get("/messages?type=a..b").await, "type").await;
 

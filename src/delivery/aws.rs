@@ -51,6 +51,8 @@ pub struct SqsEntry<'a> {
     pub target_id: &'a str,
     pub original_delivery_time: &'a str,
     pub ordering_key: Option<&'a str>,
+    pub event_id: Option<String>,
+    pub event_type: Option<&'a str>,
     pub body: String,
 }
 
@@ -351,6 +353,8 @@ fn attributes<'a>(entry: &'a SqsEntry<'a>) -> impl Iterator<Item = (&'static str
     ]
     .into_iter()
     .chain(entry.ordering_key.map(|k| ("orderingKey", k)))
+    .chain(entry.event_id.as_deref().map(|e| ("eventId", e)))
+    .chain(entry.event_type.map(|t| ("type", t)))
 }
 
 fn entry_index(id: &str) -> Option<usize> {

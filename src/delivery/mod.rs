@@ -17,7 +17,7 @@ use serde::Serialize;
 use crate::{
     clock::Clock,
     domain::{
-        ids::{MessageId, TargetId},
+        ids::{EventId, MessageId, TargetId},
         retry::AttemptOutcome,
         target::TargetConfig,
         time,
@@ -34,6 +34,9 @@ pub struct Outgoing<'a> {
     pub payload: &'a str,
     pub delivery_time: DateTime<Utc>,
     pub ordering_key: Option<&'a str>,
+    /// The event that made it, and its type (docs/api.md#events-and-subscriptions).
+    pub event_id: Option<&'a EventId>,
+    pub event_type: Option<&'a str>,
 }
 
 /// The JSON body every target receives (docs/api.md#delivery-formats).
@@ -45,6 +48,11 @@ pub struct Envelope<'a> {
     pub original_delivery_time: String,
     pub delivery_time: String,
     pub payload: &'a str,
+    /// Only for a message made from an event.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub event_id: Option<&'a EventId>,
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    pub event_type: Option<&'a str>,
 }
 
 impl<'a> Envelope<'a> {
@@ -55,6 +63,8 @@ impl<'a> Envelope<'a> {
             original_delivery_time: time::format(&m.delivery_time),
             delivery_time: time::format(&now),
             payload: m.payload,
+            event_id: m.event_id,
+            event_type: m.event_type,
         }
     }
 
@@ -161,6 +171,7 @@ impl Deliverer {
                 let letter = webhook::Letter {
                     id: m.id,
                     ordering_key: m.ordering_key,
+                    event_type: m.event_type,
                     body: envelope.to_bytes().into(),
                 };
                 self.webhook.deliver(config, &letter).await
@@ -198,6 +209,8 @@ fn sqs_entry<'a>(m: &Outgoing<'a>, envelope: &'a Envelope<'a>) -> aws::SqsEntry<
         target_id: m.target_id.as_str(),
         original_delivery_time: &envelope.original_delivery_time,
         ordering_key: m.ordering_key,
+        event_id: m.event_id.map(ToString::to_string),
+        event_type: m.event_type,
         body: String::from_utf8(envelope.to_bytes()).expect("JSON is UTF-8"),
     }
 }

@@ -25,6 +25,8 @@ pub const USER_AGENT: &str = concat!("Dispatch/", env!("CARGO_PKG_VERSION"));
 pub struct Letter<'a> {
     pub id: &'a MessageId,
     pub ordering_key: Option<&'a str>,
+    /// The type of the event that made it (`dispatch-event-type`).
+    pub event_type: Option<&'a str>,
     /// Shared, not copied, by each request that sends it.
     pub body: Bytes,
 }
@@ -33,6 +35,7 @@ const WEBHOOK_ID: header::HeaderName = header::HeaderName::from_static("webhook-
 const WEBHOOK_TIMESTAMP: header::HeaderName = header::HeaderName::from_static("webhook-timestamp");
 const WEBHOOK_SIGNATURE: header::HeaderName = header::HeaderName::from_static("webhook-signature");
 const ORDERING_KEY: header::HeaderName = header::HeaderName::from_static("dispatch-ordering-key");
+const EVENT_TYPE: header::HeaderName = header::HeaderName::from_static("dispatch-event-type");
 const JSON: header::HeaderValue = header::HeaderValue::from_static("application/json");
 
 pub struct WebhookClient {
@@ -270,6 +273,10 @@ fn request_for(
         })?;
         headers.insert(ORDERING_KEY, value);
     }
+    if let Some(ty) = letter.event_type {
+        // A type is ASCII letters, digits, '_', '-' and dots.
+        headers.insert(EVENT_TYPE, text(ty.to_string()));
+    }
     if let Some(basic) = basic_auth(url) {
         headers.insert(header::AUTHORIZATION, basic);
     }
@@ -397,6 +404,7 @@ mod tests {
         let letter = Letter {
             id: &id,
             ordering_key: None,
+            event_type: None,
             body: Bytes::from_static(b"{}"),
         };
         let request = request_for(&url, &config, &[b"key".to_vec()], &letter, None).unwrap();

@@ -277,6 +277,9 @@ pub struct Claimed {
     pub gated: bool,
     /// Its orderingKey: while it is claimed, no other message of the key is.
     pub ordering_key: Option<String>,
+    /// The event that made it, and its type (docs/api.md#events-and-subscriptions).
+    pub event_id: Option<EventId>,
+    pub event_type: Option<String>,
     /// When it falls due, for a message claimed ahead of its time
     /// (`claim_ahead`): its lease runs from then, and it is attempted then.
     pub due_at: Option<DateTime<Utc>>,

@@ -264,6 +264,8 @@ mod tests {
             lease_token: Uuid::new_v4(),
             gated: false,
             ordering_key: None,
+            event_id: None,
+            event_type: None,
             due_at: Some(due),
         }
     }

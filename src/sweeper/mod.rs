@@ -581,6 +581,8 @@ impl<'a> From<&'a Claimed> for Outgoing<'a> {
             payload: &c.payload,
             delivery_time: c.delivery_time,
             ordering_key: c.ordering_key.as_deref(),
+            event_id: c.event_id.as_ref(),
+            event_type: c.event_type.as_deref(),
         }
     }
 }

@@ -10,7 +10,7 @@ use uuid::Uuid;
 use super::{map_err, ordering, rows::*, PgStore};
 use crate::{
     domain::{
-        ids::{MessageId, TargetId},
+        ids::{EventId, MessageId, TargetId},
         target::TargetConfig,
     },
     store::{sealed::open_config, *},
@@ -71,6 +71,8 @@ impl PgStore {
                     lease_token: token,
                     gated: r.gated,
                     ordering_key: r.ordering_key,
+                    event_id: r.event_id.map(EventId),
+                    event_type: r.event_type,
                     due_at: r.due_at,
                 })
             };

@@ -23,7 +23,7 @@ macro_rules! lease_due {
            lease_token = $4 \
          FROM due, targets t WHERE m.id = due.id AND t.id = m.target_id \
          RETURNING m.id, m.target_id, t.kind, t.config, t.secrets_key_id, t.sealed_secrets, m.payload, \
-           m.delivery_time, m.attempt_count, m.ladder_attempts, m.updated_at AS scheduled_at, m.gated, m.ordering_key"
+           m.delivery_time, m.attempt_count, m.ladder_attempts, m.updated_at AS scheduled_at, m.gated, m.ordering_key, m.event_id, m.event_type"
     };
 }
 
@@ -173,7 +173,7 @@ impl DeliveryStore for PgStore {
                lease_token = $4 \
              FROM due, targets t WHERE m.id = due.id AND t.id = m.target_id \
              RETURNING m.id, m.target_id, t.kind, t.config, t.secrets_key_id, t.sealed_secrets, m.payload, \
-               m.delivery_time, m.attempt_count, m.ladder_attempts, m.updated_at AS scheduled_at, m.gated, m.ordering_key, \
+               m.delivery_time, m.attempt_count, m.ladder_attempts, m.updated_at AS scheduled_at, m.gated, m.ordering_key, m.event_id, m.event_type, \
                m.claim_at - make_interval(secs => $3::double precision / 1000) AS due_at",
         ))
         .bind(now)

@@ -27,6 +27,8 @@ pub struct ClaimRow {
     pub scheduled_at: DateTime<Utc>,
     pub gated: bool,
     pub ordering_key: Option<String>,
+    pub event_id: Option<Uuid>,
+    pub event_type: Option<String>,
     /// Returned by an ahead claim only.
     #[sqlx(default)]
     pub due_at: Option<DateTime<Utc>>,

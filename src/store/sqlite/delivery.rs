@@ -65,7 +65,7 @@ impl DeliveryStore for SqliteStore {
                    ORDER BY claim_at LIMIT ?7)) \
                ORDER BY rn, claim_at LIMIT ?4) \
              RETURNING id, target_id, payload, delivery_time, attempt_count, \
-               ladder_attempts, updated_at AS scheduled_at, gated, ordering_key, claim_at - ?2 AS due_at",
+               ladder_attempts, updated_at AS scheduled_at, gated, ordering_key, event_id, event_type, claim_at - ?2 AS due_at",
         )
         .bind(ms(now))
         .bind(lease_ms)
@@ -276,7 +276,7 @@ impl SqliteStore {
             format!(
                 "UPDATE messages SET claim_at = ?2, lease_token = ?3 WHERE id IN ({pick}) \
                  RETURNING id, target_id, payload, delivery_time, attempt_count, \
-                   ladder_attempts, updated_at AS scheduled_at, gated, ordering_key"
+                   ladder_attempts, updated_at AS scheduled_at, gated, ordering_key, event_id, event_type"
             )
         };
         let rows: Vec<ClaimRow> = match shares {
@@ -386,7 +386,10 @@ impl SqliteStore {
         let mut unopened: Vec<String> = Vec::new();
         for r in rows {
             let read = match targets.get(&r.target_id) {
-                Some(Ok(target)) => parse_id(&r.id).map(|id| (id, target.clone())),
+                Some(Ok(target)) => parse_id(&r.id).and_then(|id| {
+                    let event = r.event_id.as_deref().map(parse_event_id).transpose()?;
+                    Ok((id, event, target.clone()))
+                }),
                 // Sealed under a key this instance lacks: leave the message
                 // leased; it is delivered once the key is configured.
                 Some(Err(e)) if e.is_unknown_key() => {
@@ -400,7 +403,7 @@ impl SqliteStore {
                 ))),
             };
             match read {
-                Ok((id, target)) => claimed.push((
+                Ok((id, event_id, target)) => claimed.push((
                     r.delivery_time,
                     Claimed {
                         id,
@@ -414,6 +417,8 @@ impl SqliteStore {
                         lease_token: token,
                         gated: r.gated,
                         ordering_key: r.ordering_key,
+                        event_id,
+                        event_type: r.event_type,
                         due_at: r.due_at.map(from_ms),
                     },
                 )),

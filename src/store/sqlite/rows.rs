@@ -6,7 +6,10 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::{
-    domain::{ids::MessageId, target::TargetConfig},
+    domain::{
+        ids::{EventId, MessageId},
+        target::TargetConfig,
+    },
     sealing::Sealer,
     store::{sealed::open_config, StoreError, StoreResult},
 };
@@ -33,6 +36,12 @@ pub fn parse_id(s: &str) -> StoreResult<MessageId> {
     Uuid::parse_str(s)
         .map(MessageId)
         .map_err(|e| StoreError::Corrupt(format!("message id {s}: {e}")))
+}
+
+pub fn parse_event_id(s: &str) -> StoreResult<EventId> {
+    Uuid::parse_str(s)
+        .map(EventId)
+        .map_err(|e| StoreError::Corrupt(format!("event id {s}: {e}")))
 }
 
 pub fn config_json(config: &str) -> StoreResult<Value> {
@@ -62,6 +71,8 @@ pub struct ClaimRow {
     pub scheduled_at: i64,
     pub gated: bool,
     pub ordering_key: Option<String>,
+    pub event_id: Option<String>,
+    pub event_type: Option<String>,
     /// Returned by an ahead claim only.
     #[sqlx(default)]
     pub due_at: Option<i64>,
