@@ -15,9 +15,14 @@ use chrono::TimeDelta;
 use common::{receiver::Receiver, *};
 use dispatch::{
     auth::{Principal, Scope},
-    domain::ids::{AccountId, MessageId, ScheduleId, TargetId},
-    service::{Actor, Service, ServiceError},
-    store::{portal::Role, Bulk, BulkAction, MessageFilter, RangeOn},
+    domain::{
+        event::{EventType, Pattern},
+        ids::{AccountId, EventId, MessageId, ScheduleId, SubscriptionId, TargetId},
+        payload::Payload,
+    },
+    service::{events::PublishRequest, Actor, Service, ServiceError},
+    store::{portal::Role, Bulk, BulkAction, EventQuery, MessageFilter, RangeOn},
+    wire::event::{EventReplaySpec, SubscriptionSpec},
 };
 use serde_json::json;
 
@@ -94,6 +99,8 @@ async fn call(service: &Service, a: &Actor, case: usize) -> (Needs, &'static str
     let tid = TargetId::from_trusted("tgt_none".to_string());
     let mid = MessageId(uuid::Uuid::nil());
     let sid = ScheduleId::from_trusted("sch_none".to_string());
+    let uid = SubscriptionId::from_trusted("sub_none".to_string());
+    let eid = EventId(uuid::Uuid::nil());
     let now = service.now();
     let bulk = Bulk {
         action: BulkAction::Cancel { only: None },
@@ -262,11 +269,103 @@ async fn call(service: &Service, a: &Actor, case: usize) -> (Needs, &'static str
             "reads.invitations",
             forbidden(reads.invitations(now).await),
         ),
+        29 => (
+            ConfigureTargets,
+            "create_subscription",
+            forbidden(
+                service
+                    .create_subscription(
+                        a,
+                        SubscriptionSpec {
+                            target_id: tid.clone(),
+                            name: String::new(),
+                            types: vec![Pattern::All],
+                            enabled: true,
+                        },
+                    )
+                    .await,
+            ),
+        ),
+        30 => (
+            ConfigureTargets,
+            "update_subscription",
+            forbidden(
+                service
+                    .update_subscription(a, &uid, &json!({"enabled": false}))
+                    .await,
+            ),
+        ),
+        31 => (
+            ConfigureTargets,
+            "delete_subscription",
+            forbidden(service.delete_subscription(a, &uid).await),
+        ),
+        32 => (
+            ChangeMessages,
+            "publish",
+            // Dispatch's own type: refused as invalid once allowed.
+            forbidden(
+                service
+                    .publish(
+                        a,
+                        PublishRequest {
+                            ty: EventType::parse("dispatch.none").unwrap(),
+                            payload: Payload::parse("p".to_string()).unwrap(),
+                            delivery_time: None,
+                            ordering_key: None,
+                            idempotency_key: None,
+                        },
+                    )
+                    .await,
+            ),
+        ),
+        33 => (
+            ChangeMessages,
+            "replay_events",
+            forbidden(
+                service
+                    .replay_events(
+                        a,
+                        EventReplaySpec {
+                            target_id: tid.clone(),
+                            from: now,
+                            to: now,
+                            types: None,
+                            delivery_time: None,
+                        },
+                    )
+                    .await,
+            ),
+        ),
+        34 => (
+            ReadTargets,
+            "reads.subscription",
+            forbidden(reads.subscription(&uid).await),
+        ),
+        35 => (
+            ReadTargets,
+            "reads.subscriptions",
+            forbidden(reads.subscriptions(None, None, 10).await),
+        ),
+        36 => (
+            ReadMessages,
+            "reads.published_event",
+            forbidden(reads.published_event(&eid).await),
+        ),
+        37 => (
+            ReadMessages,
+            "reads.published_events",
+            forbidden(
+                reads
+                    .published_events(&EventQuery::default(), None, 10)
+                    .await,
+            ),
+        ),
         _ => unreachable!(),
     }
 }
 
-const CASES: usize = 29;
+const CASES: usize = 38;
 
 #[tokio::test]
 async fn every_use_case_refuses_exactly_whom_the_matrix_refuses() {

@@ -12,8 +12,10 @@
 //! | `ConfigureTargets` | `targets:write`  | admin       | yes          |
 //! | `ManagePeople`     | (none)           | admin       | yes          |
 //!
-//! Schedules are the account's messages to come: they need the message
-//! permissions.
+//! Schedules are the account's messages to come, and events are messages:
+//! they need the message permissions. Subscriptions are a target's
+//! configuration: they need the target permissions (`ConfigureTargets` to
+//! change one).
 
 use crate::{
     auth::{Principal, Scope},
