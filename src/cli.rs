@@ -21,9 +21,11 @@ use serde_json::json;
 
 use crate::{
     app,
-    auth::{parse_scopes, SCOPES},
     config::Config,
-    domain::ids::AccountId,
+    domain::{
+        ids::AccountId,
+        scope::{parse_scopes, SCOPES},
+    },
     service::{identities::MIN_PASSWORD, Service, ServiceError},
     store::{portal::Role, ClientSummary},
     wire::TargetOut,

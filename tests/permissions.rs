@@ -14,8 +14,11 @@ mod common;
 use chrono::TimeDelta;
 use common::{receiver::Receiver, *};
 use dispatch::{
-    auth::{Principal, Scope},
-    domain::ids::{AccountId, MessageId, ScheduleId, TargetId},
+    auth::Principal,
+    domain::{
+        ids::{AccountId, MessageId, ScheduleId, TargetId},
+        scope::Scope,
+    },
     service::{Actor, Service, ServiceError},
     store::{portal::Role, Bulk, BulkAction, MessageFilter, RangeOn},
 };

@@ -12,7 +12,8 @@ use axum::{
 use base64::{engine::general_purpose::STANDARD as B64, Engine};
 
 use crate::{
-    auth::{known_scopes, parse_scopes, TokenError},
+    auth::TokenError,
+    domain::scope::{known_scopes, parse_scopes},
     limits::retry_after_secs,
     state::AppState,
     store::ClientRecord,

@@ -15,13 +15,13 @@ use jsonwebtoken::{
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Mutex, RwLock};
 
-use super::{
-    join_scopes, jwks::ExternalIssuer, known_scopes, revocations::Revocations, Principal, Scope,
-    TokenError,
-};
+use super::{jwks::ExternalIssuer, revocations::Revocations, Principal, TokenError};
 use crate::{
     config::AuthConfig,
-    domain::ids::AccountId,
+    domain::{
+        ids::AccountId,
+        scope::{join_scopes, known_scopes, Scope},
+    },
     store::{ClientRecord, SigningKey, Store, StoreError},
 };
 

@@ -16,8 +16,8 @@
 //! permissions.
 
 use crate::{
-    auth::{Principal, Scope},
-    domain::ids::AccountId,
+    auth::Principal,
+    domain::{ids::AccountId, scope::Scope},
     store::portal::Role,
 };
 

@@ -2,11 +2,8 @@
 
 use super::{Conflict, Service, ServiceError, ServiceResult};
 use crate::{
-    auth::{
-        secrets::{self, ClientSecretCheck},
-        Scope,
-    },
-    domain::ids::AccountId,
+    auth::secrets::{self, ClientSecretCheck},
+    domain::{ids::AccountId, scope::Scope},
     store::{
         portal::{Role, UserRecord},
         ClientRecord, ClientSummary, Resealed,

@@ -14,8 +14,9 @@ use std::{sync::Arc, time::Duration};
 
 use dispatch::{
     app::{self, Running},
-    auth::{secrets, SCOPES},
+    auth::secrets,
     config::Config,
+    domain::scope::SCOPES,
     store::{postgres::PgStore, ClientRecord, Store},
 };
 use reqwest::{Client, RequestBuilder, Response};

@@ -5,7 +5,8 @@
 use std::process::Stdio;
 
 use dispatch::{
-    auth::{secrets, SCOPES},
+    auth::secrets,
+    domain::scope::SCOPES,
     store::{ClientRecord, IdentityStore},
 };
 use tokio::io::{AsyncBufReadExt, BufReader};
