@@ -15,7 +15,7 @@ use super::{
 use crate::{
     domain::{
         ids::{MessageId, ScheduleId, TargetId},
-        message::{parse_ordering_key, State as MsgState},
+        message::{OrderingKey, State as MsgState},
         payload::Payload,
         target::FieldError,
         time,
@@ -76,7 +76,7 @@ pub(super) fn schedule_request(
         Field::Missing => None,
         key => key
             .take("orderingKey", &mut errors)
-            .and_then(|k| match parse_ordering_key(k) {
+            .and_then(|k| match OrderingKey::parse(k) {
                 Ok(k) => Some(k),
                 Err(rule) => {
                     errors.push(FieldError::new("orderingKey", rule));

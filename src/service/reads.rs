@@ -10,7 +10,7 @@ use super::{
 use crate::{
     domain::{
         ids::{MessageId, ScheduleId, TargetId},
-        message::{Attempt, Message},
+        message::{Attempt, Message, OrderingKey},
         schedule::Schedule,
         target::Target,
     },
@@ -84,7 +84,11 @@ impl<'a> Reads<'a> {
         Ok(self.store.list_events(account, id).await?)
     }
 
-    pub async fn key_head(self, target: &TargetId, key: &str) -> ServiceResult<Option<MessageId>> {
+    pub async fn key_head(
+        self,
+        target: &TargetId,
+        key: &OrderingKey,
+    ) -> ServiceResult<Option<MessageId>> {
         let account = self.account(Permission::ReadMessages)?;
         Ok(self.store.key_head(account, target, key).await?)
     }

@@ -53,7 +53,7 @@ use uuid::Uuid;
 
 use crate::domain::{
     ids::{MessageId, ScheduleId, TargetId},
-    message::{Attempt, Message, State},
+    message::{Attempt, Message, OrderingKey, State},
     retry::Next,
     target::{gate::BreakerChange, Target, TargetConfig},
 };
@@ -248,6 +248,9 @@ pub struct MessageFilter {
     pub delivery_from: Option<DateTime<Utc>>,
     /// Delivery time before.
     pub delivery_to: Option<DateTime<Utc>>,
+    /// Messages with this orderingKey. Text as a caller filters by it, not
+    /// an `OrderingKey`: text that could be no message's key (empty, too
+    /// long) is no error, it matches nothing.
     pub ordering_key: Option<String>,
     pub schedule_id: Option<ScheduleId>,
 }
@@ -272,7 +275,7 @@ pub struct Claimed {
     /// retry under the same lease), and its outcome feeds the breaker.
     pub gated: bool,
     /// Its orderingKey: while it is claimed, no other message of the key is.
-    pub ordering_key: Option<String>,
+    pub ordering_key: Option<OrderingKey>,
     /// When it falls due, for a message claimed ahead of its time
     /// (`claim_ahead`): its lease runs from then, and it is attempted then.
     pub due_at: Option<DateTime<Utc>>,
@@ -327,7 +330,7 @@ pub struct Recorded {
     pub next: Next,
     /// The message's target and orderingKey, when it has one: recording
     /// its result may hand the key to the next message.
-    pub key: Option<(TargetId, String)>,
+    pub key: Option<(TargetId, OrderingKey)>,
 }
 
 impl Recorded {

@@ -5,7 +5,10 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use super::{portal, MessageFilter, StoreResult};
-use crate::domain::ids::{MessageId, TargetId};
+use crate::domain::{
+    ids::{MessageId, TargetId},
+    message::OrderingKey,
+};
 
 /// What the portal shows beyond messages: the overview, counts and a
 /// message's history.
@@ -51,7 +54,7 @@ pub trait PortalReads: Send + Sync + 'static {
         &self,
         account: &str,
         target: &TargetId,
-        key: &str,
+        key: &OrderingKey,
     ) -> StoreResult<Option<MessageId>>;
 
     /// What happened in the account per hour since `since` (rounded down to

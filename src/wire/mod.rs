@@ -151,7 +151,7 @@ impl MessageOut {
             cancelled_at: m.cancelled_at,
             dead_lettered_at: m.dead_lettered_at,
             last_error: m.last_error.clone(),
-            ordering_key: m.ordering_key.clone(),
+            ordering_key: m.ordering_key.as_deref().map(str::to_string),
             schedule_id: m.schedule_id.as_ref().map(ToString::to_string),
             created_at: m.created_at,
             updated_at: m.updated_at,

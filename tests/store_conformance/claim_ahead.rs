@@ -25,7 +25,7 @@ async fn an_ahead_claim_takes_only_what_falls_due_in_its_window_leased_from_the_
     // A message of an orderingKey waits for its time: one of its key
     // scheduled later for an earlier time must still go first.
     let mut keyed = message_value(&t, now + ms(500), now);
-    keyed.ordering_key = Some("order-7".into());
+    keyed.ordering_key = Some(ordering_key("order-7"));
     let keyed = insert(&*store, &keyed).await;
     // What is due already is for the claim of due messages. Claimed with a
     // lease that ends inside the window, they are under way: not for an

@@ -267,14 +267,14 @@ async fn cancelled_runs_let_the_next_message_of_their_key_go(store: Arc<dyn Stor
     let start = t0();
     let t = add_target(&*store, ACME).await;
     let mut s = every(&t, "1s", start);
-    s.ordering_key = Some("report".into());
+    s.ordering_key = Some(ordering_key("report"));
     insert_schedule(&*store, &s).await;
     let c = config(Duration::from_secs(5), Duration::from_secs(3600));
     materialise(&*store, start, &c).await.unwrap();
     // A message of the key due between the runs at +1 s and +2 s: it waits
     // for the run at +1 s.
     let mut m = message_value(&t, start + ms(1_500), start);
-    m.ordering_key = Some("report".into());
+    m.ordering_key = Some(ordering_key("report"));
     let m = insert(&*store, &m).await;
     let first = messages_of(&*store, &s).await.remove(0);
     deliver(&*store, &first, start).await;

@@ -251,7 +251,7 @@ async fn a_keyed_schedules_runs_go_one_at_a_time(store: Arc<dyn Store>) {
     let t = add_target(&*store, ACME).await;
     let start = t0() - secs(10);
     let mut s = every(&t, "1s", start);
-    s.ordering_key = Some("report".into());
+    s.ordering_key = Some(ordering_key("report"));
     insert(&*store, &s).await;
     let now = start + secs(10);
     materialise(

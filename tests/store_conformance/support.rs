@@ -12,7 +12,7 @@ pub(crate) use chrono::{DateTime, TimeDelta, Utc};
 pub(crate) use dispatch::{
     domain::{
         ids::{MessageId, TargetId},
-        message::{Attempt, Message, State},
+        message::{Attempt, Message, OrderingKey, State},
         payload::{Payload, MAX_PAYLOAD_CHARS},
         retry::{AttemptOutcome, Next},
         target::{gate::Health, SqsConfig, Target, TargetConfig, WebhookConfig},
@@ -40,6 +40,10 @@ pub(crate) use uuid::Uuid;
 
 pub(crate) const ACME: &str = "acme";
 pub(crate) const GLOBEX: &str = "globex";
+pub(crate) fn ordering_key(key: &str) -> OrderingKey {
+    OrderingKey::parse(key.into()).unwrap()
+}
+
 pub(crate) const DAY: Duration = Duration::from_secs(24 * 3600);
 pub(crate) const LEASE: Duration = Duration::from_secs(30);
 

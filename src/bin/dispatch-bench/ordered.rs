@@ -16,7 +16,11 @@ use std::{
 use axum::{body::Bytes, extract::State, http::HeaderMap, http::StatusCode, routing::post, Router};
 use chrono::{DateTime, TimeDelta, Utc};
 use dispatch::{
-    domain::{ids::TargetId, message::Message, payload::Payload},
+    domain::{
+        ids::TargetId,
+        message::{Message, OrderingKey},
+        payload::Payload,
+    },
     store::{postgres::PgStore, MessageStore},
 };
 use futures::StreamExt;
@@ -131,7 +135,7 @@ async fn schedule(
                         Payload::parse(i.to_string()).unwrap(),
                         now,
                     );
-                    m.ordering_key = Some(key_name(k));
+                    m.ordering_key = Some(OrderingKey::parse(key_name(k)).expect("a valid key"));
                     m
                 })
                 .collect();

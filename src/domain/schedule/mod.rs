@@ -19,6 +19,7 @@ pub use rule::{parse_zone, CronExpr, Every, InvalidRule, Recurrence, Rule};
 
 use super::{
     ids::{ScheduleId, TargetId},
+    message::OrderingKey,
     payload::Payload,
 };
 
@@ -31,7 +32,7 @@ pub struct Schedule {
     pub recurrence: Recurrence,
     pub zone: Tz,
     pub payload: Payload,
-    pub ordering_key: Option<String>,
+    pub ordering_key: Option<OrderingKey>,
     pub start_at: Option<DateTime<Utc>>,
     pub end_at: Option<DateTime<Utc>>,
     pub paused: bool,

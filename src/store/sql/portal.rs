@@ -14,7 +14,7 @@ use super::{
 use crate::{
     domain::{
         ids::{MessageId, TargetId},
-        message::Message,
+        message::{Message, OrderingKey},
     },
     store::{portal::*, state_from_str, MessageFilter, PortalReads, StoreError, StoreResult},
 };
@@ -194,7 +194,7 @@ impl<B: Backend> PortalReads for B {
         &self,
         account: &str,
         target: &TargetId,
-        key: &str,
+        key: &OrderingKey,
     ) -> StoreResult<Option<MessageId>> {
         let db = self.db();
         let row: Option<(Uid,)> = db

@@ -8,7 +8,7 @@ use super::{At, Text, Uid};
 use crate::{
     domain::{
         ids::{MessageId, ScheduleId, TargetId},
-        message::{Attempt, Message},
+        message::{Attempt, Message, OrderingKey},
         payload::Payload,
         target::Target,
     },
@@ -45,7 +45,7 @@ pub struct MessageRow {
     cancelled_at: Option<At>,
     dead_lettered_at: Option<At>,
     last_error: Option<String>,
-    ordering_key: Option<String>,
+    ordering_key: Option<OrderingKey>,
     schedule_id: Option<String>,
     created_at: At,
     updated_at: At,

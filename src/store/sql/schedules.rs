@@ -20,6 +20,7 @@ use super::{own::Own, pg_err, rows::payload, sqlite_err, At, Stmt, Text, Tx, Uid
 use crate::{
     domain::{
         ids::{MessageId, ScheduleId, TargetId},
+        message::OrderingKey,
         schedule::{RunPlan, Schedule},
     },
     store::{
@@ -51,7 +52,7 @@ struct ScheduleRow {
     every: Option<String>,
     time_zone: String,
     payload: Text,
-    ordering_key: Option<String>,
+    ordering_key: Option<OrderingKey>,
     start_at: Option<At>,
     end_at: Option<At>,
     paused: bool,

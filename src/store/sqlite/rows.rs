@@ -6,7 +6,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::{
-    domain::{ids::MessageId, target::TargetConfig},
+    domain::{ids::MessageId, message::OrderingKey, target::TargetConfig},
     sealing::Sealer,
     store::{sealed::open_config, StoreError, StoreResult},
 };
@@ -61,7 +61,7 @@ pub struct ClaimRow {
     pub ladder_attempts: i64,
     pub scheduled_at: i64,
     pub gated: bool,
-    pub ordering_key: Option<String>,
+    pub ordering_key: Option<OrderingKey>,
     /// Returned by an ahead claim only.
     #[sqlx(default)]
     pub due_at: Option<i64>,
