@@ -94,7 +94,7 @@ impl TokenService {
             iss: self.issuer.clone(),
             aud: self.audience.clone(),
             sub: client.client_id.clone(),
-            account: client.account.clone(),
+            account: client.account.to_string(),
             scope: scope.clone(),
             iat: now,
             // A little in the past, so that an instance whose clock runs

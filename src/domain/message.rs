@@ -10,7 +10,7 @@
 use chrono::{DateTime, Utc};
 
 use super::{
-    ids::{MessageId, ScheduleId, TargetId},
+    ids::{AccountId, MessageId, ScheduleId, TargetId},
     payload::Payload,
 };
 
@@ -98,7 +98,7 @@ pub const ORDERING_KEY_RULE: &str = "must be 1 to 255 characters, none of them a
 #[derive(Debug, Clone)]
 pub struct Message {
     pub id: MessageId,
-    pub account: String,
+    pub account: AccountId,
     pub target_id: TargetId,
     pub state: State,
     pub delivery_time: DateTime<Utc>,
@@ -121,7 +121,7 @@ impl Message {
     /// A new message, Scheduled for `delivery_time` and not yet attempted:
     /// the one way every door and the benchmarks make one.
     pub fn scheduled(
-        account: &str,
+        account: &AccountId,
         target_id: TargetId,
         delivery_time: DateTime<Utc>,
         payload: Payload,
@@ -130,7 +130,7 @@ impl Message {
         let delivery_time = crate::domain::time::truncate_ms(delivery_time);
         Self {
             id: MessageId::new(),
-            account: account.to_string(),
+            account: account.clone(),
             target_id,
             state: State::Scheduled,
             delivery_time,

@@ -40,7 +40,7 @@ impl Service {
         let (client_id, secret) = secrets::generate_client_credentials();
         let record = ClientRecord {
             client_id,
-            account: account.to_string(),
+            account: account.clone(),
             name: name.to_string(),
             secret_hash: secrets::hash_client_secret(&secret),
             scopes: scopes.iter().map(|s| s.as_str().to_string()).collect(),
@@ -153,7 +153,7 @@ pub fn new_user(
 ) -> UserRecord {
     UserRecord {
         id: uuid::Uuid::now_v7().to_string(),
-        account: account.to_string(),
+        account: account.clone(),
         email: email.trim().to_lowercase(),
         password_hash: secrets::hash_secret(password),
         role: Role::Admin,

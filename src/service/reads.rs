@@ -9,7 +9,7 @@ use super::{
 };
 use crate::{
     domain::{
-        ids::{MessageId, ScheduleId, TargetId},
+        ids::{AccountId, MessageId, ScheduleId, TargetId},
         message::{Attempt, Message, OrderingKey},
         schedule::Schedule,
         target::Target,
@@ -32,8 +32,8 @@ impl<'a> Reads<'a> {
         Self { store, actor }
     }
 
-    fn account(self, permission: Permission) -> ServiceResult<&'a str> {
-        Ok(self.actor.allow(permission)?.as_str())
+    fn account(self, permission: Permission) -> ServiceResult<&'a AccountId> {
+        self.actor.allow(permission)
     }
 
     pub async fn target(self, id: &TargetId) -> ServiceResult<Option<Target>> {

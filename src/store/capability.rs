@@ -18,7 +18,7 @@ use super::{
     Transition,
 };
 use crate::domain::{
-    ids::{MessageId, ScheduleId, TargetId},
+    ids::{AccountId, MessageId, ScheduleId, TargetId},
     message::{Attempt, Message},
     schedule::{RunPlan, Schedule},
     target::{gate::BreakerChange, Target},
@@ -51,7 +51,7 @@ pub trait IdentityStore: Send + Sync + 'static {
     ) -> StoreResult<bool>;
 
     /// The clients of `account`, revoked ones too, oldest first.
-    async fn list_clients(&self, account: &str) -> StoreResult<Vec<ClientSummary>>;
+    async fn list_clients(&self, account: &AccountId) -> StoreResult<Vec<ClientSummary>>;
 
     /// Revokes a client (again: it keeps its first revocation time); None
     /// when there is no such client.
@@ -64,7 +64,7 @@ pub trait IdentityStore: Send + Sync + 'static {
     /// The ids of the clients revoked at or after `since`.
     async fn clients_revoked_since(&self, since: DateTime<Utc>) -> StoreResult<Vec<String>>;
 
-    async fn ensure_account(&self, account: &str) -> StoreResult<()>;
+    async fn ensure_account(&self, account: &AccountId) -> StoreResult<()>;
 
     /// False when the email is taken.
     async fn create_user(&self, user: &portal::UserRecord) -> StoreResult<bool>;
@@ -91,17 +91,21 @@ pub trait IdentityStore: Send + Sync + 'static {
 #[async_trait]
 pub trait PeopleStore: Send + Sync + 'static {
     /// The account's people, oldest first.
-    async fn list_users(&self, account: &str) -> StoreResult<Vec<portal::UserRecord>>;
+    async fn list_users(&self, account: &AccountId) -> StoreResult<Vec<portal::UserRecord>>;
 
     async fn set_user_role(
         &self,
-        account: &str,
+        account: &AccountId,
         user_id: &str,
         role: portal::Role,
     ) -> StoreResult<portal::PeopleChange>;
 
     /// Removes the person and ends their sessions.
-    async fn remove_user(&self, account: &str, user_id: &str) -> StoreResult<portal::PeopleChange>;
+    async fn remove_user(
+        &self,
+        account: &AccountId,
+        user_id: &str,
+    ) -> StoreResult<portal::PeopleChange>;
 
     /// A new password hash; every session of the person but `keep` ends.
     /// False when there is no such person.
@@ -120,7 +124,7 @@ pub trait PeopleStore: Send + Sync + 'static {
     /// The account's invitations that have not expired, oldest first.
     async fn list_invitations(
         &self,
-        account: &str,
+        account: &AccountId,
         now: DateTime<Utc>,
     ) -> StoreResult<Vec<portal::InvitationRecord>>;
 
@@ -132,7 +136,7 @@ pub trait PeopleStore: Send + Sync + 'static {
     ) -> StoreResult<Option<portal::InvitationRecord>>;
 
     /// False when the account has no such invitation.
-    async fn revoke_invitation(&self, account: &str, id: &str) -> StoreResult<bool>;
+    async fn revoke_invitation(&self, account: &AccountId, id: &str) -> StoreResult<bool>;
 
     /// Creates the invited person (the invitation's account, email and role,
     /// with this id and password hash) and deletes the invitation, in one
@@ -171,11 +175,11 @@ pub trait SecretStore: Send + Sync + 'static {
 pub trait TargetStore: Send + Sync + 'static {
     async fn insert_target(&self, target: &Target) -> StoreResult<bool>;
 
-    async fn get_target(&self, account: &str, id: &TargetId) -> StoreResult<Option<Target>>;
+    async fn get_target(&self, account: &AccountId, id: &TargetId) -> StoreResult<Option<Target>>;
 
     async fn list_targets(
         &self,
-        account: &str,
+        account: &AccountId,
         after: Option<&TargetCursor>,
         limit: u32,
     ) -> StoreResult<Vec<Target>>;
@@ -184,13 +188,13 @@ pub trait TargetStore: Send + Sync + 'static {
 
     async fn set_target_enabled(
         &self,
-        account: &str,
+        account: &AccountId,
         id: &TargetId,
         enabled: bool,
         now: DateTime<Utc>,
     ) -> StoreResult<Option<Target>>;
 
-    async fn delete_target(&self, account: &str, id: &TargetId) -> StoreResult<DeleteTarget>;
+    async fn delete_target(&self, account: &AccountId, id: &TargetId) -> StoreResult<DeleteTarget>;
 }
 
 /// Recurring schedules (docs/api.md#recurring-schedules) and the messages of their runs.
@@ -202,7 +206,7 @@ pub trait ScheduleStore: Send + Sync + 'static {
     /// With `last_run_at` as of `now`.
     async fn get_schedule(
         &self,
-        account: &str,
+        account: &AccountId,
         id: &ScheduleId,
         now: DateTime<Utc>,
     ) -> StoreResult<Option<Schedule>>;
@@ -210,7 +214,7 @@ pub trait ScheduleStore: Send + Sync + 'static {
     /// Newest first, of one target when given.
     async fn list_schedules(
         &self,
-        account: &str,
+        account: &AccountId,
         target: Option<&TargetId>,
         after: Option<&ScheduleCursor>,
         limit: u32,
@@ -236,7 +240,7 @@ pub trait ScheduleStore: Send + Sync + 'static {
     /// made ahead of their time that have not yet fallen due are cancelled.
     async fn delete_schedule(
         &self,
-        account: &str,
+        account: &AccountId,
         id: &ScheduleId,
         now: DateTime<Utc>,
     ) -> StoreResult<bool>;
@@ -275,15 +279,19 @@ pub trait MessageStore: Send + Sync + 'static {
     /// inserted (messages whose target is unknown in the account are skipped).
     async fn insert_messages(
         &self,
-        account: &str,
+        account: &AccountId,
         messages: &[Message],
     ) -> StoreResult<Vec<MessageId>>;
 
-    async fn get_message(&self, account: &str, id: &MessageId) -> StoreResult<Option<Message>>;
+    async fn get_message(
+        &self,
+        account: &AccountId,
+        id: &MessageId,
+    ) -> StoreResult<Option<Message>>;
 
     async fn list_messages(
         &self,
-        account: &str,
+        account: &AccountId,
         filter: &MessageFilter,
         before: Option<&MessageId>,
         limit: u32,
@@ -292,7 +300,7 @@ pub trait MessageStore: Send + Sync + 'static {
     /// None when the message is unknown in this account.
     async fn list_attempts(
         &self,
-        account: &str,
+        account: &AccountId,
         id: &MessageId,
         after: Option<u32>,
         limit: u32,
@@ -305,7 +313,7 @@ pub trait MessageStore: Send + Sync + 'static {
 pub trait ActionStore: Send + Sync + 'static {
     async fn cancel(
         &self,
-        account: &str,
+        account: &AccountId,
         id: &MessageId,
         now: DateTime<Utc>,
     ) -> StoreResult<Transition> {
@@ -317,7 +325,7 @@ pub trait ActionStore: Send + Sync + 'static {
     /// does not make it in flight.
     async fn cancel_held(
         &self,
-        account: &str,
+        account: &AccountId,
         id: &MessageId,
         now: DateTime<Utc>,
         held: Option<uuid::Uuid>,
@@ -325,7 +333,7 @@ pub trait ActionStore: Send + Sync + 'static {
 
     async fn reschedule(
         &self,
-        account: &str,
+        account: &AccountId,
         id: &MessageId,
         at: DateTime<Utc>,
         now: DateTime<Utc>,
@@ -336,7 +344,7 @@ pub trait ActionStore: Send + Sync + 'static {
     /// As `reschedule`, by the holder of the lease `held` (see `cancel_held`).
     async fn reschedule_held(
         &self,
-        account: &str,
+        account: &AccountId,
         id: &MessageId,
         at: DateTime<Utc>,
         now: DateTime<Utc>,
@@ -346,7 +354,7 @@ pub trait ActionStore: Send + Sync + 'static {
     /// How many messages a bulk action matches now, counting up to `cap`.
     async fn bulk_count(
         &self,
-        account: &str,
+        account: &AccountId,
         bulk: &Bulk,
         cap: u64,
         now: DateTime<Utc>,
@@ -359,7 +367,7 @@ pub trait ActionStore: Send + Sync + 'static {
     /// place in their key's order.
     async fn bulk_batch(
         &self,
-        account: &str,
+        account: &AccountId,
         bulk: &Bulk,
         after: Option<&MessageId>,
         limit: u32,
@@ -458,7 +466,7 @@ pub trait GateStore: Send + Sync + 'static {
     /// in the account.
     async fn reset_health(
         &self,
-        account: &str,
+        account: &AccountId,
         id: &TargetId,
         now: DateTime<Utc>,
     ) -> StoreResult<Option<(Target, Option<BreakerChange>)>>;

@@ -52,7 +52,7 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use crate::domain::{
-    ids::{MessageId, ScheduleId, TargetId},
+    ids::{AccountId, MessageId, ScheduleId, TargetId},
     message::{Attempt, Message, OrderingKey, State},
     retry::Next,
     target::{gate::BreakerChange, Target, TargetConfig},
@@ -120,7 +120,7 @@ pub type StoreResult<T> = Result<T, StoreError>;
 #[derive(Debug, Clone)]
 pub struct ClientRecord {
     pub client_id: String,
-    pub account: String,
+    pub account: AccountId,
     pub name: String,
     pub secret_hash: String,
     pub scopes: Vec<String>,
@@ -130,7 +130,7 @@ pub struct ClientRecord {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClientSummary {
     pub client_id: String,
-    pub account: String,
+    pub account: AccountId,
     pub name: String,
     pub scopes: Vec<String>,
     pub created_at: DateTime<Utc>,

@@ -8,7 +8,7 @@ use utoipa::ToSchema;
 
 use super::Field;
 use crate::domain::{
-    ids::{ScheduleId, TargetId},
+    ids::{AccountId, ScheduleId, TargetId},
     message::OrderingKey,
     payload::Payload,
     schedule::{parse_zone, Recurrence, Schedule},
@@ -76,7 +76,7 @@ impl ScheduleSpec {
     pub fn into_schedule(
         self,
         id: ScheduleId,
-        account: String,
+        account: AccountId,
         created_at: DateTime<Utc>,
     ) -> Schedule {
         Schedule {

@@ -16,12 +16,17 @@ use dispatch::{
     app::{self, Running},
     auth::secrets,
     config::Config,
-    domain::scope::SCOPES,
+    domain::{ids::AccountId, scope::SCOPES},
     store::{postgres::PgStore, ClientRecord, Store},
 };
 use reqwest::{Client, RequestBuilder, Response};
 use serde_json::{json, Value};
 use sqlx::{Connection, PgConnection};
+
+/// An account by its name, as the store is asked for it.
+pub fn account(name: &str) -> AccountId {
+    AccountId::parse(name).unwrap()
+}
 
 /// The server tests create their databases on. `.ci/run` exports it; the
 /// default is the local PostgreSQL on 127.0.0.1:5432.
@@ -212,7 +217,7 @@ impl TestApp {
         self.store()
             .create_client(&ClientRecord {
                 client_id: client_id.clone(),
-                account: account.into(),
+                account: AccountId::from_trusted(account),
                 name: "test".into(),
                 secret_hash: secrets::hash_client_secret(&secret),
                 scopes,

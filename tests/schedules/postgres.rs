@@ -6,7 +6,7 @@ use std::process::Stdio;
 
 use dispatch::{
     auth::secrets,
-    domain::scope::SCOPES,
+    domain::{ids::AccountId, scope::SCOPES},
     store::{ClientRecord, IdentityStore},
 };
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -66,7 +66,7 @@ impl Instance {
             .await
             .create_client(&ClientRecord {
                 client_id: client_id.clone(),
-                account: account.into(),
+                account: AccountId::parse(account).unwrap(),
                 name: "test".into(),
                 secret_hash: secrets::hash_client_secret(&secret),
                 scopes: SCOPES.iter().map(|s| s.to_string()).collect(),

@@ -17,7 +17,7 @@ use axum::{body::Bytes, extract::State, http::HeaderMap, http::StatusCode, routi
 use chrono::{DateTime, TimeDelta, Utc};
 use dispatch::{
     domain::{
-        ids::TargetId,
+        ids::{AccountId, TargetId},
         message::{Message, OrderingKey},
         payload::Payload,
     },
@@ -123,13 +123,14 @@ async fn schedule(
     let at = |i: usize| start + TimeDelta::milliseconds(i as i64);
     if args.via == "store" && args.store == "postgres" {
         let store = PgStore::connect(&service.db_url, 4, Duration::from_secs(5)).await?;
+        let account = AccountId::parse("bench").expect("a valid account name");
         let now = Utc::now();
         for (from, to) in chunks {
             let messages: Vec<Message> = (from..to)
                 .flat_map(|k| (0..per).map(move |i| (k, i)))
                 .map(|(k, i)| {
                     let mut m = Message::scheduled(
-                        "bench",
+                        &account,
                         target.clone(),
                         at(i),
                         Payload::parse(i.to_string()).unwrap(),
@@ -139,7 +140,7 @@ async fn schedule(
                     m
                 })
                 .collect();
-            store.insert_messages("bench", &messages).await?;
+            store.insert_messages(&account, &messages).await?;
         }
         return Ok(());
     }

@@ -17,8 +17,9 @@ use super::{
     people::{insert_user, user_from_row, UserRow, USER_COLUMNS},
     At, Backend, Db, Tx,
 };
-use crate::store::{
-    portal::*, ClientRecord, ClientSummary, IdentityStore, StoreError, StoreResult,
+use crate::{
+    domain::ids::AccountId,
+    store::{portal::*, ClientRecord, ClientSummary, IdentityStore, StoreError, StoreResult},
 };
 
 /// A client's scopes: `text[]` in PostgreSQL, a JSON array (text) in
@@ -95,7 +96,7 @@ impl<'r> Decode<'r, Sqlite> for Scopes {
     }
 }
 
-type SummaryRow = (String, String, String, Scopes, At, Option<At>);
+type SummaryRow = (String, AccountId, String, Scopes, At, Option<At>);
 
 const SUMMARY_COLUMNS: &str = "client_id, account, name, scopes, created_at, revoked_at";
 
@@ -115,7 +116,7 @@ fn summary(
 type SessionRow = (
     Vec<u8>,
     String,
-    String,
+    AccountId,
     String,
     String,
     At,
@@ -167,7 +168,7 @@ impl<B: Backend> IdentityStore for B {
     }
 
     async fn find_client(&self, client_id: &str) -> StoreResult<Option<ClientRecord>> {
-        let row: Option<(String, String, String, String, Scopes)> = self
+        let row: Option<(String, AccountId, String, String, Scopes)> = self
             .db()
             .read(
                 "SELECT client_id, account, name, secret_hash, scopes FROM clients \
@@ -217,7 +218,7 @@ impl<B: Backend> IdentityStore for B {
         Ok(done == 1)
     }
 
-    async fn list_clients(&self, account: &str) -> StoreResult<Vec<ClientSummary>> {
+    async fn list_clients(&self, account: &AccountId) -> StoreResult<Vec<ClientSummary>> {
         let rows: Vec<SummaryRow> = self
             .db()
             .read(format!(
@@ -258,7 +259,7 @@ impl<B: Backend> IdentityStore for B {
         Ok(rows.into_iter().map(|(id,)| id).collect())
     }
 
-    async fn ensure_account(&self, account: &str) -> StoreResult<()> {
+    async fn ensure_account(&self, account: &AccountId) -> StoreResult<()> {
         let db = self.db();
         let postgres = matches!(db, Db::Postgres(_));
         insert_account(|sql| db.write(sql), postgres, account, Utc::now())

@@ -7,7 +7,7 @@ use sqlx::types::Json;
 use super::{At, Text, Uid};
 use crate::{
     domain::{
-        ids::{MessageId, ScheduleId, TargetId},
+        ids::{AccountId, MessageId, ScheduleId, TargetId},
         message::{Attempt, Message, OrderingKey},
         payload::Payload,
         target::Target,
@@ -34,7 +34,7 @@ pub const ATTEMPT_COLUMNS: &str =
 #[derive(sqlx::FromRow)]
 pub struct MessageRow {
     id: Uid,
-    account: String,
+    account: AccountId,
     target_id: String,
     state: String,
     payload: Text,
@@ -87,7 +87,7 @@ pub fn payload(text: Text) -> StoreResult<Payload> {
 #[derive(sqlx::FromRow)]
 pub struct TargetRow {
     id: String,
-    account: String,
+    account: AccountId,
     name: String,
     kind: String,
     enabled: bool,

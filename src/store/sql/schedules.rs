@@ -19,7 +19,7 @@ use uuid::Uuid;
 use super::{own::Own, pg_err, rows::payload, sqlite_err, At, Stmt, Text, Tx, Uid};
 use crate::{
     domain::{
-        ids::{MessageId, ScheduleId, TargetId},
+        ids::{AccountId, MessageId, ScheduleId, TargetId},
         message::OrderingKey,
         schedule::{RunPlan, Schedule},
     },
@@ -45,7 +45,7 @@ fn columns(now: usize) -> String {
 #[derive(sqlx::FromRow)]
 struct ScheduleRow {
     id: String,
-    account: String,
+    account: AccountId,
     target_id: String,
     name: String,
     cron: Option<String>,
@@ -203,7 +203,7 @@ impl<B: Own> ScheduleStore for B {
 
     async fn get_schedule(
         &self,
-        account: &str,
+        account: &AccountId,
         id: &ScheduleId,
         now: DateTime<Utc>,
     ) -> StoreResult<Option<Schedule>> {
@@ -223,7 +223,7 @@ impl<B: Own> ScheduleStore for B {
 
     async fn list_schedules(
         &self,
-        account: &str,
+        account: &AccountId,
         target: Option<&TargetId>,
         after: Option<&ScheduleCursor>,
         limit: u32,
@@ -306,7 +306,7 @@ impl<B: Own> ScheduleStore for B {
 
     async fn delete_schedule(
         &self,
-        account: &str,
+        account: &AccountId,
         id: &ScheduleId,
         now: DateTime<Utc>,
     ) -> StoreResult<bool> {

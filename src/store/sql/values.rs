@@ -2,8 +2,8 @@
 //! way by the shared bodies: times (`At`), message ids (`Uid`) and payload
 //! text (`Text`). JSON goes through sqlx's own `Json`, which is `jsonb` in
 //! PostgreSQL and text in SQLite. The domain's text values that Dispatch
-//! checks before it writes them (`OrderingKey`) are bound as their text and
-//! read back trusted.
+//! checks before it writes them (`AccountId`, `OrderingKey`) are bound as
+//! their text and read back trusted.
 
 use chrono::{DateTime, TimeZone, Utc};
 use sqlx::{
@@ -15,7 +15,7 @@ use sqlx::{
 };
 use uuid::Uuid;
 
-use crate::domain::message::OrderingKey;
+use crate::domain::{ids::AccountId, message::OrderingKey};
 
 /// Implements `Type`, `Encode` and `Decode` for a wrapper, by backend, as
 /// another type that the driver knows, converted on the way in and out.
@@ -97,4 +97,5 @@ macro_rules! trusted_text {
     };
 }
 
+trusted_text!(AccountId);
 trusted_text!(OrderingKey);
