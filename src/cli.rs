@@ -24,7 +24,7 @@ use crate::{
     config::Config,
     domain::{
         ids::AccountId,
-        scope::{parse_scopes, SCOPES},
+        scope::{join_scopes, parse_scopes, SCOPES},
     },
     service::{identities::MIN_PASSWORD, Service, ServiceError},
     store::{portal::Role, ClientSummary},
@@ -478,7 +478,7 @@ async fn list_clients(config: Config, args: ListClients) -> anyhow::Result<()> {
         t.row(vec![
             c.client_id.clone(),
             c.name.clone(),
-            c.scopes.join(" "),
+            join_scopes(&c.scopes),
             table::time(Some(&c.created_at)),
             table::time(c.revoked_at.as_ref()),
         ]);

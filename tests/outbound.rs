@@ -583,10 +583,7 @@ async fn the_operator_can_lend_the_servers_identity_on_purpose() {
                 account: acme,
                 name: "test".into(),
                 secret_hash: dispatch::auth::secrets::hash_client_secret(&secret),
-                scopes: dispatch::domain::scope::SCOPES
-                    .iter()
-                    .map(|s| s.to_string())
-                    .collect(),
+                scopes: dispatch::domain::scope::Scope::ALL.to_vec(),
             })
             .await
             .unwrap();

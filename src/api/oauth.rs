@@ -13,7 +13,7 @@ use base64::{engine::general_purpose::STANDARD as B64, Engine};
 
 use crate::{
     auth::TokenError,
-    domain::scope::{known_scopes, parse_scopes},
+    domain::scope::parse_scopes,
     limits::retry_after_secs,
     state::AppState,
     store::ClientRecord,
@@ -202,7 +202,7 @@ async fn issue(
             "only client_credentials is supported",
         ));
     }
-    let granted = known_scopes(client.scopes.iter().map(String::as_str));
+    let granted = client.scopes.clone();
     let scopes = match scope.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
         None => granted,
         Some(requested) => {

@@ -43,7 +43,7 @@ impl Service {
             account: account.clone(),
             name: name.to_string(),
             secret_hash: secrets::hash_client_secret(&secret),
-            scopes: scopes.iter().map(|s| s.as_str().to_string()).collect(),
+            scopes: scopes.to_vec(),
         };
         self.store.create_client(&record).await?;
         Ok(NewClient { record, secret })

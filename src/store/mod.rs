@@ -55,6 +55,7 @@ use crate::domain::{
     ids::{AccountId, MessageId, ScheduleId, TargetId},
     message::{Attempt, Message, OrderingKey, State},
     retry::Next,
+    scope::Scope,
     target::{gate::BreakerChange, Target, TargetConfig},
 };
 
@@ -123,7 +124,7 @@ pub struct ClientRecord {
     pub account: AccountId,
     pub name: String,
     pub secret_hash: String,
-    pub scopes: Vec<String>,
+    pub scopes: Vec<Scope>,
 }
 
 /// A client as `clients list` shows it: no secret hash.
@@ -132,7 +133,7 @@ pub struct ClientSummary {
     pub client_id: String,
     pub account: AccountId,
     pub name: String,
-    pub scopes: Vec<String>,
+    pub scopes: Vec<Scope>,
     pub created_at: DateTime<Utc>,
     pub revoked_at: Option<DateTime<Utc>>,
 }

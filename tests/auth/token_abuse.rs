@@ -144,7 +144,7 @@ async fn a_secret_stored_as_argon2_still_verifies_and_is_then_stored_fast() {
             account: dispatch::domain::ids::AccountId::parse("acme").unwrap(),
             name: "legacy".into(),
             secret_hash: legacy,
-            scopes: ALL_SCOPES.iter().map(|s| s.to_string()).collect(),
+            scopes: dispatch::domain::scope::Scope::ALL.to_vec(),
         })
         .await
         .unwrap();

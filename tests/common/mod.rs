@@ -16,7 +16,7 @@ use dispatch::{
     app::{self, Running},
     auth::secrets,
     config::Config,
-    domain::{ids::AccountId, scope::SCOPES},
+    domain::{ids::AccountId, scope::Scope},
     store::{postgres::PgStore, ClientRecord, Store},
 };
 use reqwest::{Client, RequestBuilder, Response};
@@ -209,10 +209,10 @@ impl TestApp {
     /// Creates an OAuth client directly in the store; returns (id, secret).
     pub async fn client(&self, account: &str, scopes: &[&str]) -> (String, String) {
         let (client_id, secret) = secrets::generate_client_credentials();
-        let scopes: Vec<String> = if scopes.is_empty() {
-            SCOPES.iter().map(|s| s.to_string()).collect()
+        let scopes: Vec<Scope> = if scopes.is_empty() {
+            Scope::ALL.to_vec()
         } else {
-            scopes.iter().map(|s| s.to_string()).collect()
+            scopes.iter().map(|s| s.parse().unwrap()).collect()
         };
         self.store()
             .create_client(&ClientRecord {

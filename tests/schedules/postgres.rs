@@ -6,7 +6,7 @@ use std::process::Stdio;
 
 use dispatch::{
     auth::secrets,
-    domain::{ids::AccountId, scope::SCOPES},
+    domain::{ids::AccountId, scope::Scope},
     store::{ClientRecord, IdentityStore},
 };
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -69,7 +69,7 @@ impl Instance {
                 account: AccountId::parse(account).unwrap(),
                 name: "test".into(),
                 secret_hash: secrets::hash_client_secret(&secret),
-                scopes: SCOPES.iter().map(|s| s.to_string()).collect(),
+                scopes: Scope::ALL.to_vec(),
             })
             .await
             .unwrap();

@@ -24,7 +24,7 @@ async fn a_created_client_is_found_by_id_and_an_unknown_id_answers_none(store: A
         account: account_id("brand-new-account"),
         name: "ci".into(),
         secret_hash: "$argon2id$v=19$m=19456,t=2,p=1$c2FsdA$aGFzaA".into(),
-        scopes: vec!["messages:write".into(), "targets:read".into()],
+        scopes: vec![Scope::MessagesWrite, Scope::TargetsRead],
     };
     store.create_client(&client).await.unwrap();
     let other = ClientRecord {
@@ -65,7 +65,7 @@ fn client(id: &str, account: &AccountId, hash: &str) -> ClientRecord {
         account: account.clone(),
         name: format!("{id} name"),
         secret_hash: hash.into(),
-        scopes: vec!["messages:read".into(), "targets:write".into()],
+        scopes: vec![Scope::MessagesRead, Scope::TargetsWrite],
     }
 }
 
@@ -115,7 +115,7 @@ async fn clients_are_listed_per_account_oldest_first_with_their_revocation(store
     let first = &listed[0];
     assert_eq!(first.account, *ACME);
     assert_eq!(first.name, "dc_first name");
-    assert_eq!(first.scopes, ["messages:read", "targets:write"]);
+    assert_eq!(first.scopes, [Scope::MessagesRead, Scope::TargetsWrite]);
     assert!(first.created_at > before && first.created_at <= time::now());
     assert_eq!(first.revoked_at, None);
     assert!(listed[0].created_at < listed[1].created_at);

@@ -15,6 +15,7 @@ pub(crate) use dispatch::{
         message::{Attempt, Message, OrderingKey, State},
         payload::{Payload, MAX_PAYLOAD_CHARS},
         retry::{AttemptOutcome, Next},
+        scope::Scope,
         target::{gate::Health, SqsConfig, Target, TargetConfig, WebhookConfig},
     },
     store::{

@@ -18,18 +18,25 @@ use super::{
     At, Backend, Db, Tx,
 };
 use crate::{
-    domain::ids::AccountId,
+    domain::{
+        ids::AccountId,
+        scope::{known_scopes, Scope},
+    },
     store::{portal::*, ClientRecord, ClientSummary, IdentityStore, StoreError, StoreResult},
 };
 
-/// A client's scopes: `text[]` in PostgreSQL, a JSON array (text) in
-/// SQLite, read as stored and checked when used (`list`).
+/// A client's scopes by name: `text[]` in PostgreSQL, a JSON array (text)
+/// in SQLite, read as stored and then known (`read`).
 enum Scopes {
     List(Vec<String>),
     Json(String),
 }
 
 impl Scopes {
+    fn of(scopes: &[Scope]) -> Self {
+        Scopes::List(scopes.iter().map(|s| s.as_str().to_string()).collect())
+    }
+
     fn list(self) -> StoreResult<Vec<String>> {
         match self {
             Scopes::List(l) => Ok(l),
@@ -37,6 +44,18 @@ impl Scopes {
                 serde_json::from_str(&s).map_err(|e| StoreError::Corrupt(format!("scopes: {e}")))
             }
         }
+    }
+
+    /// The client's scopes, each once, in the order stored. Dispatch only
+    /// stores scopes it knows; a name it does not know (a row changed by
+    /// hand, or by another version) is left out with a warning, as a token
+    /// request always left it out: it grants nothing.
+    fn read(self, client_id: &str) -> StoreResult<Vec<Scope>> {
+        let names = self.list()?;
+        for unknown in names.iter().filter(|n| n.parse::<Scope>().is_err()) {
+            tracing::warn!(client_id, scope = %unknown, "a stored client has an unknown scope; it is left out");
+        }
+        Ok(known_scopes(names.iter().map(String::as_str)))
     }
 }
 
@@ -104,10 +123,10 @@ fn summary(
     (client_id, account, name, scopes, created_at, revoked_at): SummaryRow,
 ) -> StoreResult<ClientSummary> {
     Ok(ClientSummary {
+        scopes: scopes.read(&client_id)?,
         client_id,
         account,
         name,
-        scopes: scopes.list()?,
         created_at: created_at.into(),
         revoked_at: revoked_at.map(Into::into),
     })
@@ -160,7 +179,7 @@ impl<B: Backend> IdentityStore for B {
         .bind(&c.account)
         .bind(&c.name)
         .bind(&c.secret_hash)
-        .bind(Scopes::List(c.scopes.clone()))
+        .bind(Scopes::of(&c.scopes))
         .bind(At(now))
         .execute()
         .await?;
@@ -179,11 +198,11 @@ impl<B: Backend> IdentityStore for B {
             .await?;
         row.map(|(client_id, account, name, secret_hash, scopes)| {
             Ok(ClientRecord {
+                scopes: scopes.read(&client_id)?,
                 client_id,
                 account,
                 name,
                 secret_hash,
-                scopes: scopes.list()?,
             })
         })
         .transpose()
@@ -340,5 +359,22 @@ impl<B: Backend> IdentityStore for B {
             .execute()
             .await?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stored_scopes_are_read_in_order_and_unknown_ones_left_out() {
+        let stored = Scopes::Json(r#"["targets:read", "admin", "messages:write"]"#.into());
+        assert_eq!(
+            stored.read("dc_1").unwrap(),
+            [Scope::TargetsRead, Scope::MessagesWrite]
+        );
+        let stored = Scopes::List(vec!["messages:read".into(), "messages:read".into()]);
+        assert_eq!(stored.read("dc_1").unwrap(), [Scope::MessagesRead]);
+        assert!(Scopes::Json("not json".into()).read("dc_1").is_err());
     }
 }
