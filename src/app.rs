@@ -201,7 +201,8 @@ pub async fn start_with(
     let addr = listener.local_addr()?;
     let (store, pool) = backend.into_parts();
     let config = Arc::new(config);
-    let tokens = TokenService::new(store.clone(), &config.auth)
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let tokens = TokenService::new(store.clone(), &config.auth, clock.now())
         .await
         .context("loading token signing keys")?;
     let wake = Arc::new(crate::wake::Wake::default());
@@ -210,7 +211,6 @@ pub async fn start_with(
     let held = Arc::new(crate::sweeper::ahead::Held::default());
     let shutdown = CancellationToken::new();
     let tasks = TaskTracker::new();
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     // Two transactions of single schedule requests at a time: what arrives
     // meanwhile goes into the next one, so that under load each commits
     // more messages. With four, 32 concurrent requests went about five to a
@@ -253,6 +253,7 @@ pub async fn start_with(
             config.aws.allow_default_credentials,
         ),
         config.aws.sqs_batch,
+        clock.clone(),
     );
     let sweeper = Sweeper {
         store: store.clone(),

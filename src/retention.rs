@@ -7,7 +7,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::{
-    clock::{Clock, SystemClock},
+    clock::Clock,
     config::RetentionConfig,
     metrics as m,
     store::{Cutoffs, Purged, Store, StoreResult},
@@ -29,13 +29,8 @@ pub fn cutoffs(config: &RetentionConfig, now: chrono::DateTime<chrono::Utc>) -> 
     }
 }
 
-/// Purges until nothing expired is left; returns the totals.
-/// Purges what has expired by the wall clock, until nothing is left.
-pub async fn purge_once(store: &dyn Store, config: &RetentionConfig) -> StoreResult<Purged> {
-    purge_as_of(store, config, &SystemClock).await
-}
-
-/// Purges what has expired by `clock`, until nothing is left.
+/// Purges what has expired by `clock`, until nothing expired is left;
+/// returns the totals.
 pub async fn purge_as_of(
     store: &dyn Store,
     config: &RetentionConfig,

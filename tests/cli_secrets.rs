@@ -144,7 +144,7 @@ async fn targets_created_with_a_key_are_sealed_and_rotate_moves_them_to_a_new_ke
     }
 
     // The store configured with the key reads the secrets back (and makes a
-    // signing key, sealed too).
+    // signing key, sealed too, as an instance does when it starts).
     {
         let backend = dispatch::app::open_store(&config_with(&db, KEY_1, &[]))
             .await
@@ -162,6 +162,7 @@ async fn targets_created_with_a_key_are_sealed_and_rotate_moves_them_to_a_new_ke
         };
         assert_eq!(w.headers["X-Api-Key"], HEADER_SECRET);
         assert_eq!(w.signing_secret, SIGNING_SECRET);
+        assert!(store.ensure_signing_key(chrono::Utc::now()).await.unwrap());
         assert_eq!(store.signing_keys().await.unwrap().len(), 1);
     }
     assert_eq!(raw_signing_key_ids(&db).await, vec![Some(key_id(KEY_1))]);

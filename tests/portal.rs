@@ -157,7 +157,12 @@ impl Browser {
 async fn user(app: &TestApp, account: &str, email: &str) {
     let created = app
         .store()
-        .create_user(&dispatch::portal::new_user(account, email, PASSWORD))
+        .create_user(&dispatch::portal::new_user(
+            account,
+            email,
+            PASSWORD,
+            app.now(),
+        ))
         .await
         .unwrap();
     assert!(created);

@@ -44,7 +44,12 @@ fn s(v: &Value) -> &str {
 async fn user(app: &TestApp, account: &str, email: &str) {
     let created = app
         .store()
-        .create_user(&dispatch::portal::new_user(account, email, PASSWORD))
+        .create_user(&dispatch::portal::new_user(
+            account,
+            email,
+            PASSWORD,
+            app.now(),
+        ))
         .await
         .unwrap();
     assert!(created, "the user {email} was not created");

@@ -9,6 +9,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use chrono::{DateTime, Utc};
 use jsonwebtoken::{
     decode, decode_header, encode, Algorithm, DecodingKey, EncodingKey, Header, Validation,
 };
@@ -63,7 +64,15 @@ pub struct IssuedToken {
 }
 
 impl TokenService {
-    pub async fn new(store: Arc<dyn Store>, config: &AuthConfig) -> Result<Self, StoreError> {
+    /// Starts issuing and validating tokens: makes the first signing key
+    /// when the store has none (created at `now`), then loads the keys.
+    /// Afterwards the keys are only read.
+    pub async fn new(
+        store: Arc<dyn Store>,
+        config: &AuthConfig,
+        now: DateTime<Utc>,
+    ) -> Result<Self, StoreError> {
+        store.ensure_signing_key(now).await?;
         let keys = store.signing_keys().await?;
         let revocations = Revocations::load(store.clone(), config.token_ttl).await?;
         Ok(Self {
@@ -160,8 +169,8 @@ impl TokenService {
             .map(|k| k.secret.clone())
     }
 
-    /// Another instance may have created a key since we loaded ours: reload,
-    /// unless a reload ended less than `MIN_RELOAD` ago.
+    /// Another instance may have created a key since we loaded ours: read
+    /// them again, unless a reload ended less than `MIN_RELOAD` ago.
     async fn reload_for(&self, kid: &str) -> Result<Vec<u8>, TokenError> {
         let unknown = || TokenError::Invalid("unknown key".into());
         let mut last = self.last_reload.lock().await;

@@ -252,7 +252,12 @@ async fn run(args: &Args, db_url: &str) -> anyhow::Result<()> {
     let (targets, dead) = {
         let (store, _) = app::open_store(&config).await?.into_parts();
         store
-            .create_user(&dispatch::portal::new_user(ACCOUNT, EMAIL, PASSWORD))
+            .create_user(&dispatch::portal::new_user(
+                ACCOUNT,
+                EMAIL,
+                PASSWORD,
+                SystemClock.now(),
+            ))
             .await?;
         let out = fill(store.as_ref(), args.messages).await?;
         if let Some(pg) = db_url.starts_with("postgres").then_some(db_url) {

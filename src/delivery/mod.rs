@@ -9,13 +9,13 @@ pub mod resolver;
 pub mod signing;
 pub mod webhook;
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use crate::{
-    clock::{Clock, SystemClock},
+    clock::Clock,
     domain::{
         ids::{MessageId, TargetId},
         retry::AttemptOutcome,
@@ -107,17 +107,25 @@ pub struct Deliverer {
     aws: aws::AwsClients,
     /// Send messages due together for one SQS target with SendMessageBatch.
     sqs_batch: bool,
+    /// The time each envelope's `deliveryTime` says.
+    clock: Arc<dyn Clock>,
 }
 
 /// At most this many entries go into one SendMessageBatch.
 pub const SQS_BATCH_MAX: usize = 10;
 
 impl Deliverer {
-    pub fn new(webhook: webhook::WebhookClient, aws: aws::AwsClients, sqs_batch: bool) -> Self {
+    pub fn new(
+        webhook: webhook::WebhookClient,
+        aws: aws::AwsClients,
+        sqs_batch: bool,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
         Self {
             webhook,
             aws,
             sqs_batch,
+            clock,
         }
     }
 
@@ -147,7 +155,7 @@ impl Deliverer {
     }
 
     pub async fn deliver(&self, m: &Outgoing<'_>) -> Delivered {
-        let envelope = Envelope::new(m, SystemClock.now());
+        let envelope = Envelope::new(m, self.clock.now());
         match m.target {
             TargetConfig::Webhook(config) => {
                 let letter = webhook::Letter {
@@ -169,7 +177,7 @@ impl Deliverer {
     pub async fn deliver_batch(&self, messages: &[Outgoing<'_>]) -> Vec<Delivered> {
         match messages.first().map(|m| m.target) {
             Some(TargetConfig::Sqs(config)) if messages.len() > 1 => {
-                let now = SystemClock.now();
+                let now = self.clock.now();
                 let envelopes: Vec<Envelope> =
                     messages.iter().map(|m| Envelope::new(m, now)).collect();
                 let entries: Vec<aws::SqsEntry> = messages

@@ -393,7 +393,7 @@ mod tests {
         }))
         .unwrap();
         let url = reqwest::Url::parse(&config.url).unwrap();
-        let id = MessageId(uuid::Uuid::now_v7());
+        let id = MessageId::at(chrono::Utc::now());
         let letter = Letter {
             id: &id,
             ordering_key: None,

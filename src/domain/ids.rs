@@ -1,11 +1,14 @@
 //! Prefixed identifiers: `DI-M-<uuidv7>` for messages, `DI-T-<10 hex>` for
-//! targets, `DI-S-<10 hex>` for schedules.
+//! targets, `DI-S-<10 hex>` for schedules; and the time-ordered UUIDs that
+//! message ids and people's ids are made of, for the time the caller's
+//! clock gives.
 
-use std::{fmt, str::FromStr};
+use std::{fmt, str::FromStr, sync::Mutex};
 
+use chrono::{DateTime, Utc};
 use rand::Rng;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
-use uuid::Uuid;
+use uuid::{timestamp::context::ContextV7, timestamp::ClockSequence, Timestamp, Uuid};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct MessageId(pub Uuid);
@@ -69,16 +72,32 @@ const TARGET_PREFIX: &str = "DI-T-";
 const SCHEDULE_PREFIX: &str = "DI-S-";
 
 impl MessageId {
-    /// A new time-ordered id.
-    pub fn new() -> Self {
-        Self(Uuid::now_v7())
+    /// A new time-ordered id for a message made at `now` (see `uuid_v7_at`).
+    pub fn at(now: DateTime<Utc>) -> Self {
+        Self(uuid_v7_at(now))
     }
 }
 
-impl Default for MessageId {
-    fn default() -> Self {
-        Self::new()
-    }
+/// The one counter behind every time-ordered id of this process, so that
+/// they increase in the order they are made, whatever clock gave the time.
+static V7_CONTEXT: Mutex<ContextV7> = Mutex::new(ContextV7::new());
+
+/// A new UUIDv7 for `at` (to the millisecond), strictly greater than every
+/// one this process made before: ids of one millisecond, as a clock held
+/// still gives, count up from a random start; and a time earlier than one
+/// already used (a clock set back) takes that later time instead.
+pub fn uuid_v7_at(at: DateTime<Utc>) -> Uuid {
+    v7_in(&V7_CONTEXT, at)
+}
+
+fn v7_in(context: &impl ClockSequence<Output = u64>, at: DateTime<Utc>) -> Uuid {
+    // Before 1970 a UUIDv7 has no time; such a clock counts from its start.
+    let seconds = u64::try_from(at.timestamp()).unwrap_or(0);
+    Uuid::new_v7(Timestamp::from_unix(
+        context,
+        seconds,
+        at.timestamp_subsec_nanos(),
+    ))
 }
 
 impl fmt::Display for MessageId {
@@ -176,9 +195,15 @@ serde_via_str!(ScheduleId);
 mod tests {
     use super::*;
 
+    /// The millisecond a UUIDv7 carries.
+    fn millis(id: Uuid) -> u64 {
+        let (seconds, nanos) = id.get_timestamp().unwrap().to_unix();
+        seconds * 1000 + u64::from(nanos) / 1_000_000
+    }
+
     #[test]
     fn message_ids_round_trip_and_are_uuid_v7() {
-        let id = MessageId::new();
+        let id = MessageId::at(Utc::now());
         let s = id.to_string();
         assert!(s.starts_with("DI-M-"));
         assert_eq!(s.len(), 5 + 36);
@@ -187,10 +212,50 @@ mod tests {
     }
 
     #[test]
+    fn an_id_carries_the_time_it_was_made_for() {
+        let context = Mutex::new(ContextV7::new());
+        let t = Utc::now();
+        let id = v7_in(&context, t);
+        assert_eq!(millis(id), t.timestamp_millis() as u64);
+        let later = t + chrono::TimeDelta::milliseconds(5);
+        assert_eq!(
+            millis(v7_in(&context, later)),
+            later.timestamp_millis() as u64
+        );
+    }
+
+    #[test]
+    fn ids_made_at_one_instant_are_distinct_and_increase() {
+        let context = Mutex::new(ContextV7::new());
+        let t = Utc::now();
+        let ids: Vec<Uuid> = (0..1000).map(|_| v7_in(&context, t)).collect();
+        assert!(ids.windows(2).all(|w| w[0] < w[1]));
+        assert!(ids
+            .iter()
+            .all(|&id| millis(id) == t.timestamp_millis() as u64));
+
+        // The process's own counter too, whatever other tests make meanwhile.
+        let ids: Vec<MessageId> = (0..1000).map(|_| MessageId::at(t)).collect();
+        assert!(ids.windows(2).all(|w| w[0] < w[1]));
+    }
+
+    #[test]
+    fn ids_still_increase_when_the_clock_is_set_back() {
+        let context = Mutex::new(ContextV7::new());
+        let t = Utc::now();
+        let first = v7_in(&context, t);
+        let earlier = v7_in(&context, t - chrono::TimeDelta::seconds(10));
+        assert!(first < earlier);
+        assert_eq!(millis(earlier), t.timestamp_millis() as u64);
+        let later = v7_in(&context, t + chrono::TimeDelta::seconds(1));
+        assert!(earlier < later);
+    }
+
+    #[test]
     fn message_ids_are_time_ordered() {
-        let a = MessageId::new();
-        std::thread::sleep(std::time::Duration::from_millis(2));
-        let b = MessageId::new();
+        let t = Utc::now();
+        let a = MessageId::at(t);
+        let b = MessageId::at(t + chrono::TimeDelta::milliseconds(2));
         assert!(a < b);
     }
 

@@ -129,7 +129,7 @@ impl Message {
     ) -> Self {
         let delivery_time = crate::domain::time::truncate_ms(delivery_time);
         Self {
-            id: MessageId::new(),
+            id: MessageId::at(now),
             account: account.clone(),
             target_id,
             state: State::Scheduled,

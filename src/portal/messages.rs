@@ -20,7 +20,9 @@ use crate::{
         ids::MessageId,
         message::{Attempt, Message, State as MsgState},
         retry::AttemptOutcome,
+        target::Target,
     },
+    service::{Reads, ServiceResult},
     state::AppState,
     store::portal::{EventKind, MessageEvent},
 };
@@ -68,23 +70,12 @@ pub async fn show(
     Query(q): Query<ShowQuery>,
 ) -> PortalResult<Html<String>> {
     let m = load(&state, &session, &id).await?;
-    // A keyed message that is Scheduled but not its key's head waits for it.
-    let head = async {
-        match (&m.ordering_key, m.state) {
-            (Some(key), MsgState::Scheduled) => {
-                session.reads(&state).key_head(&m.target_id, key).await
-            }
-            _ => Ok(None),
-        }
-    };
-    let (attempts, events, target, head) = tokio::try_join!(
-        session.reads(&state).attempts(&m.id, None, 1000),
-        session.reads(&state).events(&m.id),
-        session.reads(&state).target(&m.target_id),
-        head,
-    )?;
-    let attempts = attempts.unwrap_or_default();
-    let waits_for = head.filter(|head| *head != m.id);
+    let Around {
+        attempts,
+        events,
+        target,
+        waits_for,
+    } = read_around(session.reads(&state), &m).await?;
     let notice = layout::notice(q.notice.as_deref(), None);
     let actionable = m.state.can_cancel_or_reschedule();
     let due = m.next_attempt_at.unwrap_or(m.delivery_time);
@@ -98,10 +89,74 @@ pub async fn show(
             (layout::state_badge(m.state))
         }
         @if watching { p.watch data-watch role="status" { "Waiting for the delivery… this page refreshes by itself. " a href={ "/portal/messages/" (m.id) } { "Refresh" } } }
+        (facts(&m, target.as_ref(), waits_for.as_ref()))
+        @if actionable && session.may(Permission::ChangeMessages) {
+            (actions(&session, &m))
+        }
+        section aria-labelledby="payload-heading" {
+            h2 #payload-heading { "Payload" }
+            pre.payload #payload { (pretty(m.payload.as_str())) }
+        }
+        section aria-labelledby="history-heading" {
+            h2 #history-heading { "History" }
+            ol.history #history { @for (at, what) in history(&m, &attempts, &events) { li { (layout::time(&at)) " " (what) } } }
+        }
+        section aria-labelledby="attempts-heading" {
+            h2 #attempts-heading { "Attempts" }
+            @if attempts.is_empty() { p { "No attempts yet." } } @else { (attempts_table(&attempts)) }
+        }
+    };
+    Ok(Html(
+        layout::page(
+            &session,
+            "Message",
+            Section::Messages,
+            notice.as_deref(),
+            body,
+        )
+        .into_string(),
+    ))
+}
+
+/// What the page shows beside the message.
+struct Around {
+    attempts: Vec<Attempt>,
+    events: Vec<MessageEvent>,
+    target: Option<Target>,
+    /// The message of its key that it waits for: a keyed message that is
+    /// Scheduled but not its key's head waits for the head.
+    waits_for: Option<MessageId>,
+}
+
+/// Reads what the page shows beside the message, all at once.
+async fn read_around(reads: Reads<'_>, m: &Message) -> ServiceResult<Around> {
+    let head = async {
+        match (&m.ordering_key, m.state) {
+            (Some(key), MsgState::Scheduled) => reads.key_head(&m.target_id, key).await,
+            _ => Ok(None),
+        }
+    };
+    let (attempts, events, target, head) = tokio::try_join!(
+        reads.attempts(&m.id, None, 1000),
+        reads.events(&m.id),
+        reads.target(&m.target_id),
+        head,
+    )?;
+    Ok(Around {
+        attempts: attempts.unwrap_or_default(),
+        events,
+        target,
+        waits_for: head.filter(|head| *head != m.id),
+    })
+}
+
+/// The message's facts: state, target, times, key, schedule, last error.
+fn facts(m: &Message, target: Option<&Target>, waits_for: Option<&MessageId>) -> Markup {
+    html! {
         dl.facts #message-facts {
             dt { "State" } dd #message-state { (m.state.as_str()) }
             dt { "Target" } dd {
-                @match &target {
+                @match target {
                     Some(t) => { a href={ "/portal/targets/" (t.id) } { (t.name) } " " small { code { (destination(&t.config)) } } }
                     None => code { (m.target_id) }
                 }
@@ -110,7 +165,7 @@ pub async fn show(
             @if let Some(key) = &m.ordering_key {
                 dt { "Ordering key" } dd #ordering-key {
                     a href={ "/portal/messages?target=" (m.target_id) "&key=" (layout::encode(key)) } { code { (key) } }
-                    @if let Some(head) = &waits_for {
+                    @if let Some(head) = waits_for {
                         br; span #waiting-for { "Waiting for " a href={ "/portal/messages/" (head) } { code { (head) } } " of the same key" }
                     }
                 }
@@ -125,76 +180,63 @@ pub async fn show(
             @if let Some(t) = &m.delivered_at { dt { "Delivered" } dd { (layout::time(t)) } }
             @if let Some(t) = &m.cancelled_at { dt { "Cancelled" } dd { (layout::time(t)) } }
             @if let Some(t) = &m.dead_lettered_at { dt { "Dead-lettered" } dd { (layout::time(t)) } }
-            @if let Some(e) = shown_error(&m) { dt { "Last error" } dd.wrap { (e) } }
+            @if let Some(e) = shown_error(m) { dt { "Last error" } dd.wrap { (e) } }
         }
-        @if actionable && session.may(Permission::ChangeMessages) {
-            section.actions-box aria-labelledby="actions-heading" {
-                h2 #actions-heading { "Actions" }
-                form method="post" action={ "/portal/messages/" (m.id) "/reschedule" } {
-                    (layout::csrf_field(&session))
-                    (when::picker_at("reschedule-at", "Deliver at", "Now its due time. The retry ladder starts over.", Some(m.delivery_time)))
-                    button type="submit" #reschedule { "Reschedule" }
-                    " "
-                    button type="submit" name="now" value="1" formnovalidate #reschedule-now { "Deliver now" }
-                }
-                form method="post" action={ "/portal/messages/" (m.id) "/cancel" } data-confirm="Cancel this message? It will not be delivered." {
-                    (layout::csrf_field(&session))
-                    button.danger type="submit" #cancel { "Cancel message" }
-                }
+    }
+}
+
+/// Reschedule (or deliver now) and cancel, for a message that still can be.
+fn actions(session: &Session, m: &Message) -> Markup {
+    html! {
+        section.actions-box aria-labelledby="actions-heading" {
+            h2 #actions-heading { "Actions" }
+            form method="post" action={ "/portal/messages/" (m.id) "/reschedule" } {
+                (layout::csrf_field(session))
+                (when::picker_at("reschedule-at", "Deliver at", "Now its due time. The retry ladder starts over.", Some(m.delivery_time)))
+                button type="submit" #reschedule { "Reschedule" }
+                " "
+                button type="submit" name="now" value="1" formnovalidate #reschedule-now { "Deliver now" }
+            }
+            form method="post" action={ "/portal/messages/" (m.id) "/cancel" } data-confirm="Cancel this message? It will not be delivered." {
+                (layout::csrf_field(session))
+                button.danger type="submit" #cancel { "Cancel message" }
             }
         }
-        section aria-labelledby="payload-heading" {
-            h2 #payload-heading { "Payload" }
-            pre.payload #payload { (pretty(m.payload.as_str())) }
-        }
-        section aria-labelledby="history-heading" {
-            h2 #history-heading { "History" }
-            ol.history #history { @for (at, what) in history(&m, &attempts, &events) { li { (layout::time(&at)) " " (what) } } }
-        }
-        section aria-labelledby="attempts-heading" {
-            h2 #attempts-heading { "Attempts" }
-            @if attempts.is_empty() { p { "No attempts yet." } } @else {
-                div.scroll {
-                    table #attempts {
-                        thead { tr {
-                            th scope="col" .num { "#" } th scope="col" { "Started" } th scope="col" { "Outcome" }
-                            th scope="col" .num { "Status" } th scope="col" .num { "Duration" } th scope="col" { "Error" } th scope="col" { "Response" }
-                        } }
-                        tbody {
-                            @for a in &attempts {
-                                tr data-outcome=(a.outcome.as_str()) {
-                                    td.num { (a.attempt) }
-                                    td { (layout::time(&a.started_at)) }
-                                    td { (outcome(a.outcome)) }
-                                    td.num { @if let Some(s) = a.status_code { (s) } @else { "—" } }
-                                    td.num { (a.duration_ms) " ms" }
-                                    td.wrap {
-                                        @if let Some(e) = &a.error { (e) }
-                                        @if let Some(w) = a.retry_after_ms {
-                                            br; small data-retry-after-ms=(w) { "Retry-After: the next attempt waited " (w) " ms" }
-                                        }
-                                    }
-                                    td.wrap { @if let Some(b) = a.response_body.as_deref().filter(|b| !b.is_empty()) {
-                                        details { summary { (truncate(b, 40)) } pre { (b) } }
-                                    } }
+    }
+}
+
+/// Every attempt: its outcome, status, duration, error and response.
+fn attempts_table(attempts: &[Attempt]) -> Markup {
+    html! {
+        div.scroll {
+            table #attempts {
+                thead { tr {
+                    th scope="col" .num { "#" } th scope="col" { "Started" } th scope="col" { "Outcome" }
+                    th scope="col" .num { "Status" } th scope="col" .num { "Duration" } th scope="col" { "Error" } th scope="col" { "Response" }
+                } }
+                tbody {
+                    @for a in attempts {
+                        tr data-outcome=(a.outcome.as_str()) {
+                            td.num { (a.attempt) }
+                            td { (layout::time(&a.started_at)) }
+                            td { (outcome(a.outcome)) }
+                            td.num { @if let Some(s) = a.status_code { (s) } @else { "—" } }
+                            td.num { (a.duration_ms) " ms" }
+                            td.wrap {
+                                @if let Some(e) = &a.error { (e) }
+                                @if let Some(w) = a.retry_after_ms {
+                                    br; small data-retry-after-ms=(w) { "Retry-After: the next attempt waited " (w) " ms" }
                                 }
                             }
+                            td.wrap { @if let Some(b) = a.response_body.as_deref().filter(|b| !b.is_empty()) {
+                                details { summary { (truncate(b, 40)) } pre { (b) } }
+                            } }
                         }
                     }
                 }
             }
         }
-    };
-    Ok(Html(
-        layout::page(
-            &session,
-            "Message",
-            Section::Messages,
-            notice.as_deref(),
-            body,
-        )
-        .into_string(),
-    ))
+    }
 }
 
 fn outcome(o: AttemptOutcome) -> &'static str {

@@ -8,7 +8,7 @@ use axum::{
     response::{IntoResponse, Redirect, Response},
 };
 use axum_extra::extract::cookie::{Cookie, CookieJar, SameSite};
-use chrono::TimeDelta;
+use chrono::{DateTime, TimeDelta, Utc};
 use serde::Deserialize;
 use subtle::ConstantTimeEq;
 
@@ -245,12 +245,8 @@ pub async fn logout(
     Ok((jar, Redirect::to("/portal/login?signed_out=1")).into_response())
 }
 
-/// A new portal user (tests and the benchmark store one directly).
-pub fn new_user(account: &str, email: &str, password: &str) -> UserRecord {
-    crate::service::identities::new_user(
-        &AccountId::from_trusted(account),
-        email,
-        password,
-        crate::clock::Clock::now(&crate::clock::SystemClock),
-    )
+/// A new portal user, created at `now` (tests and the benchmark store one
+/// directly).
+pub fn new_user(account: &str, email: &str, password: &str, now: DateTime<Utc>) -> UserRecord {
+    crate::service::identities::new_user(&AccountId::from_trusted(account), email, password, now)
 }

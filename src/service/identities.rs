@@ -3,7 +3,10 @@
 use super::{Conflict, Service, ServiceError, ServiceResult};
 use crate::{
     auth::secrets::{self, ClientSecretCheck},
-    domain::{ids::AccountId, scope::Scope},
+    domain::{
+        ids::{uuid_v7_at, AccountId},
+        scope::Scope,
+    },
     store::{
         portal::{Role, UserRecord},
         ClientRecord, ClientSummary, Resealed,
@@ -152,7 +155,7 @@ pub fn new_user(
     now: chrono::DateTime<chrono::Utc>,
 ) -> UserRecord {
     UserRecord {
-        id: uuid::Uuid::now_v7().to_string(),
+        id: uuid_v7_at(now).to_string(),
         account: account.clone(),
         email: email.trim().to_lowercase(),
         password_hash: secrets::hash_secret(password),

@@ -13,6 +13,7 @@ use super::{
 };
 use crate::{
     auth::secrets,
+    domain::ids::uuid_v7_at,
     store::portal::{Acceptance, InvitationRecord, PeopleChange, Role, UserRecord},
 };
 
@@ -56,7 +57,7 @@ impl Service {
         let token = B64URL.encode(rand::rng().random::<[u8; 32]>());
         let now = self.now();
         let record = InvitationRecord {
-            id: uuid::Uuid::now_v7().to_string(),
+            id: uuid_v7_at(now).to_string(),
             token_hash: invitation_hash(&token),
             account: account.clone(),
             email,
@@ -85,10 +86,11 @@ impl Service {
     ) -> ServiceResult<UserRecord> {
         check_password(password)?;
         let hash = secrets::hash_secret(password);
-        let id = uuid::Uuid::now_v7().to_string();
+        let now = self.now();
+        let id = uuid_v7_at(now).to_string();
         match self
             .store
-            .accept_invitation(&invitation_hash(token), &id, &hash, self.now())
+            .accept_invitation(&invitation_hash(token), &id, &hash, now)
             .await?
         {
             Acceptance::Joined(user) => Ok(user),

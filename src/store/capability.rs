@@ -154,8 +154,14 @@ pub trait PeopleStore: Send + Sync + 'static {
 /// under the current key.
 #[async_trait]
 pub trait SecretStore: Send + Sync + 'static {
-    /// The keys tokens are signed with, newest first; one is created when there is none.
+    /// The keys tokens are signed with, newest first (keys made at one
+    /// instant by kid); none until `ensure_signing_key` made the first.
     async fn signing_keys(&self) -> StoreResult<Vec<SigningKey>>;
+
+    /// Makes the first signing key, created at `now`, when there is none;
+    /// whether it made one. Instances starting together on one database
+    /// may each make one; every key made stays valid.
+    async fn ensure_signing_key(&self, now: DateTime<Utc>) -> StoreResult<bool>;
 
     /// Rotation (`dispatch secrets rotate`): seals again, under the current
     /// key, the secrets of up to `limit` targets whose id follows `after`

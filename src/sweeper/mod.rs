@@ -7,9 +7,10 @@
 //! instance through the store's notifications) or a retry falls due. A slow
 //! poll remains as a backstop.
 
-use std::{collections::HashMap, sync::Arc, time::Duration};
+use std::{collections::HashMap, ops::ControlFlow, sync::Arc, time::Duration};
 
-use tokio::{sync::mpsc, time::Instant};
+use chrono::{DateTime, TimeDelta, Utc};
+use tokio::{sync::mpsc, task::JoinHandle, time::Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn, Instrument};
 
@@ -24,7 +25,7 @@ use crate::{
         retry::{AttemptOutcome, Next, RetryPolicy},
     },
     metrics as m,
-    store::{Claimed, Recorded, Store},
+    store::{Claimed, GatedClaim, Recorded, Store, StoreResult},
     wake::Wake,
 };
 
@@ -65,185 +66,17 @@ impl Sweeper {
     pub async fn run(self, shutdown: CancellationToken) {
         let (results_tx, results_rx) = mpsc::unbounded_channel::<Done>();
         let dispatch = Arc::new(Dispatch::new(self.clone(), results_tx));
-        let in_flight = dispatch.permits.clone();
-        let all_permits = self.config.concurrency as usize;
-        let recorder = tokio::spawn(record_loop(
-            self.store.clone(),
-            self.wake.clone(),
-            self.clock.clone(),
-            results_rx,
-            shutdown.clone(),
-            move || in_flight.available_permits() < all_permits,
-        ));
-        let permits = dispatch.permits.clone();
-        let targets = dispatch.targets.clone();
-        // Claimed messages that may wait for a slot, over all targets.
-        let queue_cap = self.config.concurrency;
-        let horizon = chrono::TimeDelta::from_std(self.config.claim_ahead).unwrap_or_default();
-        let ahead_on = horizon > chrono::TimeDelta::zero() && self.config.claim_ahead_max > 0;
-        let held = &self.held;
-        let timer = ahead_on.then(|| {
+        let recorder = self.spawn_recorder(&dispatch, results_rx, &shutdown);
+        let horizon = self.ahead_horizon();
+        let timer = horizon.is_some().then(|| {
             tokio::spawn(ahead::fire_held(
                 dispatch.clone(),
                 self.clone(),
                 shutdown.child_token(),
             ))
         });
-
-        loop {
-            if shutdown.is_cancelled() {
-                break;
-            }
-            dispatch.start_waiting();
-            if permits.available_permits() == 0 {
-                tokio::select! {
-                    permit = permits.acquire() => drop(permit),
-                    _ = targets.starved.notified() => {}
-                    _ = shutdown.cancelled() => break,
-                }
-                continue;
-            }
-            self.wake.awake();
-            let room =
-                permits.available_permits() as u32 + queue_cap.saturating_sub(targets.queued());
-            let limit = room.min(self.config.batch_size);
-            let now = self.clock.now();
-            let claims = async {
-                // The lease runs from before the claim statement: attempts must end before it does.
-                let claimed_at = Instant::now();
-                let claimed = self
-                    .store
-                    .claim_due_shared(now, limit, self.config.lease, &targets.shares())
-                    .await?;
-                let count = claimed.len();
-                for group in self.group(claimed) {
-                    dispatch.take(group, claimed_at);
-                }
-                // Gated targets (flowControl, circuitBreaker) take what is
-                // left and start at once: a gate counts its starts.
-                let left = (limit - count as u32).min(permits.available_permits() as u32);
-                let claimed_at = Instant::now();
-                let mut gated = self
-                    .store
-                    .claim_gated(now, left, self.config.lease, &targets.gated_shares())
-                    .await?;
-                let count = count + gated.claimed.len();
-                for group in self.group(std::mem::take(&mut gated.claimed)) {
-                    dispatch.take(group, claimed_at);
-                }
-                // What falls due soon is claimed now and held for its instant.
-                // A bulk cancel holds the gate while it runs.
-                let gate = held.gate.try_read().ok();
-                let ahead_limit = if ahead_on && gate.is_some() {
-                    held.room(self.config.claim_ahead_max)
-                        .min(self.config.batch_size)
-                } else {
-                    0
-                };
-                let mut ahead_full = false;
-                if ahead_limit > 0 {
-                    let ahead = self
-                        .store
-                        .claim_ahead(
-                            now,
-                            now + horizon,
-                            ahead_limit,
-                            self.config.lease,
-                            &targets.full(),
-                        )
-                        .await?;
-                    ahead_full = ahead.len() as u32 == ahead_limit;
-                    if !ahead.is_empty() {
-                        metrics::histogram!(m::CLAIM_BATCH).record(ahead.len() as f64);
-                    }
-                    held.hold(ahead);
-                }
-                drop(gate);
-                Ok::<_, crate::store::StoreError>((count, gated, ahead_full))
-            };
-            let (count, gated, ahead_full) = match claims.await {
-                Ok(c) => c,
-                Err(e) => {
-                    warn!(error = %e, "claiming due messages failed; retrying shortly");
-                    if sleep_or_shutdown(Duration::from_millis(500), &shutdown).await {
-                        break;
-                    }
-                    continue;
-                }
-            };
-            count_breaker_changes(&gated.changes);
-            if count > 0 {
-                metrics::histogram!(m::CLAIM_BATCH).record(count as f64);
-                debug!(count, "claimed");
-            }
-            if count as u32 == limit || ahead_full {
-                continue; // more may be due right now, or soon
-            }
-            // While more may be held, what falls due is claimed a horizon
-            // ahead of its time.
-            let lead = if ahead_on && held.room(self.config.claim_ahead_max) > 0 {
-                horizon
-            } else {
-                chrono::TimeDelta::zero()
-            };
-            let backstop =
-                now + chrono::TimeDelta::from_std(self.config.poll_interval).unwrap_or_default();
-            // Messages of a full target wait for one of its attempts to end,
-            // not for their due time, which has passed.
-            let full = targets.full();
-            let deadline = match self.store.next_due_except(&full).await {
-                Ok(Some(next)) if next - lead < backstop => next - lead,
-                Ok(_) => backstop,
-                Err(e) => {
-                    warn!(error = %e, "reading the next due time failed");
-                    now + chrono::TimeDelta::seconds(1)
-                }
-            };
-            // A gated target reopens at a time its gate knows, or when an
-            // attempt in flight ends: here the record loop wakes the
-            // sweeper; on another instance nothing does, so look again soon.
-            let deadline = [Some(deadline), gated.next]
-                .into_iter()
-                .flatten()
-                .min()
-                .unwrap_or(deadline);
-            let deadline = if gated.waits_for_attempts {
-                deadline.min(self.clock.now() + GATE_POLL)
-            } else {
-                deadline
-            };
-            // Something due that we could not claim is locked by another
-            // instance's claim in progress: look again shortly, not in a spin.
-            let wait = (deadline - self.clock.now())
-                .to_std()
-                .unwrap_or(Duration::ZERO)
-                .max(if count == 0 {
-                    Duration::from_millis(5)
-                } else {
-                    Duration::ZERO
-                });
-            // What is scheduled to fall due within the lead of the next look
-            // wakes the sweeper.
-            self.wake.sleeping_until(
-                self.clock.now() + chrono::TimeDelta::from_std(wait).unwrap_or_default() + lead,
-            );
-            let held_out = ahead_on && lead.is_zero();
-            let sleep = tokio::time::sleep(wait);
-            tokio::pin!(sleep);
-            let stop = loop {
-                tokio::select! {
-                    _ = &mut sleep => break false,
-                    _ = self.wake.notified() => break false,
-                    _ = targets.freed.notified(), if !full.is_empty() => break false,
-                    // Room to hold more ahead again.
-                    _ = held.freed.notified(), if held_out => break false,
-                    // Waiting messages take the permits that other
-                    // targets' attempts free; nothing to claim for that.
-                    _ = targets.starved.notified() => dispatch.start_waiting(),
-                    _ = shutdown.cancelled() => break true,
-                }
-            };
-            if stop {
+        while !shutdown.is_cancelled() {
+            if self.look(&dispatch, horizon, &shutdown).await.is_break() {
                 break;
             }
         }
@@ -253,6 +86,282 @@ impl Sweeper {
         dispatch.stop().await;
         drop(dispatch);
         let _ = recorder.await;
+    }
+
+    /// Starts the task that records results; it counts the sweeper busy
+    /// while an attempt holds a permit.
+    fn spawn_recorder(
+        &self,
+        dispatch: &Dispatch,
+        results: mpsc::UnboundedReceiver<Done>,
+        shutdown: &CancellationToken,
+    ) -> JoinHandle<()> {
+        let in_flight = dispatch.permits.clone();
+        let all_permits = self.config.concurrency as usize;
+        tokio::spawn(record_loop(
+            self.store.clone(),
+            self.wake.clone(),
+            self.clock.clone(),
+            results,
+            shutdown.clone(),
+            move || in_flight.available_permits() < all_permits,
+        ))
+    }
+
+    /// How far ahead of their time messages are claimed and held; `None`
+    /// when that is off.
+    fn ahead_horizon(&self) -> Option<TimeDelta> {
+        let horizon = TimeDelta::from_std(self.config.claim_ahead).unwrap_or_default();
+        (horizon > TimeDelta::zero() && self.config.claim_ahead_max > 0).then_some(horizon)
+    }
+
+    /// One look: claim what is due as far as there is room, then sleep until
+    /// the next look is due or something wakes the sweeper. Breaks at
+    /// shutdown.
+    async fn look(
+        &self,
+        dispatch: &Arc<Dispatch>,
+        horizon: Option<TimeDelta>,
+        shutdown: &CancellationToken,
+    ) -> ControlFlow<()> {
+        dispatch.start_waiting();
+        if dispatch.permits.available_permits() == 0 {
+            return wait_for_a_permit(dispatch, shutdown).await;
+        }
+        self.wake.awake();
+        let limit = self.claim_limit(dispatch);
+        let now = self.clock.now();
+        let Claims {
+            count,
+            gated,
+            ahead_full,
+        } = match self.claim(dispatch, now, limit, horizon).await {
+            Ok(c) => c,
+            Err(e) => {
+                warn!(error = %e, "claiming due messages failed; retrying shortly");
+                return match sleep_or_shutdown(Duration::from_millis(500), shutdown).await {
+                    true => ControlFlow::Break(()),
+                    false => ControlFlow::Continue(()),
+                };
+            }
+        };
+        count_breaker_changes(&gated.changes);
+        if count > 0 {
+            metrics::histogram!(m::CLAIM_BATCH).record(count as f64);
+            debug!(count, "claimed");
+        }
+        if count as u32 == limit || ahead_full {
+            return ControlFlow::Continue(()); // more may be due right now, or soon
+        }
+        // While more may be held, what falls due is claimed a horizon
+        // ahead of its time.
+        let lead = match horizon {
+            Some(horizon) if self.held.room(self.config.claim_ahead_max) > 0 => horizon,
+            _ => TimeDelta::zero(),
+        };
+        // Messages of a full target wait for one of its attempts to end,
+        // not for their due time, which has passed.
+        let full = dispatch.targets.full();
+        let wait = self.until_next_look(now, lead, &full, &gated, count).await;
+        // What is scheduled to fall due within the lead of the next look
+        // wakes the sweeper.
+        self.wake.sleeping_until(
+            self.clock.now() + TimeDelta::from_std(wait).unwrap_or_default() + lead,
+        );
+        let held_out = horizon.is_some() && lead.is_zero();
+        self.sleep(dispatch, wait, !full.is_empty(), held_out, shutdown)
+            .await
+    }
+
+    /// How many to claim: as many as there are free permits and room for
+    /// claimed messages to wait for a slot, up to a batch.
+    fn claim_limit(&self, dispatch: &Dispatch) -> u32 {
+        // Claimed messages that may wait for a slot, over all targets.
+        let queue_cap = self.config.concurrency;
+        let room = dispatch.permits.available_permits() as u32
+            + queue_cap.saturating_sub(dispatch.targets.queued());
+        room.min(self.config.batch_size)
+    }
+
+    /// Claims what is due, up to `limit`: of the targets without a gate
+    /// (each its share), then of the gated ones, each delivered or waiting
+    /// for a slot; then what falls due within the horizon, held.
+    async fn claim(
+        &self,
+        dispatch: &Arc<Dispatch>,
+        now: DateTime<Utc>,
+        limit: u32,
+        horizon: Option<TimeDelta>,
+    ) -> StoreResult<Claims> {
+        let count = self.claim_due(dispatch, now, limit).await?;
+        // Gated targets (flowControl, circuitBreaker) take what is
+        // left and start at once: a gate counts its starts.
+        let left = (limit - count as u32).min(dispatch.permits.available_permits() as u32);
+        let (gated_count, gated) = self.claim_gated(dispatch, now, left).await?;
+        let ahead_full = self.claim_ahead(dispatch, now, horizon).await?;
+        Ok(Claims {
+            count: count + gated_count,
+            gated,
+            ahead_full,
+        })
+    }
+
+    /// Claims due messages of targets without a gate and hands them to
+    /// dispatch; answers how many.
+    async fn claim_due(
+        &self,
+        dispatch: &Arc<Dispatch>,
+        now: DateTime<Utc>,
+        limit: u32,
+    ) -> StoreResult<usize> {
+        // The lease runs from before the claim statement: attempts must end before it does.
+        let claimed_at = Instant::now();
+        let claimed = self
+            .store
+            .claim_due_shared(now, limit, self.config.lease, &dispatch.targets.shares())
+            .await?;
+        let count = claimed.len();
+        for group in self.group(claimed) {
+            dispatch.take(group, claimed_at);
+        }
+        Ok(count)
+    }
+
+    /// Claims what the gates admit and hands it to dispatch; answers how
+    /// many, and the rest of what the gates said (their claimed messages
+    /// taken out).
+    async fn claim_gated(
+        &self,
+        dispatch: &Arc<Dispatch>,
+        now: DateTime<Utc>,
+        limit: u32,
+    ) -> StoreResult<(usize, GatedClaim)> {
+        let claimed_at = Instant::now();
+        let mut gated = self
+            .store
+            .claim_gated(
+                now,
+                limit,
+                self.config.lease,
+                &dispatch.targets.gated_shares(),
+            )
+            .await?;
+        let count = gated.claimed.len();
+        for group in self.group(std::mem::take(&mut gated.claimed)) {
+            dispatch.take(group, claimed_at);
+        }
+        Ok((count, gated))
+    }
+
+    /// What falls due within the horizon is claimed now and held for its
+    /// instant (not while a bulk cancel holds the gate). Answers whether the
+    /// claim took all it asked for: more may follow soon.
+    async fn claim_ahead(
+        &self,
+        dispatch: &Dispatch,
+        now: DateTime<Utc>,
+        horizon: Option<TimeDelta>,
+    ) -> StoreResult<bool> {
+        let held = &self.held;
+        let (Some(horizon), Some(_gate)) = (horizon, held.gate.try_read().ok()) else {
+            return Ok(false);
+        };
+        let limit = held
+            .room(self.config.claim_ahead_max)
+            .min(self.config.batch_size);
+        if limit == 0 {
+            return Ok(false);
+        }
+        let ahead = self
+            .store
+            .claim_ahead(
+                now,
+                now + horizon,
+                limit,
+                self.config.lease,
+                &dispatch.targets.full(),
+            )
+            .await?;
+        let full = ahead.len() as u32 == limit;
+        if !ahead.is_empty() {
+            metrics::histogram!(m::CLAIM_BATCH).record(ahead.len() as f64);
+        }
+        held.hold(ahead);
+        Ok(full)
+    }
+
+    /// How long to sleep before the next look: until the next due time
+    /// (less the lead), a gated target's reopening or the backstop poll,
+    /// whichever comes first.
+    async fn until_next_look(
+        &self,
+        now: DateTime<Utc>,
+        lead: TimeDelta,
+        full: &[TargetId],
+        gated: &GatedClaim,
+        claimed: usize,
+    ) -> Duration {
+        let backstop = now + TimeDelta::from_std(self.config.poll_interval).unwrap_or_default();
+        let deadline = match self.store.next_due_except(full).await {
+            Ok(Some(next)) if next - lead < backstop => next - lead,
+            Ok(_) => backstop,
+            Err(e) => {
+                warn!(error = %e, "reading the next due time failed");
+                now + TimeDelta::seconds(1)
+            }
+        };
+        // A gated target reopens at a time its gate knows, or when an
+        // attempt in flight ends: here the record loop wakes the
+        // sweeper; on another instance nothing does, so look again soon.
+        let deadline = [Some(deadline), gated.next]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(deadline);
+        let deadline = if gated.waits_for_attempts {
+            deadline.min(self.clock.now() + GATE_POLL)
+        } else {
+            deadline
+        };
+        // Something due that we could not claim is locked by another
+        // instance's claim in progress: look again shortly, not in a spin.
+        (deadline - self.clock.now())
+            .to_std()
+            .unwrap_or(Duration::ZERO)
+            .max(if claimed == 0 {
+                Duration::from_millis(5)
+            } else {
+                Duration::ZERO
+            })
+    }
+
+    /// Sleeps for `wait`, or until woken: by a message scheduled, by an
+    /// attempt of a full target ending (`full_targets`: there is one) or by
+    /// room to hold more ahead (`held_out`: there was none). Breaks at
+    /// shutdown.
+    async fn sleep(
+        &self,
+        dispatch: &Arc<Dispatch>,
+        wait: Duration,
+        full_targets: bool,
+        held_out: bool,
+        shutdown: &CancellationToken,
+    ) -> ControlFlow<()> {
+        let sleep = tokio::time::sleep(wait);
+        tokio::pin!(sleep);
+        loop {
+            tokio::select! {
+                _ = &mut sleep => return ControlFlow::Continue(()),
+                _ = self.wake.notified() => return ControlFlow::Continue(()),
+                _ = dispatch.targets.freed.notified(), if full_targets => return ControlFlow::Continue(()),
+                // Room to hold more ahead again.
+                _ = self.held.freed.notified(), if held_out => return ControlFlow::Continue(()),
+                // Waiting messages take the permits that other
+                // targets' attempts free; nothing to claim for that.
+                _ = dispatch.targets.starved.notified() => dispatch.start_waiting(),
+                _ = shutdown.cancelled() => return ControlFlow::Break(()),
+            }
+        }
     }
 
     /// Splits a claim into what is delivered together: SQS messages of one
@@ -488,4 +597,23 @@ async fn sleep_or_shutdown(d: Duration, shutdown: &CancellationToken) -> bool {
         _ = tokio::time::sleep(d) => false,
         _ = shutdown.cancelled() => true,
     }
+}
+
+/// What one look claimed: how many it handed to dispatch, what the gates
+/// said, and whether the claim ahead was full.
+struct Claims {
+    count: usize,
+    gated: GatedClaim,
+    ahead_full: bool,
+}
+
+/// With every permit taken, waits for one to free, or for messages that
+/// wait for a slot to be started by another target's attempt ending.
+async fn wait_for_a_permit(dispatch: &Dispatch, shutdown: &CancellationToken) -> ControlFlow<()> {
+    tokio::select! {
+        permit = dispatch.permits.acquire() => drop(permit),
+        _ = dispatch.targets.starved.notified() => {}
+        _ = shutdown.cancelled() => return ControlFlow::Break(()),
+    }
+    ControlFlow::Continue(())
 }

@@ -202,6 +202,11 @@ impl TestApp {
         self.running().state.store.clone()
     }
 
+    /// The time by the app's own clock.
+    pub fn now(&self) -> chrono::DateTime<chrono::Utc> {
+        self.running().state.service.now()
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}{}", self.base, path)
     }

@@ -170,8 +170,12 @@ impl Ctx {
     }
 
     async fn person(&self) -> String {
-        let mut u =
-            dispatch::portal::new_user("acme", &format!("p{}@example.com", self.next()), PASSWORD);
+        let mut u = dispatch::portal::new_user(
+            "acme",
+            &format!("p{}@example.com", self.next()),
+            PASSWORD,
+            self.app.now(),
+        );
         u.role = Role::Viewer;
         assert!(self.app.store().create_user(&u).await.unwrap());
         u.id
@@ -425,7 +429,7 @@ impl Ctx {
 }
 
 async fn signed_in_as(app: &TestApp, email: &str, role: Role) -> Browser {
-    let mut u = dispatch::portal::new_user("acme", email, PASSWORD);
+    let mut u = dispatch::portal::new_user("acme", email, PASSWORD, app.now());
     u.role = role;
     assert!(app.store().create_user(&u).await.unwrap());
     let mut b = Browser::new(app);
@@ -589,7 +593,7 @@ async fn people_actions_reach_only_the_admins_account_and_joining_needs_its_own_
     let app = TestApp::spawn().await;
     let mut admin = signed_in_as(&app, "admin@acme.test", Role::Admin).await;
     let store = app.store();
-    let mut theirs = dispatch::portal::new_user("globex", "them@globex.test", PASSWORD);
+    let mut theirs = dispatch::portal::new_user("globex", "them@globex.test", PASSWORD, app.now());
     theirs.role = Role::Viewer;
     assert!(store.create_user(&theirs).await.unwrap());
     let now = Utc::now();
@@ -701,7 +705,7 @@ async fn a_role_the_portal_does_not_know_is_refused_and_changes_nothing() {
     let app = TestApp::spawn().await;
     let mut admin = signed_in_as(&app, "admin@acme.test", Role::Admin).await;
     let store = app.store();
-    let mut person = dispatch::portal::new_user("acme", "ops@acme.test", PASSWORD);
+    let mut person = dispatch::portal::new_user("acme", "ops@acme.test", PASSWORD, app.now());
     person.role = Role::Operator;
     assert!(store.create_user(&person).await.unwrap());
     let csrf = admin.csrf().await;

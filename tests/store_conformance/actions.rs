@@ -120,7 +120,7 @@ async fn cancel_and_reschedule_of_an_unknown_or_foreign_message_answer_not_found
     store.ensure_account(&GLOBEX).await.unwrap();
     let now = time::now();
     let m = schedule(&*store, &t, now + hours(1)).await;
-    let unknown = MessageId::new();
+    let unknown = MessageId::at(now);
     for (account, id) in [(&*ACME, unknown), (&*GLOBEX, m.id)] {
         assert!(
             matches!(

@@ -134,7 +134,7 @@ async fn cancels_reschedules_and_dead_letters_are_recorded_in_the_messages_histo
         );
     }
     assert!(store
-        .list_events(&ACME, &MessageId::new())
+        .list_events(&ACME, &MessageId::at(time::now()))
         .await
         .unwrap()
         .is_empty());

@@ -422,7 +422,7 @@ async fn attempts_of_an_unknown_or_foreign_message_answer_none(store: Arc<dyn St
         "a known message without attempts answers an empty list"
     );
     assert!(store
-        .list_attempts(&ACME, &MessageId::new(), None, 10)
+        .list_attempts(&ACME, &MessageId::at(time::now()), None, 10)
         .await
         .unwrap()
         .is_none());

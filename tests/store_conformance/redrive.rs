@@ -266,7 +266,7 @@ async fn redrive_moves_only_the_dead_letters_that_match_the_target_ids_and_deliv
             delivered.id,
             pending.id,
             x3.id,
-            MessageId::new(),
+            MessageId::at(time::now()),
         ]),
         vec![&x4],
     )

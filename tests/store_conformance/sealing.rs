@@ -250,6 +250,7 @@ pub(crate) async fn assert_reads_back(store: &dyn Store, t: &Target) {
 pub(crate) async fn assert_keys_sealed_under(db: &Db, store: &dyn Store, key_id: &str) {
     let keys = store.signing_keys().await.unwrap();
     let raw = db.raw_signing_keys().await;
+    assert!(!keys.is_empty(), "a signing key was made");
     assert_eq!(raw.len(), keys.len());
     for (kid, stored, stored_key_id) in raw {
         assert_eq!(stored_key_id.as_deref(), Some(key_id), "key {kid}");

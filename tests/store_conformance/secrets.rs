@@ -5,7 +5,10 @@
 
 use crate::{sealing::*, support::*};
 
-checks!(signing_keys_are_created_once_and_stay_the_same_across_calls);
+checks!(
+    the_first_signing_key_is_made_once_and_reading_makes_none,
+    instances_starting_together_keep_every_key_they_made,
+);
 
 checks!(sealed:
     sealed_secrets_are_not_in_the_database_and_every_read_gets_them_back,
@@ -17,9 +20,18 @@ checks!(sealed:
     rotation_without_a_key_is_refused,
 );
 
-async fn signing_keys_are_created_once_and_stay_the_same_across_calls(store: Arc<dyn Store>) {
+async fn the_first_signing_key_is_made_once_and_reading_makes_none(store: Arc<dyn Store>) {
+    assert!(
+        store.signing_keys().await.unwrap().is_empty(),
+        "reading the keys makes none"
+    );
+    let now = time::now();
+    assert!(
+        store.ensure_signing_key(now).await.unwrap(),
+        "a key is made when there is none"
+    );
     let first = store.signing_keys().await.unwrap();
-    assert!(!first.is_empty(), "a key is created when there is none");
+    assert_eq!(first.len(), 1);
     for key in &first {
         assert!(!key.kid.is_empty(), "a key has a kid");
         assert!(
@@ -41,13 +53,39 @@ async fn signing_keys_are_created_once_and_stay_the_same_across_calls(store: Arc
                 .collect::<Vec<_>>(),
             "the keys are stable across calls"
         );
+        assert!(
+            !store.ensure_signing_key(now + secs(1)).await.unwrap(),
+            "no key is made when there is one"
+        );
     }
+}
+
+/// Instances that start together on one database may each make a first
+/// key (PostgreSQL) or only one of them may (SQLite's one writer); either
+/// way every key made is there to read, and none is made afterwards.
+async fn instances_starting_together_keep_every_key_they_made(store: Arc<dyn Store>) {
+    let now = time::now();
+    let starts = (0..8).map(|_| {
+        let store = store.clone();
+        tokio::spawn(async move { store.ensure_signing_key(now).await.unwrap() })
+    });
+    let made = futures::future::join_all(starts)
+        .await
+        .into_iter()
+        .filter(|made| *made.as_ref().unwrap())
+        .count();
+    assert!(made >= 1, "one of them made the first key");
+    let keys = store.signing_keys().await.unwrap();
+    assert_eq!(keys.len(), made, "each key made is kept");
+    assert!(!store.ensure_signing_key(now + secs(1)).await.unwrap());
+    assert_eq!(store.signing_keys().await.unwrap().len(), made);
 }
 
 // ---------------------------------------------------------------------------
 
 async fn sealed_secrets_are_not_in_the_database_and_every_read_gets_them_back(db: Db) {
     let store = db.open(sealer(1, &[])).await;
+    store.ensure_signing_key(time::now()).await.unwrap();
     let current = key(1).id().to_string();
     let hook = webhook_with_secrets(&ACME, "hook");
     let queue = sqs_with_secret(&ACME);
@@ -118,6 +156,7 @@ async fn without_a_key_secrets_are_stored_as_they_are(db: Db) {
     assert_eq!((raw.key_id, raw.sealed), (None, None));
     assert!(raw.config.contains(SECRETS[0]) && raw.config.contains(SECRETS[3]));
     assert_reads_back(&*store, &hook).await;
+    store.ensure_signing_key(time::now()).await.unwrap();
     let keys = store.signing_keys().await.unwrap();
     let raw = db.raw_signing_keys().await;
     assert_eq!(raw.len(), 1);
@@ -128,6 +167,7 @@ async fn a_previous_key_still_reads_what_it_sealed_and_writes_use_the_current_ke
     let store = db.open(sealer(1, &[])).await;
     let hook = webhook_with_secrets(&ACME, "hook");
     insert_target(&*store, &hook).await;
+    store.ensure_signing_key(time::now()).await.unwrap();
     let keys = store.signing_keys().await.unwrap();
     drop(store);
 
@@ -159,6 +199,7 @@ async fn rotation_seals_plain_and_previous_key_rows_under_the_current_key(db: Db
         );
     }
     insert_target(&*store, &plain).await;
+    store.ensure_signing_key(time::now()).await.unwrap();
     let keys = store.signing_keys().await.unwrap();
     drop(store);
     // Written under the key before this one.
@@ -210,7 +251,7 @@ async fn a_row_sealed_under_a_key_not_configured_fails_cleanly_and_its_messages_
     let store = db.open(sealer(1, &[])).await;
     let hook = webhook_with_secrets(&ACME, "hook");
     insert_target(&*store, &hook).await;
-    store.signing_keys().await.unwrap();
+    store.ensure_signing_key(time::now()).await.unwrap();
     let now = time::now();
     let m = schedule(&*store, &hook, now - ms(10)).await;
     drop(store);

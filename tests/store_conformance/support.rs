@@ -117,7 +117,7 @@ pub(crate) fn message_value(
     delivery_time: DateTime<Utc>,
     created_at: DateTime<Utc>,
 ) -> Message {
-    let id = MessageId::new();
+    let id = MessageId::at(created_at);
     Message {
         id,
         account: target.account.clone(),

@@ -5,6 +5,7 @@ use std::collections::{HashMap, HashSet};
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use sqlx::{Postgres, Transaction};
 use uuid::Uuid;
 
 use super::{map_err, ordering, rows::*, PgStore};
@@ -104,168 +105,27 @@ impl MessageStore for PgStore {
         if n == 0 {
             return Ok(Vec::new());
         }
-        let key_of = |i: usize| {
-            items[i]
-                .idempotency
-                .as_ref()
-                .map(|k| (items[i].message.account.as_str(), k.key.as_str()))
-        };
         debug_assert!(
-            {
-                let keys: HashSet<_> = (0..n).filter_map(key_of).collect();
-                keys.len() == (0..n).filter_map(key_of).count()
-            },
+            each_key_once(items),
             "the service sends each key once a batch"
         );
-        // Keys are claimed in (account, key) order, so that two batches with
-        // the same keys in another order wait for each other, not deadlock.
-        let mut keyed: Vec<usize> = (0..n).filter(|&i| key_of(i).is_some()).collect();
-        keyed.sort_by_key(|&i| key_of(i));
+        let keyed = keyed_in_lock_order(items);
         let mut outcomes: Vec<Option<InsertOutcome>> = (0..n).map(|_| None).collect();
-        let mut stored: HashMap<usize, (Vec<u8>, i32, String)> = HashMap::new();
         let mut tx = self.begin().await?;
-
-        let mut claimed: HashSet<usize> = HashSet::new();
-        if !keyed.is_empty() {
-            let idem = |i: usize| items[i].idempotency.as_ref().expect("keyed");
-            // One statement per key lifetime (the API uses one): an expired
-            // key is taken over, a live one is left to its request.
-            let mut ttls: Vec<u128> = keyed.iter().map(|&i| idem(i).ttl.as_millis()).collect();
-            ttls.sort_unstable();
-            ttls.dedup();
-            let mut rows: Vec<(String, String)> = Vec::new();
-            for ttl in ttls {
-                let group: Vec<usize> = keyed
-                    .iter()
-                    .copied()
-                    .filter(|&i| idem(i).ttl.as_millis() == ttl)
-                    .collect();
-                let keyed = &group;
-                let ttl_ms = i64::try_from(ttl).unwrap_or(i64::MAX);
-                let got: Vec<(String, String)> = sqlx::query_as(
-                "INSERT INTO idempotency_keys (account, key, request_hash, status, response, created_at) \
-                 SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::int[], $5::text[], $6::timestamptz[]) \
-                 ON CONFLICT (account, key) DO UPDATE SET request_hash = EXCLUDED.request_hash, \
-                   status = EXCLUDED.status, response = EXCLUDED.response, created_at = EXCLUDED.created_at \
-                 WHERE idempotency_keys.created_at < EXCLUDED.created_at - $7 * interval '1 millisecond' \
-                 RETURNING account, key",
-            )
-            .bind(keyed.iter().map(|&i| items[i].message.account.as_str()).collect::<Vec<_>>())
-            .bind(keyed.iter().map(|&i| idem(i).key.as_str()).collect::<Vec<_>>())
-            .bind(keyed.iter().map(|&i| idem(i).request_hash.as_slice()).collect::<Vec<_>>())
-            .bind(keyed.iter().map(|&i| i32::from(idem(i).status)).collect::<Vec<_>>())
-            .bind(keyed.iter().map(|&i| idem(i).response.to_string()).collect::<Vec<_>>())
-            .bind(keyed.iter().map(|&i| items[i].message.created_at).collect::<Vec<_>>())
-            .bind(ttl_ms)
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(map_err)?;
-                rows.extend(got);
-            }
-            let got: HashSet<(String, String)> = rows.into_iter().collect();
-            for &i in &keyed {
-                let (a, k) = key_of(i).expect("keyed");
-                if got.contains(&(a.to_string(), k.to_string())) {
-                    claimed.insert(i);
-                }
-            }
-            let held: Vec<usize> = keyed
-                .iter()
-                .copied()
-                .filter(|i| !claimed.contains(i))
-                .collect();
-            if !held.is_empty() {
-                let rows: Vec<(String, String, Vec<u8>, i32, String)> = sqlx::query_as(
-                    "SELECT k.account, k.key, k.request_hash, k.status, k.response FROM idempotency_keys k \
-                     JOIN unnest($1::text[], $2::text[]) AS i(account, key) ON k.account = i.account AND k.key = i.key",
-                )
-                .bind(held.iter().map(|&i| items[i].message.account.as_str()).collect::<Vec<_>>())
-                .bind(held.iter().map(|&i| idem(i).key.as_str()).collect::<Vec<_>>())
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(map_err)?;
-                let by_key: HashMap<(String, String), (Vec<u8>, i32, String)> = rows
-                    .into_iter()
-                    .map(|(a, k, h, s, r)| ((a, k), (h, s, r)))
-                    .collect();
-                for &i in &held {
-                    let (a, k) = key_of(i).expect("keyed");
-                    let Some((hash, status, response)) =
-                        by_key.get(&(a.to_string(), k.to_string()))
-                    else {
-                        return Err(StoreError::Corrupt(format!("idempotency key {k} vanished")));
-                    };
-                    outcomes[i] = Some(if *hash == idem(i).request_hash {
-                        replayed(i64::from(*status), response)?
-                    } else {
-                        InsertOutcome::KeyConflict
-                    });
-                    stored.insert(i, (hash.clone(), *status, response.clone()));
-                }
-            }
-        }
+        let claimed = claim_keys(&mut tx, items, &keyed).await?;
+        answer_held_keys(&mut tx, items, &keyed, &claimed, &mut outcomes).await?;
 
         let to_insert: Vec<usize> = (0..n).filter(|&i| outcomes[i].is_none()).collect();
-        let mut inserted: HashSet<Uuid> = HashSet::new();
         let keys = distinct_keys(to_insert.iter().filter_map(|&i| {
             let m = &items[i].message;
             m.ordering_key.as_deref().map(|k| (m.target_id.as_str(), k))
         }));
         ordering::lock_keys(&mut tx, &keys).await?;
-        if !to_insert.is_empty() {
-            let m = |i: usize| &items[i].message;
-            let rows: Vec<(Uuid,)> = sqlx::query_as(
-                "INSERT INTO messages (id, account, target_id, state, payload, delivery_time, next_attempt_at, \
-                   claim_at, paused, gated, created_at, updated_at, ordering_key, held) \
-                 SELECT i.id, i.account, t.id, 'Scheduled', i.payload, i.at, i.at, i.at, NOT t.enabled, t.gated, \
-                   i.now, i.now, i.okey, i.okey IS NOT NULL \
-                 FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bytea[], $5::timestamptz[], $6::timestamptz[], \
-                   $7::text[]) AS i(id, account, target_id, payload, at, now, okey) \
-                 JOIN targets t ON t.id = i.target_id AND t.account = i.account \
-                 FOR KEY SHARE OF t \
-                 RETURNING id",
-            )
-            .bind(to_insert.iter().map(|&i| m(i).id.0).collect::<Vec<_>>())
-            .bind(to_insert.iter().map(|&i| m(i).account.as_str()).collect::<Vec<_>>())
-            .bind(to_insert.iter().map(|&i| m(i).target_id.as_str()).collect::<Vec<_>>())
-            .bind(to_insert.iter().map(|&i| m(i).payload.as_str().as_bytes()).collect::<Vec<_>>())
-            .bind(to_insert.iter().map(|&i| m(i).delivery_time).collect::<Vec<_>>())
-            .bind(to_insert.iter().map(|&i| m(i).created_at).collect::<Vec<_>>())
-            .bind(to_insert.iter().map(|&i| m(i).ordering_key.as_deref()).collect::<Vec<_>>())
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(map_err)?;
-            inserted = rows.into_iter().map(|(id,)| id).collect();
-        }
+        let inserted = insert_items(&mut tx, items, &to_insert).await?;
         ordering::settle_keys(&mut tx, &keys).await?;
-        let mut give_back: Vec<usize> = Vec::new();
-        for &i in &to_insert {
-            outcomes[i] = Some(if inserted.contains(&items[i].message.id.0) {
-                InsertOutcome::Created(Box::new(items[i].message.clone()))
-            } else {
-                if claimed.contains(&i) {
-                    give_back.push(i);
-                }
-                InsertOutcome::UnknownTarget
-            });
-        }
-        if !give_back.is_empty() {
-            sqlx::query(
-                "DELETE FROM idempotency_keys k USING unnest($1::text[], $2::text[]) AS i(account, key) \
-                 WHERE k.account = i.account AND k.key = i.key",
-            )
-            .bind(give_back.iter().map(|&i| items[i].message.account.as_str()).collect::<Vec<_>>())
-            .bind(give_back.iter().map(|&i| key_of(i).expect("keyed").1).collect::<Vec<_>>())
-            .execute(&mut *tx)
-            .await
-            .map_err(map_err)?;
-        }
-        let earliest: Option<DateTime<Utc>> = to_insert
-            .iter()
-            .filter(|&&i| inserted.contains(&items[i].message.id.0))
-            .map(|&i| items[i].message.delivery_time)
-            .min();
-        if let Some(at) = earliest {
+        let give_back = answer_inserted(items, &to_insert, &inserted, &claimed, &mut outcomes);
+        give_back_keys(&mut tx, items, &give_back).await?;
+        if let Some(at) = earliest_inserted(items, &to_insert, &inserted) {
             let now = items
                 .iter()
                 .map(|i| i.message.created_at)
@@ -394,4 +254,241 @@ impl MessageStore for PgStore {
             .collect::<StoreResult<Vec<_>>>()
             .map(Some)
     }
+}
+
+/// The account and idempotency key of a batch item, if it has a key.
+fn key_of(item: &BatchItem) -> Option<(&str, &str)> {
+    item.idempotency
+        .as_ref()
+        .map(|k| (item.message.account.as_str(), k.key.as_str()))
+}
+
+/// The idempotency key of an item known to have one.
+fn idem(item: &BatchItem) -> &IdempotencyInput {
+    item.idempotency.as_ref().expect("keyed")
+}
+
+fn each_key_once(items: &[BatchItem]) -> bool {
+    let keys: HashSet<_> = items.iter().filter_map(key_of).collect();
+    keys.len() == items.iter().filter_map(key_of).count()
+}
+
+/// The items with an idempotency key, in (account, key) order: two batches
+/// with the same keys in another order wait for each other, not deadlock.
+fn keyed_in_lock_order(items: &[BatchItem]) -> Vec<usize> {
+    let mut keyed: Vec<usize> = (0..items.len())
+        .filter(|&i| key_of(&items[i]).is_some())
+        .collect();
+    keyed.sort_by_key(|&i| key_of(&items[i]));
+    keyed
+}
+
+/// Claims the keys of the `keyed` items, one statement per key lifetime
+/// (the API uses one): an expired key is taken over, a live one is left to
+/// its request. Answers the items whose key this batch now holds.
+async fn claim_keys(
+    tx: &mut Transaction<'static, Postgres>,
+    items: &[BatchItem],
+    keyed: &[usize],
+) -> StoreResult<HashSet<usize>> {
+    let mut ttls: Vec<u128> = keyed
+        .iter()
+        .map(|&i| idem(&items[i]).ttl.as_millis())
+        .collect();
+    ttls.sort_unstable();
+    ttls.dedup();
+    let mut rows: Vec<(String, String)> = Vec::new();
+    for ttl in ttls {
+        let group: Vec<usize> = keyed
+            .iter()
+            .copied()
+            .filter(|&i| idem(&items[i]).ttl.as_millis() == ttl)
+            .collect();
+        rows.extend(claim_keys_living(tx, items, &group, ttl).await?);
+    }
+    let got: HashSet<(String, String)> = rows.into_iter().collect();
+    Ok(keyed
+        .iter()
+        .copied()
+        .filter(|&i| {
+            let (a, k) = key_of(&items[i]).expect("keyed");
+            got.contains(&(a.to_string(), k.to_string()))
+        })
+        .collect())
+}
+
+/// Claims the keys of `keyed`, all of one lifetime (`ttl` in ms); answers
+/// the (account, key) of those claimed.
+async fn claim_keys_living(
+    tx: &mut Transaction<'static, Postgres>,
+    items: &[BatchItem],
+    keyed: &[usize],
+    ttl: u128,
+) -> StoreResult<Vec<(String, String)>> {
+    let ttl_ms = i64::try_from(ttl).unwrap_or(i64::MAX);
+    sqlx::query_as(
+        "INSERT INTO idempotency_keys (account, key, request_hash, status, response, created_at) \
+         SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::int[], $5::text[], $6::timestamptz[]) \
+         ON CONFLICT (account, key) DO UPDATE SET request_hash = EXCLUDED.request_hash, \
+           status = EXCLUDED.status, response = EXCLUDED.response, created_at = EXCLUDED.created_at \
+         WHERE idempotency_keys.created_at < EXCLUDED.created_at - $7 * interval '1 millisecond' \
+         RETURNING account, key",
+    )
+    .bind(keyed.iter().map(|&i| items[i].message.account.as_str()).collect::<Vec<_>>())
+    .bind(keyed.iter().map(|&i| idem(&items[i]).key.as_str()).collect::<Vec<_>>())
+    .bind(keyed.iter().map(|&i| idem(&items[i]).request_hash.as_slice()).collect::<Vec<_>>())
+    .bind(keyed.iter().map(|&i| i32::from(idem(&items[i]).status)).collect::<Vec<_>>())
+    .bind(keyed.iter().map(|&i| idem(&items[i]).response.to_string()).collect::<Vec<_>>())
+    .bind(keyed.iter().map(|&i| items[i].message.created_at).collect::<Vec<_>>())
+    .bind(ttl_ms)
+    .fetch_all(&mut **tx)
+    .await
+    .map_err(map_err)
+}
+
+/// Answers the keyed items whose key an earlier request holds: its response
+/// replayed for the same request, a conflict for another.
+async fn answer_held_keys(
+    tx: &mut Transaction<'static, Postgres>,
+    items: &[BatchItem],
+    keyed: &[usize],
+    claimed: &HashSet<usize>,
+    outcomes: &mut [Option<InsertOutcome>],
+) -> StoreResult<()> {
+    let held: Vec<usize> = keyed
+        .iter()
+        .copied()
+        .filter(|i| !claimed.contains(i))
+        .collect();
+    if held.is_empty() {
+        return Ok(());
+    }
+    let rows: Vec<(String, String, Vec<u8>, i32, String)> = sqlx::query_as(
+        "SELECT k.account, k.key, k.request_hash, k.status, k.response FROM idempotency_keys k \
+         JOIN unnest($1::text[], $2::text[]) AS i(account, key) ON k.account = i.account AND k.key = i.key",
+    )
+    .bind(held.iter().map(|&i| items[i].message.account.as_str()).collect::<Vec<_>>())
+    .bind(held.iter().map(|&i| idem(&items[i]).key.as_str()).collect::<Vec<_>>())
+    .fetch_all(&mut **tx)
+    .await
+    .map_err(map_err)?;
+    let by_key: HashMap<(String, String), (Vec<u8>, i32, String)> = rows
+        .into_iter()
+        .map(|(a, k, h, s, r)| ((a, k), (h, s, r)))
+        .collect();
+    for &i in &held {
+        let (a, k) = key_of(&items[i]).expect("keyed");
+        let Some((hash, status, response)) = by_key.get(&(a.to_string(), k.to_string())) else {
+            return Err(StoreError::Corrupt(format!("idempotency key {k} vanished")));
+        };
+        outcomes[i] = Some(if *hash == idem(&items[i]).request_hash {
+            replayed(i64::from(*status), response)?
+        } else {
+            InsertOutcome::KeyConflict
+        });
+    }
+    Ok(())
+}
+
+/// Inserts the messages of the items `to_insert` in one statement, each
+/// target's row KEY SHARE locked against a concurrent enable or disable;
+/// answers the ids inserted (a message whose target is unknown is not).
+async fn insert_items(
+    tx: &mut Transaction<'static, Postgres>,
+    items: &[BatchItem],
+    to_insert: &[usize],
+) -> StoreResult<HashSet<Uuid>> {
+    if to_insert.is_empty() {
+        return Ok(HashSet::new());
+    }
+    let m = |i: usize| &items[i].message;
+    let rows: Vec<(Uuid,)> = sqlx::query_as(
+        "INSERT INTO messages (id, account, target_id, state, payload, delivery_time, next_attempt_at, \
+           claim_at, paused, gated, created_at, updated_at, ordering_key, held) \
+         SELECT i.id, i.account, t.id, 'Scheduled', i.payload, i.at, i.at, i.at, NOT t.enabled, t.gated, \
+           i.now, i.now, i.okey, i.okey IS NOT NULL \
+         FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bytea[], $5::timestamptz[], $6::timestamptz[], \
+           $7::text[]) AS i(id, account, target_id, payload, at, now, okey) \
+         JOIN targets t ON t.id = i.target_id AND t.account = i.account \
+         FOR KEY SHARE OF t \
+         RETURNING id",
+    )
+    .bind(to_insert.iter().map(|&i| m(i).id.0).collect::<Vec<_>>())
+    .bind(to_insert.iter().map(|&i| m(i).account.as_str()).collect::<Vec<_>>())
+    .bind(to_insert.iter().map(|&i| m(i).target_id.as_str()).collect::<Vec<_>>())
+    .bind(to_insert.iter().map(|&i| m(i).payload.as_str().as_bytes()).collect::<Vec<_>>())
+    .bind(to_insert.iter().map(|&i| m(i).delivery_time).collect::<Vec<_>>())
+    .bind(to_insert.iter().map(|&i| m(i).created_at).collect::<Vec<_>>())
+    .bind(to_insert.iter().map(|&i| m(i).ordering_key.as_deref()).collect::<Vec<_>>())
+    .fetch_all(&mut **tx)
+    .await
+    .map_err(map_err)?;
+    Ok(rows.into_iter().map(|(id,)| id).collect())
+}
+
+/// Answers the items `to_insert`: created, or their target unknown. Returns
+/// those of the unknown whose key this batch claimed, to be given back.
+fn answer_inserted(
+    items: &[BatchItem],
+    to_insert: &[usize],
+    inserted: &HashSet<Uuid>,
+    claimed: &HashSet<usize>,
+    outcomes: &mut [Option<InsertOutcome>],
+) -> Vec<usize> {
+    let mut give_back: Vec<usize> = Vec::new();
+    for &i in to_insert {
+        outcomes[i] = Some(if inserted.contains(&items[i].message.id.0) {
+            InsertOutcome::Created(Box::new(items[i].message.clone()))
+        } else {
+            if claimed.contains(&i) {
+                give_back.push(i);
+            }
+            InsertOutcome::UnknownTarget
+        });
+    }
+    give_back
+}
+
+/// Deletes the keys of the items `give_back`, which made no message.
+async fn give_back_keys(
+    tx: &mut Transaction<'static, Postgres>,
+    items: &[BatchItem],
+    give_back: &[usize],
+) -> StoreResult<()> {
+    if give_back.is_empty() {
+        return Ok(());
+    }
+    sqlx::query(
+        "DELETE FROM idempotency_keys k USING unnest($1::text[], $2::text[]) AS i(account, key) \
+         WHERE k.account = i.account AND k.key = i.key",
+    )
+    .bind(
+        give_back
+            .iter()
+            .map(|&i| items[i].message.account.as_str())
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        give_back
+            .iter()
+            .map(|&i| key_of(&items[i]).expect("keyed").1)
+            .collect::<Vec<_>>(),
+    )
+    .execute(&mut **tx)
+    .await
+    .map_err(map_err)?;
+    Ok(())
+}
+
+/// The earliest delivery time among the messages inserted.
+fn earliest_inserted(
+    items: &[BatchItem],
+    to_insert: &[usize],
+    inserted: &HashSet<Uuid>,
+) -> Option<DateTime<Utc>> {
+    to_insert
+        .iter()
+        .filter(|&&i| inserted.contains(&items[i].message.id.0))
+        .map(|&i| items[i].message.delivery_time)
+        .min()
 }

@@ -1,9 +1,8 @@
 //! Token-signing keys and the rotation of sealed secrets, once for both
-//! databases (see `store::sealed` for how secrets are kept). Only the
-//! creation of the first signing key differs by database, and says why.
+//! databases (see `store::sealed` for how secrets are kept).
 
 use async_trait::async_trait;
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use rand::Rng;
 use serde_json::Value;
 use sqlx::{
@@ -16,7 +15,7 @@ use sqlx::{
 };
 use uuid::Uuid;
 
-use super::{At, Db, Keeps};
+use super::{At, Keeps};
 use crate::{
     sealing::Sealer,
     store::{sealed::*, SecretStore, SigningKey, StoreError, StoreResult},
@@ -111,70 +110,43 @@ fn new_key(sealer: Option<&Sealer>) -> KeyRow {
     (kid, stored, key_id)
 }
 
-/// The keys, the first created when there is none, in PostgreSQL: the
-/// database is shared by instances that may start together. Each may then
-/// insert a key, outside any transaction so that the other sees it, and
-/// reads again: both keys are valid. `created_at` is the database's
-/// `now()` (the column's default).
-async fn keys_shared(db: Db<'_>, sealer: Option<&Sealer>) -> StoreResult<Vec<KeyRow>> {
-    let fetch = || {
-        db.read("SELECT kid, secret, key_id FROM signing_keys ORDER BY created_at DESC")
-            .fetch_all()
-    };
-    let mut rows: Vec<KeyRow> = fetch().await?;
-    if rows.is_empty() {
-        let (kid, stored, key_id) = new_key(sealer);
-        db.write("INSERT INTO signing_keys (kid, secret, key_id) VALUES ($1, $2, $3)")
-            .bind(&kid)
-            .bind(stored)
-            .bind(key_id)
-            .execute()
-            .await?;
-        rows = fetch().await?;
-    }
-    Ok(rows)
-}
-
-/// The keys, the first created when there is none, in SQLite: its one
-/// writer reads and inserts in one transaction, and what it inserted is
-/// all there is. `created_at` (integer milliseconds) has no default; keys
-/// of the same millisecond are ordered by kid.
-async fn keys_alone(db: Db<'_>, sealer: Option<&Sealer>) -> StoreResult<Vec<KeyRow>> {
-    let mut tx = db.begin().await?;
-    let mut rows: Vec<KeyRow> = tx
-        .sql("SELECT kid, secret, key_id FROM signing_keys ORDER BY created_at DESC, kid")
-        .fetch_all()
-        .await?;
-    if rows.is_empty() {
-        let (kid, stored, key_id) = new_key(sealer);
-        tx.sql(
-            "INSERT INTO signing_keys (kid, secret, key_id, created_at) VALUES ($1, $2, $3, $4)",
-        )
-        .bind(&kid)
-        .bind(&stored)
-        .bind(&key_id)
-        .bind(At(Utc::now()))
-        .execute()
-        .await?;
-        rows.push((kid, stored, key_id));
-    }
-    tx.commit().await?;
-    Ok(rows)
-}
-
 #[async_trait]
 impl<B: Keeps> SecretStore for B {
     async fn signing_keys(&self) -> StoreResult<Vec<SigningKey>> {
-        let rows = match self.db() {
-            db @ Db::Postgres(_) => keys_shared(db, self.sealer()).await?,
-            db @ Db::Sqlite { .. } => keys_alone(db, self.sealer()).await?,
-        };
+        let rows: Vec<KeyRow> = self
+            .db()
+            .read("SELECT kid, secret, key_id FROM signing_keys ORDER BY created_at DESC, kid")
+            .fetch_all()
+            .await?;
         rows.into_iter()
             .map(|(kid, secret, key_id)| {
                 let secret = open_signing_key(self.sealer(), &kid, secret, key_id.as_deref())?;
                 Ok(SigningKey { kid, secret })
             })
             .collect()
+    }
+
+    /// One statement, in a transaction of its own, so that an instance
+    /// starting beside this one sees the key once it is there. On SQLite,
+    /// whose one writer runs it alone, it is the only key. On PostgreSQL
+    /// two instances starting together may each find none and insert one:
+    /// both keys are valid, and each instance reloads the keys when a token
+    /// names one it has not loaded.
+    async fn ensure_signing_key(&self, now: DateTime<Utc>) -> StoreResult<bool> {
+        let (kid, stored, key_id) = new_key(self.sealer());
+        let inserted = self
+            .db()
+            .write(
+                "INSERT INTO signing_keys (kid, secret, key_id, created_at) \
+                 SELECT $1, $2, $3, $4 WHERE NOT EXISTS (SELECT 1 FROM signing_keys)",
+            )
+            .bind(kid)
+            .bind(stored)
+            .bind(key_id)
+            .bind(At(now))
+            .execute()
+            .await?;
+        Ok(inserted == 1)
     }
 
     async fn reseal_targets(&self, after: Option<&str>, limit: u32) -> StoreResult<ResealPage> {
