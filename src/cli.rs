@@ -21,9 +21,11 @@ use serde_json::json;
 
 use crate::{
     app,
-    auth::{parse_scopes, SCOPES},
     config::Config,
-    domain::ids::AccountId,
+    domain::{
+        ids::AccountId,
+        scope::{join_scopes, parse_scopes, SCOPES},
+    },
     service::{identities::MIN_PASSWORD, Service, ServiceError},
     store::{portal::Role, ClientSummary},
     wire::TargetOut,
@@ -456,10 +458,14 @@ fn client_json(c: &ClientSummary) -> serde_json::Value {
 async fn list_clients(config: Config, args: ListClients) -> anyhow::Result<()> {
     use std::io::IsTerminal;
     let (store, _) = store_line::open_admin(&config).await?.into_parts();
-    let clients = store
-        .list_clients(args.account.trim())
-        .await
-        .context("listing the clients")?;
+    // A name no account can have (empty, too long) has no clients.
+    let clients = match AccountId::parse(&args.account) {
+        Ok(account) => store
+            .list_clients(&account)
+            .await
+            .context("listing the clients")?,
+        Err(_) => Vec::new(),
+    };
     // What a script reads (the JSON array) unless a person reads it.
     let as_table = args.table || (!args.json && std::io::stdout().is_terminal());
     if !as_table {
@@ -472,7 +478,7 @@ async fn list_clients(config: Config, args: ListClients) -> anyhow::Result<()> {
         t.row(vec![
             c.client_id.clone(),
             c.name.clone(),
-            c.scopes.join(" "),
+            join_scopes(&c.scopes),
             table::time(Some(&c.created_at)),
             table::time(c.revoked_at.as_ref()),
         ]);

@@ -47,7 +47,11 @@ async fn wait_until_all_in(app: &TestApp, account: &str, target: &str, state: &s
     };
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
-        let got = app.store().count_messages(account, &filter).await.unwrap();
+        let got = app
+            .store()
+            .count_messages(&common::account(account), &filter)
+            .await
+            .unwrap();
         if got == n {
             return;
         }

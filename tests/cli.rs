@@ -16,7 +16,7 @@ use std::{process::Stdio, time::Duration};
 
 use tokio::io::AsyncBufReadExt;
 
-use common::{in_ms, receiver::Receiver, receiver::Reply, TestApp, TestDb};
+use common::{account, in_ms, receiver::Receiver, receiver::Reply, TestApp, TestDb};
 use serde_json::Value;
 
 fn dispatch() -> tokio::process::Command {
@@ -309,7 +309,11 @@ async fn targets_create_provisions_a_target_from_the_command_line() {
     assert_eq!(t["config"]["credentials"]["secretAccessKey"], "***");
     let id: dispatch::domain::ids::TargetId = t["targetId"].as_str().unwrap().parse().unwrap();
     let store = common::open_any_store(&db.url).await;
-    assert!(store.get_target("demo", &id).await.unwrap().is_some());
+    assert!(store
+        .get_target(&account("demo"), &id)
+        .await
+        .unwrap()
+        .is_some());
 
     // Provisioning run again (the compose demo on every `up`) creates no second one.
     for _ in 0..2 {
@@ -333,7 +337,10 @@ async fn targets_create_provisions_a_target_from_the_command_line() {
         assert_eq!(same["targetId"], t["targetId"]);
         assert_eq!(same["config"]["credentials"]["secretAccessKey"], "***");
     }
-    let all = store.list_targets("demo", None, 100).await.unwrap();
+    let all = store
+        .list_targets(&account("demo"), None, 100)
+        .await
+        .unwrap();
     assert_eq!(all.len(), 1, "{all:?}");
     // Another account's target of that name is not this account's.
     let theirs = common::dispatch_json(
@@ -355,7 +362,11 @@ async fn targets_create_provisions_a_target_from_the_command_line() {
     .await;
     assert_ne!(theirs["targetId"], t["targetId"]);
     assert_eq!(
-        store.list_targets("other", None, 100).await.unwrap().len(),
+        store
+            .list_targets(&account("other"), None, 100)
+            .await
+            .unwrap()
+            .len(),
         1
     );
 
@@ -536,7 +547,7 @@ async fn users_create_generates_a_password_prints_it_once_and_it_verifies() {
         .await
         .unwrap()
         .expect("the user is stored under the lower-cased email");
-    assert_eq!(user.account, "acme");
+    assert_eq!(user.account.as_str(), "acme");
     assert_eq!(user.email, "ops@example.com");
     assert!(
         !user.password_hash.contains(&password),
@@ -604,7 +615,7 @@ async fn users_create_reads_the_password_from_stdin_and_does_not_print_it() {
         .await
         .unwrap()
         .expect("the user is stored");
-    assert_eq!(user.account, "acme");
+    assert_eq!(user.account.as_str(), "acme");
     assert!(
         dispatch::auth::secrets::verify_secret(password, &user.password_hash),
         "the first line, without its line ending, is the password"
@@ -652,7 +663,7 @@ async fn users_create_refuses_an_email_that_is_taken() {
 
     let store = common::open_any_store(&db.url).await;
     let user = store.find_user("ops@example.com").await.unwrap().unwrap();
-    assert_eq!(user.account, "acme", "the first user is kept");
+    assert_eq!(user.account.as_str(), "acme", "the first user is kept");
     assert!(dispatch::auth::secrets::verify_secret(
         "the first password",
         &user.password_hash

@@ -9,7 +9,10 @@ use std::{process::Stdio, time::Duration};
 use common::{in_ms, receiver::Receiver, TestApp, TestDb};
 use dispatch::{
     config::{Config, KeyText},
-    domain::{ids::TargetId, target::TargetConfig},
+    domain::{
+        ids::{AccountId, TargetId},
+        target::TargetConfig,
+    },
     sealing::SealingKey,
 };
 use serde_json::{json, Value};
@@ -148,7 +151,12 @@ async fn targets_created_with_a_key_are_sealed_and_rotate_moves_them_to_a_new_ke
             .unwrap();
         let (store, _) = backend.into_parts();
         let id: TargetId = hook_id.parse().unwrap();
-        let TargetConfig::Webhook(w) = store.get_target("demo", &id).await.unwrap().unwrap().config
+        let TargetConfig::Webhook(w) = store
+            .get_target(&AccountId::parse("demo").unwrap(), &id)
+            .await
+            .unwrap()
+            .unwrap()
+            .config
         else {
             panic!("a webhook")
         };

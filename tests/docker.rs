@@ -21,7 +21,7 @@ use std::{
 
 use clap::Parser;
 use common::{in_ms, moto::Moto, proxy::Proxy, TestApp, TestDb};
-use dispatch::{cli::Cli, config::Config, delivery::resolver::Resolver};
+use dispatch::{cli::Cli, config::Config, delivery::resolver::Resolver, domain::ids::AccountId};
 use serde_json::Value;
 use yaml_rust2::{Yaml, YamlLoader};
 
@@ -152,7 +152,14 @@ async fn the_demo_target_setup_run_twice_leaves_one_target() {
     }
     assert_eq!(ids[0], ids[1], "the second run prints the first target");
     let store = common::open_any_store(&db.url).await;
-    assert_eq!(store.list_targets("demo", None, 10).await.unwrap().len(), 1);
+    assert_eq!(
+        store
+            .list_targets(&AccountId::parse("demo").unwrap(), None, 10)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
 }
 
 /// A service's `command` (or `entrypoint`), as the container gets it.
@@ -286,7 +293,10 @@ async fn the_aws_profile_creates_its_target_and_delivers_to_moto_on_a_private_ad
         .await
         .expect("aws-target creates its target");
     let store = common::open_any_store(&db.url).await;
-    let targets = store.list_targets("demo", None, 10).await.unwrap();
+    let targets = store
+        .list_targets(&AccountId::parse("demo").unwrap(), None, 10)
+        .await
+        .unwrap();
     drop(store);
     assert_eq!(targets.len(), 1, "{targets:?}");
     let target_id = targets[0].id.to_string();

@@ -80,10 +80,11 @@ async fn stored_directly(app: &TestApp, account: &str, kind: &str, config: Value
     let spec =
         dispatch::wire::target::parse(&json!({"name": "stored", "type": kind, "config": config}))
             .expect("a well-formed target");
-    app.store().ensure_account(account).await.unwrap();
+    let account = common::account(account);
+    app.store().ensure_account(&account).await.unwrap();
     let t = dispatch::store::insert_new_target(
         app.store().as_ref(),
-        account,
+        &account,
         &spec,
         dispatch::clock::Clock::now(&dispatch::clock::SystemClock),
     )
@@ -212,7 +213,7 @@ async fn a_new_token_url_or_aws_address_needs_its_secret_sent_again() {
     }
     let stored = app
         .store()
-        .get_target("acme", &id(&queue).parse().unwrap())
+        .get_target(&common::account("acme"), &id(&queue).parse().unwrap())
         .await
         .unwrap()
         .unwrap()
@@ -573,18 +574,16 @@ async fn the_operator_can_lend_the_servers_identity_on_purpose() {
     let db = common::TestDb::new().await;
     let (client_id, secret) = {
         let store = common::open_any_store(&db.url).await;
-        store.ensure_account("acme").await.unwrap();
+        let acme = dispatch::domain::ids::AccountId::parse("acme").unwrap();
+        store.ensure_account(&acme).await.unwrap();
         let (id, secret) = dispatch::auth::secrets::generate_client_credentials();
         store
             .create_client(&dispatch::store::ClientRecord {
                 client_id: id.clone(),
-                account: "acme".into(),
+                account: acme,
                 name: "test".into(),
                 secret_hash: dispatch::auth::secrets::hash_client_secret(&secret),
-                scopes: dispatch::auth::SCOPES
-                    .iter()
-                    .map(|s| s.to_string())
-                    .collect(),
+                scopes: dispatch::domain::scope::Scope::ALL.to_vec(),
             })
             .await
             .unwrap();

@@ -14,11 +14,12 @@ mod common;
 use chrono::TimeDelta;
 use common::{receiver::Receiver, *};
 use dispatch::{
-    auth::{Principal, Scope},
+    auth::Principal,
     domain::{
         event::{EventType, Pattern},
         ids::{AccountId, EventId, MessageId, ScheduleId, SubscriptionId, TargetId},
         payload::Payload,
+        scope::Scope,
     },
     service::{events::PublishRequest, Actor, Service, ServiceError},
     store::{portal::Role, Bulk, BulkAction, EventQuery, MessageFilter, RangeOn},

@@ -687,7 +687,7 @@ async fn a_webhook_target_made_with_the_form_shows_its_secret_once_and_an_edit_k
         .await;
     let stored = app
         .store()
-        .get_target("acme", &tid.parse().unwrap())
+        .get_target(&common::account("acme"), &tid.parse().unwrap())
         .await
         .unwrap()
         .unwrap();
@@ -838,7 +838,7 @@ async fn sqs_and_sns_targets_made_with_the_form_keep_their_secret_access_key_wri
     assert_eq!(p.status, StatusCode::SEE_OTHER, "{}", p.body);
     let stored = app
         .store()
-        .get_target("acme", &tid.parse().unwrap())
+        .get_target(&common::account("acme"), &tid.parse().unwrap())
         .await
         .unwrap()
         .unwrap();

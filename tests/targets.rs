@@ -615,7 +615,7 @@ async fn stored_config(app: &TestApp, target_id: &str) -> Value {
     let id = target_id.parse().unwrap();
     let target = app
         .store()
-        .get_target("acme", &id)
+        .get_target(&common::account("acme"), &id)
         .await
         .unwrap()
         .expect("the target is stored");

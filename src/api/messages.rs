@@ -16,7 +16,7 @@ use crate::{
     domain::{
         event::EventType,
         ids::{EventId, MessageId, ScheduleId, TargetId},
-        message::{parse_ordering_key, State as MsgState},
+        message::{OrderingKey, State as MsgState},
         payload::Payload,
         target::FieldError,
         time,
@@ -77,7 +77,7 @@ pub(super) fn schedule_request(
         Field::Missing => None,
         key => key
             .take("orderingKey", &mut errors)
-            .and_then(|k| match parse_ordering_key(k) {
+            .and_then(|k| match OrderingKey::parse(k) {
                 Ok(k) => Some(k),
                 Err(rule) => {
                     errors.push(FieldError::new("orderingKey", rule));

@@ -12,7 +12,8 @@ use axum::{
 use base64::{engine::general_purpose::STANDARD as B64, Engine};
 
 use crate::{
-    auth::{known_scopes, parse_scopes, TokenError},
+    auth::TokenError,
+    domain::scope::parse_scopes,
     limits::retry_after_secs,
     state::AppState,
     store::ClientRecord,
@@ -201,7 +202,7 @@ async fn issue(
             "only client_credentials is supported",
         ));
     }
-    let granted = known_scopes(client.scopes.iter().map(String::as_str));
+    let granted = client.scopes.clone();
     let scopes = match scope.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
         None => granted,
         Some(requested) => {

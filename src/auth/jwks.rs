@@ -19,8 +19,11 @@ use jsonwebtoken::{
 };
 use serde_json::Value;
 
-use super::{known_scopes, Principal, TokenError};
-use crate::{config::ExternalIssuerConfig, domain::ids::AccountId};
+use super::{Principal, TokenError};
+use crate::{
+    config::ExternalIssuerConfig,
+    domain::{ids::AccountId, scope::known_scopes},
+};
 
 const MIN_REFETCH: Duration = Duration::from_secs(1);
 const MAX_BACKOFF: Duration = Duration::from_secs(60);

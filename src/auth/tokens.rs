@@ -16,13 +16,13 @@ use jsonwebtoken::{
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Mutex, RwLock};
 
-use super::{
-    join_scopes, jwks::ExternalIssuer, known_scopes, revocations::Revocations, Principal, Scope,
-    TokenError,
-};
+use super::{jwks::ExternalIssuer, revocations::Revocations, Principal, TokenError};
 use crate::{
     config::AuthConfig,
-    domain::ids::AccountId,
+    domain::{
+        ids::AccountId,
+        scope::{join_scopes, known_scopes, Scope},
+    },
     store::{ClientRecord, SigningKey, Store, StoreError},
 };
 
@@ -103,7 +103,7 @@ impl TokenService {
             iss: self.issuer.clone(),
             aud: self.audience.clone(),
             sub: client.client_id.clone(),
-            account: client.account.clone(),
+            account: client.account.to_string(),
             scope: scope.clone(),
             iat: now,
             // A little in the past, so that an instance whose clock runs

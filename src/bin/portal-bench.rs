@@ -22,7 +22,7 @@ use dispatch::{
     clock::{Clock, SystemClock},
     config::Config,
     domain::{
-        ids::{MessageId, TargetId},
+        ids::{AccountId, MessageId, TargetId},
         message::{Attempt, Message, State},
         payload::Payload,
         retry::{AttemptOutcome, Next},
@@ -68,12 +68,13 @@ const TARGETS: usize = 5;
 /// and recorded as delivered (one attempt) or dead letters (three failed
 /// attempts), some are cancelled, the rest stay scheduled for next year.
 async fn fill(store: &dyn Store, n: usize) -> anyhow::Result<(Vec<TargetId>, MessageId)> {
+    let account = AccountId::parse(ACCOUNT).expect("a valid account name");
     let now = SystemClock.now();
     let mut targets = Vec::new();
     for i in 0..TARGETS {
         let t = Target {
             id: TargetId::new(),
-            account: ACCOUNT.into(),
+            account: account.clone(),
             name: format!("target {i}"),
             enabled: true,
             config: TargetConfig::Webhook(WebhookConfig {
@@ -94,7 +95,7 @@ async fn fill(store: &dyn Store, n: usize) -> anyhow::Result<(Vec<TargetId>, Mes
     }
     let message = |i: usize, at| {
         Message::scheduled(
-            ACCOUNT,
+            &account,
             targets[i % TARGETS].clone(),
             at,
             Payload::parse(format!("{{\"order\": {i}, \"note\": \"benchmark\"}}")).unwrap(),
@@ -109,7 +110,7 @@ async fn fill(store: &dyn Store, n: usize) -> anyhow::Result<(Vec<TargetId>, Mes
         let batch: Vec<Message> = (start..(start + 5_000).min(n))
             .map(|i| message(i, if i < settled { past } else { future }))
             .collect();
-        store.insert_messages(ACCOUNT, &batch).await?;
+        store.insert_messages(&account, &batch).await?;
     }
     let mut done = 0;
     loop {
@@ -175,7 +176,7 @@ async fn fill(store: &dyn Store, n: usize) -> anyhow::Result<(Vec<TargetId>, Mes
     // Some of the scheduled ones are cancelled.
     let scheduled = store
         .list_messages(
-            ACCOUNT,
+            &account,
             &dispatch::store::MessageFilter {
                 state: Some(State::Scheduled),
                 ..Default::default()
@@ -185,7 +186,7 @@ async fn fill(store: &dyn Store, n: usize) -> anyhow::Result<(Vec<TargetId>, Mes
         )
         .await?;
     for m in scheduled.iter().take(n / 50) {
-        store.cancel(ACCOUNT, &m.id, SystemClock.now()).await?;
+        store.cancel(&account, &m.id, SystemClock.now()).await?;
     }
     eprintln!(
         "filled: {done} settled ({} dead letters), {} scheduled, {} cancelled",

@@ -11,8 +11,8 @@ use std::fmt;
 use chrono::{DateTime, Utc};
 
 use super::{
-    ids::{EventId, MessageId, SubscriptionId, TargetId},
-    message::State,
+    ids::{AccountId, EventId, MessageId, SubscriptionId, TargetId},
+    message::{OrderingKey, State},
     payload::Payload,
 };
 
@@ -130,7 +130,7 @@ impl fmt::Display for Pattern {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Subscription {
     pub id: SubscriptionId,
-    pub account: String,
+    pub account: AccountId,
     pub target_id: TargetId,
     pub name: String,
     /// 1 to 100 patterns, as given (duplicates kept: the owner's list).
@@ -168,11 +168,11 @@ pub fn patterns_matching(ty: &str) -> Vec<String> {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Event {
     pub id: EventId,
-    pub account: String,
+    pub account: AccountId,
     pub ty: EventType,
     pub payload: Payload,
     pub delivery_time: DateTime<Utc>,
-    pub ordering_key: Option<String>,
+    pub ordering_key: Option<OrderingKey>,
     pub created_at: DateTime<Utc>,
 }
 

@@ -55,6 +55,14 @@ impl fmt::Display for AccountId {
     }
 }
 
+/// As its name (the CLI prints accounts in JSON); there is no `Deserialize`:
+/// an account read from outside goes through `parse`.
+impl Serialize for AccountId {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("not a valid {0} id")]
 pub struct InvalidId(&'static str);

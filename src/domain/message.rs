@@ -10,7 +10,7 @@
 use chrono::{DateTime, Utc};
 
 use super::{
-    ids::{EventId, MessageId, ScheduleId, TargetId},
+    ids::{AccountId, EventId, MessageId, ScheduleId, TargetId},
     payload::Payload,
 };
 
@@ -49,14 +49,47 @@ impl State {
     }
 }
 
-/// An orderingKey (docs/api.md#ordering-keys): 1 to 255 characters, none of them a
+/// An orderingKey (docs/api.md#ordering-keys): messages of one target and
+/// key go one at a time, in order. 1 to 255 characters, none of them a
 /// control character (it travels in an HTTP header).
-pub fn parse_ordering_key(s: String) -> Result<String, &'static str> {
-    let n = s.chars().count();
-    if n == 0 || n > 255 || s.chars().any(char::is_control) {
-        return Err(ORDERING_KEY_RULE);
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct OrderingKey(String);
+
+impl OrderingKey {
+    pub const MAX_CHARS: usize = 255;
+
+    /// A key a caller sent, as it was sent (no trimming); the error is the
+    /// rule it broke (`ORDERING_KEY_RULE`), for the field's problem.
+    pub fn parse(s: String) -> Result<Self, &'static str> {
+        let n = s.chars().count();
+        if n == 0 || n > Self::MAX_CHARS || s.chars().any(char::is_control) {
+            return Err(ORDERING_KEY_RULE);
+        }
+        Ok(Self(s))
     }
-    Ok(s)
+
+    /// A key read back from where Dispatch wrote it (a row).
+    pub fn from_trusted(s: impl Into<String>) -> Self {
+        Self(s.into())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::ops::Deref for OrderingKey {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for OrderingKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
 }
 
 pub const ORDERING_KEY_RULE: &str = "must be 1 to 255 characters, none of them a control character";
@@ -65,7 +98,7 @@ pub const ORDERING_KEY_RULE: &str = "must be 1 to 255 characters, none of them a
 #[derive(Debug, Clone)]
 pub struct Message {
     pub id: MessageId,
-    pub account: String,
+    pub account: AccountId,
     pub target_id: TargetId,
     pub state: State,
     pub delivery_time: DateTime<Utc>,
@@ -76,7 +109,7 @@ pub struct Message {
     pub dead_lettered_at: Option<DateTime<Utc>>,
     pub last_error: Option<String>,
     /// docs/api.md#ordering-keys: messages of one target and key go one at a time, in order.
-    pub ordering_key: Option<String>,
+    pub ordering_key: Option<OrderingKey>,
     /// docs/api.md#recurring-schedules: the schedule whose run made this message.
     pub schedule_id: Option<ScheduleId>,
     /// docs/api.md#events-and-subscriptions: the event that made this message, and its type.
@@ -91,7 +124,7 @@ impl Message {
     /// A new message, Scheduled for `delivery_time` and not yet attempted:
     /// the one way every door and the benchmarks make one.
     pub fn scheduled(
-        account: &str,
+        account: &AccountId,
         target_id: TargetId,
         delivery_time: DateTime<Utc>,
         payload: Payload,
@@ -100,7 +133,7 @@ impl Message {
         let delivery_time = crate::domain::time::truncate_ms(delivery_time);
         Self {
             id: MessageId::at(now),
-            account: account.to_string(),
+            account: account.clone(),
             target_id,
             state: State::Scheduled,
             delivery_time,
@@ -151,12 +184,14 @@ mod tests {
 
     #[test]
     fn ordering_keys_are_one_to_255_characters_without_controls() {
-        assert!(parse_ordering_key("order-17".into()).is_ok());
-        assert!(parse_ordering_key("é".repeat(255)).is_ok());
-        assert!(parse_ordering_key("é".repeat(256)).is_err());
-        assert!(parse_ordering_key(String::new()).is_err());
-        assert!(parse_ordering_key("a\nb".into()).is_err());
-        assert!(parse_ordering_key("a\u{85}b".into()).is_err());
+        let parse = OrderingKey::parse;
+        assert_eq!(parse("order-17".into()).unwrap().as_str(), "order-17");
+        assert_eq!(parse(" spaced ".into()).unwrap().as_str(), " spaced ");
+        assert!(parse("é".repeat(255)).is_ok());
+        assert_eq!(parse("é".repeat(256)).unwrap_err(), ORDERING_KEY_RULE);
+        assert!(parse(String::new()).is_err());
+        assert!(parse("a\nb".into()).is_err());
+        assert!(parse("a\u{85}b".into()).is_err());
     }
 
     #[test]

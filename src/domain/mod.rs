@@ -7,5 +7,6 @@ pub mod message;
 pub mod payload;
 pub mod retry;
 pub mod schedule;
+pub mod scope;
 pub mod target;
 pub mod time;

@@ -78,7 +78,7 @@ impl ScheduleForm {
             every: s.recurrence.every().unwrap_or("1h").into(),
             time_zone: s.zone.name().into(),
             payload: s.payload.as_str().into(),
-            ordering_key: s.ordering_key.clone().unwrap_or_default(),
+            ordering_key: s.ordering_key.as_deref().unwrap_or_default().to_string(),
             start_at: local(s.start_at),
             end_at: local(s.end_at),
             ..Self::default()

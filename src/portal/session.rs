@@ -168,8 +168,8 @@ impl Session {
             .find_session(&token_hash(&token), state.service.now())
             .await?;
         Ok(record.map(|s| Session {
-            actor: Actor::person(AccountId::from_trusted(&s.account), &s.user_id, s.role),
-            account: AccountId::from_trusted(s.account),
+            actor: Actor::person(s.account.clone(), &s.user_id, s.role),
+            account: s.account,
             user_id: s.user_id,
             email: s.email,
             csrf: s.csrf,

@@ -18,8 +18,8 @@
 //! change one).
 
 use crate::{
-    auth::{Principal, Scope},
-    domain::ids::AccountId,
+    auth::Principal,
+    domain::{ids::AccountId, scope::Scope},
     store::portal::Role,
 };
 

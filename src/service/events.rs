@@ -13,7 +13,8 @@ use super::{
 use crate::{
     domain::{
         event::{Event, EventType, Pattern, Subscription},
-        ids::{EventId, SubscriptionId, TargetId},
+        ids::{AccountId, EventId, SubscriptionId, TargetId},
+        message::OrderingKey,
         payload::Payload,
         time,
     },
@@ -30,7 +31,7 @@ pub struct PublishRequest {
     pub payload: Payload,
     /// None: now.
     pub delivery_time: Option<DateTime<Utc>>,
-    pub ordering_key: Option<String>,
+    pub ordering_key: Option<OrderingKey>,
     pub idempotency_key: Option<IdempotencyKey>,
 }
 
@@ -52,7 +53,7 @@ impl Service {
         let now = time::truncate_ms(self.now());
         let s = Subscription {
             id: SubscriptionId::new(),
-            account: account.to_string(),
+            account: account.clone(),
             target_id: spec.target_id,
             name: spec.name,
             types: spec.types,
@@ -128,7 +129,7 @@ impl Service {
         let request_hash = request_hash(&req);
         let event = Event {
             id: EventId::at(now),
-            account: account.to_string(),
+            account: account.clone(),
             ty: req.ty,
             payload: req.payload,
             delivery_time: time::truncate_ms(req.delivery_time.unwrap_or(now)),
@@ -258,7 +259,11 @@ impl Service {
     }
 
     /// The patterns of the target's enabled subscriptions.
-    async fn subscribed(&self, account: &str, target: &TargetId) -> ServiceResult<Vec<Pattern>> {
+    async fn subscribed(
+        &self,
+        account: &AccountId,
+        target: &TargetId,
+    ) -> ServiceResult<Vec<Pattern>> {
         let mut patterns = Vec::new();
         let mut after = None;
         loop {

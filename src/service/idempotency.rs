@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use sha2::{Digest, Sha256};
 
 use crate::{
-    domain::{message::Message, time},
+    domain::{ids::AccountId, message::Message, time},
     retention::IDEMPOTENCY_TTL,
     store::{BatchItem, IdempotencyInput, InsertOutcome, StoreResult},
 };
@@ -74,7 +74,7 @@ pub async fn insert_once(
         /// Repeats the key of the item at this place of the batch.
         Repeats(usize, Box<BatchItem>),
     }
-    let mut first: HashMap<(String, String), usize> = HashMap::new();
+    let mut first: HashMap<(AccountId, String), usize> = HashMap::new();
     let mut steps = Vec::with_capacity(items.len());
     let mut unique: Vec<BatchItem> = Vec::with_capacity(items.len());
     for (i, item) in items.into_iter().enumerate() {

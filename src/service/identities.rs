@@ -2,11 +2,11 @@
 
 use super::{Conflict, Service, ServiceError, ServiceResult};
 use crate::{
-    auth::{
-        secrets::{self, ClientSecretCheck},
-        Scope,
+    auth::secrets::{self, ClientSecretCheck},
+    domain::{
+        ids::{uuid_v7_at, AccountId},
+        scope::Scope,
     },
-    domain::ids::{uuid_v7_at, AccountId},
     store::{
         portal::{Role, UserRecord},
         ClientRecord, ClientSummary, Resealed,
@@ -43,10 +43,10 @@ impl Service {
         let (client_id, secret) = secrets::generate_client_credentials();
         let record = ClientRecord {
             client_id,
-            account: account.to_string(),
+            account: account.clone(),
             name: name.to_string(),
             secret_hash: secrets::hash_client_secret(&secret),
-            scopes: scopes.iter().map(|s| s.as_str().to_string()).collect(),
+            scopes: scopes.to_vec(),
         };
         self.store.create_client(&record).await?;
         Ok(NewClient { record, secret })
@@ -156,7 +156,7 @@ pub fn new_user(
 ) -> UserRecord {
     UserRecord {
         id: uuid_v7_at(now).to_string(),
-        account: account.to_string(),
+        account: account.clone(),
         email: email.trim().to_lowercase(),
         password_hash: secrets::hash_secret(password),
         role: Role::Admin,

@@ -11,7 +11,7 @@ use super::{
 use crate::{
     domain::{
         ids::{AccountId, MessageId, TargetId},
-        message::Message,
+        message::{Message, OrderingKey},
         payload::Payload,
         target::FieldError,
         time,
@@ -33,7 +33,7 @@ pub struct ScheduleRequest {
     pub idempotency_key: Option<IdempotencyKey>,
     /// docs/api.md#ordering-keys: one at a time, in order, with the other messages of the
     /// target that carry the same key.
-    pub ordering_key: Option<String>,
+    pub ordering_key: Option<OrderingKey>,
 }
 
 /// A schedule request's answer: the message (its 201 body is

@@ -59,7 +59,7 @@ impl Service {
         let record = InvitationRecord {
             id: uuid_v7_at(now).to_string(),
             token_hash: invitation_hash(&token),
-            account: account.to_string(),
+            account: account.clone(),
             email,
             role,
             invited_by: by.to_string(),
@@ -101,7 +101,7 @@ impl Service {
 
     pub async fn revoke_invitation(&self, actor: &Actor, id: &str) -> ServiceResult<()> {
         let account = actor.allow(Permission::ManagePeople)?;
-        if self.store.revoke_invitation(account.as_str(), id).await? {
+        if self.store.revoke_invitation(account, id).await? {
             Ok(())
         } else {
             Err(ServiceError::NotFound)
@@ -110,17 +110,13 @@ impl Service {
 
     pub async fn set_role(&self, actor: &Actor, user_id: &str, role: Role) -> ServiceResult<()> {
         let account = actor.allow(Permission::ManagePeople)?;
-        people_change(
-            self.store
-                .set_user_role(account.as_str(), user_id, role)
-                .await?,
-        )
+        people_change(self.store.set_user_role(account, user_id, role).await?)
     }
 
     /// Removes a person and ends their sessions.
     pub async fn remove_person(&self, actor: &Actor, user_id: &str) -> ServiceResult<()> {
         let account = actor.allow(Permission::ManagePeople)?;
-        people_change(self.store.remove_user(account.as_str(), user_id).await?)
+        people_change(self.store.remove_user(account, user_id).await?)
     }
 
     /// The zone a person's times are shown in: an IANA name, or empty for

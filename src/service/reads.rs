@@ -10,8 +10,8 @@ use super::{
 use crate::{
     domain::{
         event::Subscription,
-        ids::{EventId, MessageId, ScheduleId, SubscriptionId, TargetId},
-        message::{Attempt, Message},
+        ids::{AccountId, EventId, MessageId, ScheduleId, SubscriptionId, TargetId},
+        message::{Attempt, Message, OrderingKey},
         schedule::Schedule,
         target::Target,
     },
@@ -34,8 +34,8 @@ impl<'a> Reads<'a> {
         Self { store, actor }
     }
 
-    fn account(self, permission: Permission) -> ServiceResult<&'a str> {
-        Ok(self.actor.allow(permission)?.as_str())
+    fn account(self, permission: Permission) -> ServiceResult<&'a AccountId> {
+        self.actor.allow(permission)
     }
 
     pub async fn target(self, id: &TargetId) -> ServiceResult<Option<Target>> {
@@ -124,7 +124,11 @@ impl<'a> Reads<'a> {
         Ok(self.store.list_events(account, id).await?)
     }
 
-    pub async fn key_head(self, target: &TargetId, key: &str) -> ServiceResult<Option<MessageId>> {
+    pub async fn key_head(
+        self,
+        target: &TargetId,
+        key: &OrderingKey,
+    ) -> ServiceResult<Option<MessageId>> {
         let account = self.account(Permission::ReadMessages)?;
         Ok(self.store.key_head(account, target, key).await?)
     }

@@ -30,7 +30,7 @@ impl Service {
         let account = actor.allow(Permission::ChangeMessages)?;
         // Milliseconds, as every store keeps them: `every` counts from here.
         let now = truncate_ms(self.now());
-        let mut s = spec.into_schedule(ScheduleId::new(), account.to_string(), now);
+        let mut s = spec.into_schedule(ScheduleId::new(), account.clone(), now);
         s.restart_at(now);
         if !self.store.insert_schedule(&s).await? {
             return Err(ServiceError::field("targetId", "is not a known target"));

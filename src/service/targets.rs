@@ -199,7 +199,7 @@ impl Service {
         loop {
             let page = self
                 .store
-                .list_targets(account.as_str(), after.as_ref(), PAGE)
+                .list_targets(account, after.as_ref(), PAGE)
                 .await?;
             if let Some(t) = page.iter().find(|t| t.name == name) {
                 return Ok(Some(t.clone()));

@@ -23,7 +23,7 @@ use super::{
 };
 use crate::domain::{
     event::{Event, Subscription},
-    ids::{EventId, MessageId, ScheduleId, SubscriptionId, TargetId},
+    ids::{AccountId, EventId, MessageId, ScheduleId, SubscriptionId, TargetId},
     message::{Attempt, Message},
     schedule::{RunPlan, Schedule},
     target::{gate::BreakerChange, Target},
@@ -56,7 +56,7 @@ pub trait IdentityStore: Send + Sync + 'static {
     ) -> StoreResult<bool>;
 
     /// The clients of `account`, revoked ones too, oldest first.
-    async fn list_clients(&self, account: &str) -> StoreResult<Vec<ClientSummary>>;
+    async fn list_clients(&self, account: &AccountId) -> StoreResult<Vec<ClientSummary>>;
 
     /// Revokes a client (again: it keeps its first revocation time); None
     /// when there is no such client.
@@ -69,7 +69,7 @@ pub trait IdentityStore: Send + Sync + 'static {
     /// The ids of the clients revoked at or after `since`.
     async fn clients_revoked_since(&self, since: DateTime<Utc>) -> StoreResult<Vec<String>>;
 
-    async fn ensure_account(&self, account: &str) -> StoreResult<()>;
+    async fn ensure_account(&self, account: &AccountId) -> StoreResult<()>;
 
     /// False when the email is taken.
     async fn create_user(&self, user: &portal::UserRecord) -> StoreResult<bool>;
@@ -96,17 +96,21 @@ pub trait IdentityStore: Send + Sync + 'static {
 #[async_trait]
 pub trait PeopleStore: Send + Sync + 'static {
     /// The account's people, oldest first.
-    async fn list_users(&self, account: &str) -> StoreResult<Vec<portal::UserRecord>>;
+    async fn list_users(&self, account: &AccountId) -> StoreResult<Vec<portal::UserRecord>>;
 
     async fn set_user_role(
         &self,
-        account: &str,
+        account: &AccountId,
         user_id: &str,
         role: portal::Role,
     ) -> StoreResult<portal::PeopleChange>;
 
     /// Removes the person and ends their sessions.
-    async fn remove_user(&self, account: &str, user_id: &str) -> StoreResult<portal::PeopleChange>;
+    async fn remove_user(
+        &self,
+        account: &AccountId,
+        user_id: &str,
+    ) -> StoreResult<portal::PeopleChange>;
 
     /// A new password hash; every session of the person but `keep` ends.
     /// False when there is no such person.
@@ -125,7 +129,7 @@ pub trait PeopleStore: Send + Sync + 'static {
     /// The account's invitations that have not expired, oldest first.
     async fn list_invitations(
         &self,
-        account: &str,
+        account: &AccountId,
         now: DateTime<Utc>,
     ) -> StoreResult<Vec<portal::InvitationRecord>>;
 
@@ -137,7 +141,7 @@ pub trait PeopleStore: Send + Sync + 'static {
     ) -> StoreResult<Option<portal::InvitationRecord>>;
 
     /// False when the account has no such invitation.
-    async fn revoke_invitation(&self, account: &str, id: &str) -> StoreResult<bool>;
+    async fn revoke_invitation(&self, account: &AccountId, id: &str) -> StoreResult<bool>;
 
     /// Creates the invited person (the invitation's account, email and role,
     /// with this id and password hash) and deletes the invitation, in one
@@ -182,11 +186,11 @@ pub trait SecretStore: Send + Sync + 'static {
 pub trait TargetStore: Send + Sync + 'static {
     async fn insert_target(&self, target: &Target) -> StoreResult<bool>;
 
-    async fn get_target(&self, account: &str, id: &TargetId) -> StoreResult<Option<Target>>;
+    async fn get_target(&self, account: &AccountId, id: &TargetId) -> StoreResult<Option<Target>>;
 
     async fn list_targets(
         &self,
-        account: &str,
+        account: &AccountId,
         after: Option<&TargetCursor>,
         limit: u32,
     ) -> StoreResult<Vec<Target>>;
@@ -195,13 +199,13 @@ pub trait TargetStore: Send + Sync + 'static {
 
     async fn set_target_enabled(
         &self,
-        account: &str,
+        account: &AccountId,
         id: &TargetId,
         enabled: bool,
         now: DateTime<Utc>,
     ) -> StoreResult<Option<Target>>;
 
-    async fn delete_target(&self, account: &str, id: &TargetId) -> StoreResult<DeleteTarget>;
+    async fn delete_target(&self, account: &AccountId, id: &TargetId) -> StoreResult<DeleteTarget>;
 }
 
 /// Recurring schedules (docs/api.md#recurring-schedules) and the messages of their runs.
@@ -213,7 +217,7 @@ pub trait ScheduleStore: Send + Sync + 'static {
     /// With `last_run_at` as of `now`.
     async fn get_schedule(
         &self,
-        account: &str,
+        account: &AccountId,
         id: &ScheduleId,
         now: DateTime<Utc>,
     ) -> StoreResult<Option<Schedule>>;
@@ -221,7 +225,7 @@ pub trait ScheduleStore: Send + Sync + 'static {
     /// Newest first, of one target when given.
     async fn list_schedules(
         &self,
-        account: &str,
+        account: &AccountId,
         target: Option<&TargetId>,
         after: Option<&ScheduleCursor>,
         limit: u32,
@@ -247,7 +251,7 @@ pub trait ScheduleStore: Send + Sync + 'static {
     /// made ahead of their time that have not yet fallen due are cancelled.
     async fn delete_schedule(
         &self,
-        account: &str,
+        account: &AccountId,
         id: &ScheduleId,
         now: DateTime<Utc>,
     ) -> StoreResult<bool>;
@@ -286,15 +290,19 @@ pub trait MessageStore: Send + Sync + 'static {
     /// inserted (messages whose target is unknown in the account are skipped).
     async fn insert_messages(
         &self,
-        account: &str,
+        account: &AccountId,
         messages: &[Message],
     ) -> StoreResult<Vec<MessageId>>;
 
-    async fn get_message(&self, account: &str, id: &MessageId) -> StoreResult<Option<Message>>;
+    async fn get_message(
+        &self,
+        account: &AccountId,
+        id: &MessageId,
+    ) -> StoreResult<Option<Message>>;
 
     async fn list_messages(
         &self,
-        account: &str,
+        account: &AccountId,
         filter: &MessageFilter,
         before: Option<&MessageId>,
         limit: u32,
@@ -303,7 +311,7 @@ pub trait MessageStore: Send + Sync + 'static {
     /// None when the message is unknown in this account.
     async fn list_attempts(
         &self,
-        account: &str,
+        account: &AccountId,
         id: &MessageId,
         after: Option<u32>,
         limit: u32,
@@ -316,7 +324,7 @@ pub trait MessageStore: Send + Sync + 'static {
 pub trait ActionStore: Send + Sync + 'static {
     async fn cancel(
         &self,
-        account: &str,
+        account: &AccountId,
         id: &MessageId,
         now: DateTime<Utc>,
     ) -> StoreResult<Transition> {
@@ -328,7 +336,7 @@ pub trait ActionStore: Send + Sync + 'static {
     /// does not make it in flight.
     async fn cancel_held(
         &self,
-        account: &str,
+        account: &AccountId,
         id: &MessageId,
         now: DateTime<Utc>,
         held: Option<uuid::Uuid>,
@@ -336,7 +344,7 @@ pub trait ActionStore: Send + Sync + 'static {
 
     async fn reschedule(
         &self,
-        account: &str,
+        account: &AccountId,
         id: &MessageId,
         at: DateTime<Utc>,
         now: DateTime<Utc>,
@@ -347,7 +355,7 @@ pub trait ActionStore: Send + Sync + 'static {
     /// As `reschedule`, by the holder of the lease `held` (see `cancel_held`).
     async fn reschedule_held(
         &self,
-        account: &str,
+        account: &AccountId,
         id: &MessageId,
         at: DateTime<Utc>,
         now: DateTime<Utc>,
@@ -357,7 +365,7 @@ pub trait ActionStore: Send + Sync + 'static {
     /// How many messages a bulk action matches now, counting up to `cap`.
     async fn bulk_count(
         &self,
-        account: &str,
+        account: &AccountId,
         bulk: &Bulk,
         cap: u64,
         now: DateTime<Utc>,
@@ -370,7 +378,7 @@ pub trait ActionStore: Send + Sync + 'static {
     /// place in their key's order.
     async fn bulk_batch(
         &self,
-        account: &str,
+        account: &AccountId,
         bulk: &Bulk,
         after: Option<&MessageId>,
         limit: u32,
@@ -469,7 +477,7 @@ pub trait GateStore: Send + Sync + 'static {
     /// in the account.
     async fn reset_health(
         &self,
-        account: &str,
+        account: &AccountId,
         id: &TargetId,
         now: DateTime<Utc>,
     ) -> StoreResult<Option<(Target, Option<BreakerChange>)>>;
@@ -486,14 +494,14 @@ pub trait SubscriptionStore: Send + Sync + 'static {
 
     async fn get_subscription(
         &self,
-        account: &str,
+        account: &AccountId,
         id: &SubscriptionId,
     ) -> StoreResult<Option<Subscription>>;
 
     /// Newest first; of one target when `target` is given.
     async fn list_subscriptions(
         &self,
-        account: &str,
+        account: &AccountId,
         target: Option<&TargetId>,
         after: Option<&SubscriptionCursor>,
         limit: u32,
@@ -504,7 +512,11 @@ pub trait SubscriptionStore: Send + Sync + 'static {
     async fn update_subscription(&self, s: &Subscription) -> StoreResult<bool>;
 
     /// False when there was none.
-    async fn delete_subscription(&self, account: &str, id: &SubscriptionId) -> StoreResult<bool>;
+    async fn delete_subscription(
+        &self,
+        account: &AccountId,
+        id: &SubscriptionId,
+    ) -> StoreResult<bool>;
 }
 
 /// Events (docs/api.md#events-and-subscriptions): publishing fans out to the
@@ -523,12 +535,12 @@ pub trait EventStore: Send + Sync + 'static {
         render: &(dyn for<'v> Fn(&'v EventView) -> ResponseJson + Send + Sync),
     ) -> StoreResult<Published>;
 
-    async fn get_event(&self, account: &str, id: &EventId) -> StoreResult<Option<EventView>>;
+    async fn get_event(&self, account: &AccountId, id: &EventId) -> StoreResult<Option<EventView>>;
 
     /// Newest first.
     async fn list_published_events(
         &self,
-        account: &str,
+        account: &AccountId,
         query: &EventQuery,
         after: Option<&EventCursor>,
         limit: u32,
@@ -536,8 +548,12 @@ pub trait EventStore: Send + Sync + 'static {
 
     /// How many of the account's events lie in `range`, counting up to
     /// `limit`.
-    async fn count_events(&self, account: &str, range: &EventRange, limit: u64)
-        -> StoreResult<u64>;
+    async fn count_events(
+        &self,
+        account: &AccountId,
+        range: &EventRange,
+        limit: u64,
+    ) -> StoreResult<u64>;
 
     /// Makes the next `limit` events of `range` (oldest first, after
     /// `after`) into one new message each to `target`, due at `at`, in one
@@ -545,7 +561,7 @@ pub trait EventStore: Send + Sync + 'static {
     #[allow(clippy::too_many_arguments)]
     async fn replay_batch(
         &self,
-        account: &str,
+        account: &AccountId,
         target: &TargetId,
         range: &EventRange,
         after: Option<&EventCursor>,

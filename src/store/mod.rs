@@ -54,9 +54,10 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use crate::domain::{
-    ids::{EventId, MessageId, ScheduleId, TargetId},
-    message::{Attempt, Message, State},
+    ids::{AccountId, EventId, MessageId, ScheduleId, TargetId},
+    message::{Attempt, Message, OrderingKey, State},
     retry::Next,
+    scope::Scope,
     target::{gate::BreakerChange, Target, TargetConfig},
 };
 
@@ -122,19 +123,19 @@ pub type StoreResult<T> = Result<T, StoreError>;
 #[derive(Debug, Clone)]
 pub struct ClientRecord {
     pub client_id: String,
-    pub account: String,
+    pub account: AccountId,
     pub name: String,
     pub secret_hash: String,
-    pub scopes: Vec<String>,
+    pub scopes: Vec<Scope>,
 }
 
 /// A client as `clients list` shows it: no secret hash.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClientSummary {
     pub client_id: String,
-    pub account: String,
+    pub account: AccountId,
     pub name: String,
-    pub scopes: Vec<String>,
+    pub scopes: Vec<Scope>,
     pub created_at: DateTime<Utc>,
     pub revoked_at: Option<DateTime<Utc>>,
 }
@@ -250,6 +251,9 @@ pub struct MessageFilter {
     pub delivery_from: Option<DateTime<Utc>>,
     /// Delivery time before.
     pub delivery_to: Option<DateTime<Utc>>,
+    /// Messages with this orderingKey. Text as a caller filters by it, not
+    /// an `OrderingKey`: text that could be no message's key (empty, too
+    /// long) is no error, it matches nothing.
     pub ordering_key: Option<String>,
     pub schedule_id: Option<ScheduleId>,
     pub event_id: Option<EventId>,
@@ -276,7 +280,7 @@ pub struct Claimed {
     /// retry under the same lease), and its outcome feeds the breaker.
     pub gated: bool,
     /// Its orderingKey: while it is claimed, no other message of the key is.
-    pub ordering_key: Option<String>,
+    pub ordering_key: Option<OrderingKey>,
     /// The event that made it, and its type (docs/api.md#events-and-subscriptions).
     pub event_id: Option<EventId>,
     pub event_type: Option<String>,
@@ -334,7 +338,7 @@ pub struct Recorded {
     pub next: Next,
     /// The message's target and orderingKey, when it has one: recording
     /// its result may hand the key to the next message.
-    pub key: Option<(TargetId, String)>,
+    pub key: Option<(TargetId, OrderingKey)>,
 }
 
 impl Recorded {

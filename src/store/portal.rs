@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use chrono::{DateTime, Utc};
 
 use crate::domain::{
-    ids::{MessageId, TargetId},
+    ids::{AccountId, MessageId, TargetId},
     message::State,
 };
 
@@ -55,7 +55,7 @@ impl std::fmt::Display for Role {
 #[derive(Debug, Clone)]
 pub struct UserRecord {
     pub id: String,
-    pub account: String,
+    pub account: AccountId,
     /// Lower-cased; unique across accounts.
     pub email: String,
     pub password_hash: String,
@@ -69,7 +69,7 @@ pub struct UserRecord {
 pub struct InvitationRecord {
     pub id: String,
     pub token_hash: Vec<u8>,
-    pub account: String,
+    pub account: AccountId,
     /// Lower-cased: the only email the link signs up.
     pub email: String,
     pub role: Role,
@@ -105,7 +105,7 @@ pub enum Acceptance {
 pub struct SessionRecord {
     pub token_hash: Vec<u8>,
     pub user_id: String,
-    pub account: String,
+    pub account: AccountId,
     pub email: String,
     /// The token every form of this session carries.
     pub csrf: String,

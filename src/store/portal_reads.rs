@@ -5,7 +5,10 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use super::{portal, MessageFilter, StoreResult};
-use crate::domain::ids::{MessageId, TargetId};
+use crate::domain::{
+    ids::{AccountId, MessageId, TargetId},
+    message::OrderingKey,
+};
 
 /// What the portal shows beyond messages: the overview, counts and a
 /// message's history.
@@ -14,18 +17,19 @@ pub trait PortalReads: Send + Sync + 'static {
     /// Counts by target and state; what was delivered, failed and dead-lettered since `since`.
     async fn overview(
         &self,
-        account: &str,
+        account: &AccountId,
         since: DateTime<Utc>,
         now: DateTime<Utc>,
     ) -> StoreResult<portal::Overview>;
 
-    async fn count_messages(&self, account: &str, filter: &MessageFilter) -> StoreResult<u64>;
+    async fn count_messages(&self, account: &AccountId, filter: &MessageFilter)
+        -> StoreResult<u64>;
 
     /// As `count_messages`, but counting no further than `cap`: the work is
     /// bounded however many match.
     async fn count_messages_upto(
         &self,
-        account: &str,
+        account: &AccountId,
         filter: &MessageFilter,
         cap: u64,
     ) -> StoreResult<u64>;
@@ -36,7 +40,7 @@ pub trait PortalReads: Send + Sync + 'static {
     /// `scanned_to` is the last message scanned when older ones remain.
     async fn search_payloads(
         &self,
-        account: &str,
+        account: &AccountId,
         filter: &MessageFilter,
         before: Option<&MessageId>,
         text: &str,
@@ -49,19 +53,23 @@ pub trait PortalReads: Send + Sync + 'static {
     /// Scheduled messages wait for. None when the key has none Scheduled.
     async fn key_head(
         &self,
-        account: &str,
+        account: &AccountId,
         target: &TargetId,
-        key: &str,
+        key: &OrderingKey,
     ) -> StoreResult<Option<MessageId>>;
 
     /// What happened in the account per hour since `since` (rounded down to
     /// the hour), and per target: the overview's charts.
-    async fn activity(&self, account: &str, since: DateTime<Utc>) -> StoreResult<portal::Activity>;
+    async fn activity(
+        &self,
+        account: &AccountId,
+        since: DateTime<Utc>,
+    ) -> StoreResult<portal::Activity>;
 
     /// The manual actions on a message, oldest first (empty for an unknown message).
     async fn list_events(
         &self,
-        account: &str,
+        account: &AccountId,
         id: &MessageId,
     ) -> StoreResult<Vec<portal::MessageEvent>>;
 }

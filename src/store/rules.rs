@@ -11,7 +11,7 @@ use super::{
     prelude::*, IdempotencyInput, InsertOutcome, Recorded, StoreError, StoreResult, Transition,
 };
 use crate::domain::{
-    ids::TargetId,
+    ids::{AccountId, TargetId},
     message::{Message, State},
     retry::{AttemptOutcome, Next},
     target::{gate::Health, Target, TargetSpec},
@@ -21,14 +21,14 @@ use crate::domain::{
 /// ids ever collide); None when every try collided.
 pub async fn insert_new_target(
     store: &dyn Store,
-    account: &str,
+    account: &AccountId,
     spec: &TargetSpec,
     now: DateTime<Utc>,
 ) -> StoreResult<Option<Target>> {
     for _ in 0..5 {
         let t = Target {
             id: TargetId::new(),
-            account: account.to_string(),
+            account: account.clone(),
             name: spec.name.clone(),
             enabled: spec.enabled,
             config: spec.config.clone(),

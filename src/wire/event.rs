@@ -12,7 +12,7 @@ use crate::{
     domain::{
         event::{pattern_texts, EventType, Pattern, Subscription, MAX_PATTERNS, NAME_MAX_CHARS},
         ids::TargetId,
-        message::parse_ordering_key,
+        message::OrderingKey,
         payload::Payload,
         target::FieldError,
         time::{self, serde_ts},
@@ -176,7 +176,7 @@ pub struct EventSpec {
     pub ty: EventType,
     pub payload: Payload,
     pub delivery_time: Option<DateTime<Utc>>,
-    pub ordering_key: Option<String>,
+    pub ordering_key: Option<OrderingKey>,
 }
 
 /// Every problem of an event, each named.
@@ -209,7 +209,7 @@ pub fn parse_event(input: EventIn) -> Result<EventSpec, Vec<FieldError>> {
             .ok()
     });
     let ordering_key = optional(input.ordering_key, "orderingKey", &mut errors).and_then(|k| {
-        parse_ordering_key(k)
+        OrderingKey::parse(k)
             .map_err(|rule| errors.push(FieldError::new("orderingKey", rule)))
             .ok()
     });
@@ -264,7 +264,7 @@ impl EventOut {
             event_id: e.id.to_string(),
             ty: e.ty.to_string(),
             delivery_time: e.delivery_time,
-            ordering_key: e.ordering_key.clone(),
+            ordering_key: e.ordering_key.as_ref().map(|k| k.to_string()),
             payload: e.payload.as_str().to_string(),
             created_at: e.created_at,
             messages: v

@@ -159,7 +159,7 @@ impl MessageOut {
             cancelled_at: m.cancelled_at,
             dead_lettered_at: m.dead_lettered_at,
             last_error: m.last_error.clone(),
-            ordering_key: m.ordering_key.clone(),
+            ordering_key: m.ordering_key.as_deref().map(str::to_string),
             schedule_id: m.schedule_id.as_ref().map(ToString::to_string),
             event_id: m.event_id.as_ref().map(ToString::to_string),
             event_type: m.event_type.clone(),

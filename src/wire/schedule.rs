@@ -8,8 +8,8 @@ use utoipa::ToSchema;
 
 use super::Field;
 use crate::domain::{
-    ids::{ScheduleId, TargetId},
-    message::parse_ordering_key,
+    ids::{AccountId, ScheduleId, TargetId},
+    message::OrderingKey,
     payload::Payload,
     schedule::{parse_zone, Recurrence, Schedule},
     target::FieldError,
@@ -64,7 +64,7 @@ pub struct ScheduleSpec {
     pub recurrence: Recurrence,
     pub zone: chrono_tz::Tz,
     pub payload: Payload,
-    pub ordering_key: Option<String>,
+    pub ordering_key: Option<OrderingKey>,
     pub start_at: Option<DateTime<Utc>>,
     pub end_at: Option<DateTime<Utc>>,
     pub paused: bool,
@@ -76,7 +76,7 @@ impl ScheduleSpec {
     pub fn into_schedule(
         self,
         id: ScheduleId,
-        account: String,
+        account: AccountId,
         created_at: DateTime<Utc>,
     ) -> Schedule {
         Schedule {
@@ -203,7 +203,7 @@ pub fn parse(doc: &Value) -> Result<ScheduleSpec, Vec<FieldError>> {
                 }
             });
     let ordering_key = optional(input.ordering_key, "orderingKey", &mut errors).and_then(|k| {
-        parse_ordering_key(k)
+        OrderingKey::parse(k)
             .map_err(|rule| errors.push(FieldError::new("orderingKey", rule)))
             .ok()
     });
@@ -244,7 +244,7 @@ pub fn document(s: &Schedule) -> Value {
         "every": s.recurrence.every(),
         "timeZone": s.zone.name(),
         "payload": s.payload.as_str(),
-        "orderingKey": s.ordering_key,
+        "orderingKey": s.ordering_key.as_deref(),
         "startAt": s.start_at.as_ref().map(time::format),
         "endAt": s.end_at.as_ref().map(time::format),
         "paused": s.paused,
@@ -316,7 +316,7 @@ impl ScheduleOut {
             every: s.recurrence.every().map(str::to_string),
             time_zone: s.zone.name().to_string(),
             payload: s.payload.as_str().to_string(),
-            ordering_key: s.ordering_key.clone(),
+            ordering_key: s.ordering_key.as_deref().map(str::to_string),
             start_at: s.start_at,
             end_at: s.end_at,
             paused: s.paused,

@@ -141,10 +141,10 @@ async fn a_secret_stored_as_argon2_still_verifies_and_is_then_stored_fast() {
     app.store()
         .create_client(&dispatch::store::ClientRecord {
             client_id: id.clone(),
-            account: "acme".into(),
+            account: dispatch::domain::ids::AccountId::parse("acme").unwrap(),
             name: "legacy".into(),
             secret_hash: legacy,
-            scopes: ALL_SCOPES.iter().map(|s| s.to_string()).collect(),
+            scopes: dispatch::domain::scope::Scope::ALL.to_vec(),
         })
         .await
         .unwrap();

@@ -127,7 +127,7 @@ pub(crate) mod postgres {
         let secret = after(&lines, "client secret:").to_string();
         assert!(id.starts_with("dc_") && !secret.is_empty(), "{lines:?}");
         let store = common::open_any_store(&db.url).await;
-        let clients = store.list_clients("demo").await.unwrap();
+        let clients = store.list_clients(&common::account("demo")).await.unwrap();
         assert_eq!(clients.len(), 1, "for the account demo");
         assert_eq!(clients[0].client_id, id);
     }

@@ -14,13 +14,19 @@ use std::{sync::Arc, time::Duration};
 
 use dispatch::{
     app::{self, Running},
-    auth::{secrets, SCOPES},
+    auth::secrets,
     config::Config,
+    domain::{ids::AccountId, scope::Scope},
     store::{postgres::PgStore, ClientRecord, Store},
 };
 use reqwest::{Client, RequestBuilder, Response};
 use serde_json::{json, Value};
 use sqlx::{Connection, PgConnection};
+
+/// An account by its name, as the store is asked for it.
+pub fn account(name: &str) -> AccountId {
+    AccountId::parse(name).unwrap()
+}
 
 /// The server tests create their databases on. `.ci/run` exports it; the
 /// default is the local PostgreSQL on 127.0.0.1:5432.
@@ -208,15 +214,15 @@ impl TestApp {
     /// Creates an OAuth client directly in the store; returns (id, secret).
     pub async fn client(&self, account: &str, scopes: &[&str]) -> (String, String) {
         let (client_id, secret) = secrets::generate_client_credentials();
-        let scopes: Vec<String> = if scopes.is_empty() {
-            SCOPES.iter().map(|s| s.to_string()).collect()
+        let scopes: Vec<Scope> = if scopes.is_empty() {
+            Scope::ALL.to_vec()
         } else {
-            scopes.iter().map(|s| s.to_string()).collect()
+            scopes.iter().map(|s| s.parse().unwrap()).collect()
         };
         self.store()
             .create_client(&ClientRecord {
                 client_id: client_id.clone(),
-                account: account.into(),
+                account: AccountId::from_trusted(account),
                 name: "test".into(),
                 secret_hash: secrets::hash_client_secret(&secret),
                 scopes,

@@ -186,7 +186,7 @@ impl Ctx {
         let i = InvitationRecord {
             id: uuid::Uuid::now_v7().to_string(),
             token_hash: uuid::Uuid::new_v4().as_bytes().to_vec(),
-            account: "acme".into(),
+            account: common::account("acme"),
             email: format!("i{}@example.com", self.next()),
             role: Role::Viewer,
             invited_by: "admin@example.com".into(),
@@ -381,14 +381,14 @@ impl Ctx {
         let targets = list("/targets?limit=1000").await;
         let store = self.app.store();
         let people: Vec<Value> = store
-            .list_users("acme")
+            .list_users(&common::account("acme"))
             .await
             .unwrap()
             .iter()
             .map(|u| json!([u.email, u.role.as_str()]))
             .collect();
         let invitations: Vec<Value> = store
-            .list_invitations("acme", Utc::now())
+            .list_invitations(&common::account("acme"), Utc::now())
             .await
             .unwrap()
             .iter()
@@ -600,7 +600,7 @@ async fn people_actions_reach_only_the_admins_account_and_joining_needs_its_own_
     let invitation = |account: &str, email: &str, token: &str| InvitationRecord {
         id: uuid::Uuid::now_v7().to_string(),
         token_hash: dispatch::service::people::invitation_hash(token),
-        account: account.into(),
+        account: common::account(account),
         email: email.into(),
         role: Role::Operator,
         invited_by: "admin@example.com".into(),
@@ -635,7 +635,7 @@ async fn people_actions_reach_only_the_admins_account_and_joining_needs_its_own_
     assert_eq!(them.role, Role::Viewer);
     assert_eq!(
         store
-            .list_invitations("globex", Utc::now())
+            .list_invitations(&common::account("globex"), Utc::now())
             .await
             .unwrap()
             .len(),
@@ -654,7 +654,7 @@ async fn people_actions_reach_only_the_admins_account_and_joining_needs_its_own_
         .await;
     assert_eq!(p.status, StatusCode::CONFLICT);
     assert!(store
-        .list_invitations("acme", Utc::now())
+        .list_invitations(&common::account("acme"), Utc::now())
         .await
         .unwrap()
         .is_empty());
@@ -728,7 +728,7 @@ async fn a_role_the_portal_does_not_know_is_refused_and_changes_nothing() {
     let ops = store.find_user("ops@acme.test").await.unwrap().unwrap();
     assert_eq!(ops.role, Role::Operator);
     assert!(store
-        .list_invitations("acme", Utc::now())
+        .list_invitations(&common::account("acme"), Utc::now())
         .await
         .unwrap()
         .is_empty());

@@ -36,7 +36,7 @@ async fn restart_after_a_missed_run(catch_up: Duration) -> (Value, Vec<Value>, R
             .unwrap()
             .into_parts();
         let mut behind = store
-            .get_schedule("acme", &sid, now)
+            .get_schedule(&common::account("acme"), &sid, now)
             .await
             .unwrap()
             .unwrap();
@@ -56,7 +56,10 @@ async fn restart_after_a_missed_run(catch_up: Duration) -> (Value, Vec<Value>, R
     eventually("a pass moved the cursor past the missed run", || {
         let store = store.clone();
         async move {
-            let s = store.get_schedule("acme", sid, Utc::now()).await.unwrap();
+            let s = store
+                .get_schedule(&common::account("acme"), sid, Utc::now())
+                .await
+                .unwrap();
             s.unwrap().next_run_at.filter(|c| *c > missed)
         }
     })

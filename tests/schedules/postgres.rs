@@ -5,7 +5,8 @@
 use std::process::Stdio;
 
 use dispatch::{
-    auth::{secrets, SCOPES},
+    auth::secrets,
+    domain::{ids::AccountId, scope::Scope},
     store::{ClientRecord, IdentityStore},
 };
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -65,10 +66,10 @@ impl Instance {
             .await
             .create_client(&ClientRecord {
                 client_id: client_id.clone(),
-                account: account.into(),
+                account: AccountId::parse(account).unwrap(),
                 name: "test".into(),
                 secret_hash: secrets::hash_client_secret(&secret),
-                scopes: SCOPES.iter().map(|s| s.to_string()).collect(),
+                scopes: Scope::ALL.to_vec(),
             })
             .await
             .unwrap();

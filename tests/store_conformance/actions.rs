@@ -15,11 +15,11 @@ checks!(
 );
 
 async fn cancelling_a_scheduled_message_makes_it_cancelled_and_unclaimable(store: Arc<dyn Store>) {
-    let t = add_target(&*store, ACME).await;
+    let t = add_target(&*store, &ACME).await;
     let now = time::now();
     let m = schedule(&*store, &t, now + hours(1)).await;
     let at = now + secs(1);
-    let cancelled = done(store.cancel(ACME, &m.id, at).await.unwrap());
+    let cancelled = done(store.cancel(&ACME, &m.id, at).await.unwrap());
     assert_eq!(cancelled.id, m.id);
     assert_eq!(cancelled.state, State::Cancelled);
     assert_eq!(cancelled.cancelled_at, Some(at));
@@ -40,11 +40,11 @@ async fn cancelling_a_scheduled_message_makes_it_cancelled_and_unclaimable(store
 }
 
 async fn cancelling_a_dead_letter_makes_it_cancelled(store: Arc<dyn Store>) {
-    let t = add_target(&*store, ACME).await;
+    let t = add_target(&*store, &ACME).await;
     let now = time::now();
     let m = schedule(&*store, &t, now - secs(1)).await;
     dead_letter(&*store, &m, now).await;
-    let cancelled = done(store.cancel(ACME, &m.id, now + secs(1)).await.unwrap());
+    let cancelled = done(store.cancel(&ACME, &m.id, now + secs(1)).await.unwrap());
     assert_eq!(cancelled.state, State::Cancelled);
     assert_eq!(cancelled.cancelled_at, Some(now + secs(1)));
     assert_eq!(get(&*store, &m).await.state, State::Cancelled);
@@ -56,17 +56,17 @@ async fn cancelling_a_dead_letter_makes_it_cancelled(store: Arc<dyn Store>) {
 }
 
 async fn cancel_and_reschedule_of_a_delivered_message_answer_wrong_state(store: Arc<dyn Store>) {
-    let t = add_target(&*store, ACME).await;
+    let t = add_target(&*store, &ACME).await;
     let now = time::now();
     let m = schedule(&*store, &t, now - secs(1)).await;
     deliver(&*store, &m, now).await;
     assert!(matches!(
-        store.cancel(ACME, &m.id, now + secs(1)).await.unwrap(),
+        store.cancel(&ACME, &m.id, now + secs(1)).await.unwrap(),
         Transition::WrongState(State::Delivered)
     ));
     assert!(matches!(
         store
-            .reschedule(ACME, &m.id, now + hours(1), now + secs(1))
+            .reschedule(&ACME, &m.id, now + hours(1), now + secs(1))
             .await
             .unwrap(),
         Transition::WrongState(State::Delivered)
@@ -84,17 +84,17 @@ async fn cancel_and_reschedule_of_a_delivered_message_answer_wrong_state(store: 
 }
 
 async fn cancel_and_reschedule_of_a_cancelled_message_answer_wrong_state(store: Arc<dyn Store>) {
-    let t = add_target(&*store, ACME).await;
+    let t = add_target(&*store, &ACME).await;
     let now = time::now();
     let m = schedule(&*store, &t, now + hours(1)).await;
-    done(store.cancel(ACME, &m.id, now).await.unwrap());
+    done(store.cancel(&ACME, &m.id, now).await.unwrap());
     assert!(matches!(
-        store.cancel(ACME, &m.id, now + secs(1)).await.unwrap(),
+        store.cancel(&ACME, &m.id, now + secs(1)).await.unwrap(),
         Transition::WrongState(State::Cancelled)
     ));
     assert!(matches!(
         store
-            .reschedule(ACME, &m.id, now + hours(2), now + secs(1))
+            .reschedule(&ACME, &m.id, now + hours(2), now + secs(1))
             .await
             .unwrap(),
         Transition::WrongState(State::Cancelled)
@@ -116,12 +116,12 @@ async fn cancel_and_reschedule_of_a_cancelled_message_answer_wrong_state(store: 
 async fn cancel_and_reschedule_of_an_unknown_or_foreign_message_answer_not_found(
     store: Arc<dyn Store>,
 ) {
-    let t = add_target(&*store, ACME).await;
-    store.ensure_account(GLOBEX).await.unwrap();
+    let t = add_target(&*store, &ACME).await;
+    store.ensure_account(&GLOBEX).await.unwrap();
     let now = time::now();
     let m = schedule(&*store, &t, now + hours(1)).await;
     let unknown = MessageId::at(now);
-    for (account, id) in [(ACME, unknown), (GLOBEX, m.id)] {
+    for (account, id) in [(&*ACME, unknown), (&*GLOBEX, m.id)] {
         assert!(
             matches!(
                 store.cancel(account, &id, now).await.unwrap(),
@@ -148,17 +148,17 @@ async fn cancel_and_reschedule_of_an_unknown_or_foreign_message_answer_not_found
 async fn cancel_and_reschedule_answer_in_flight_while_a_lease_holds_and_succeed_after_it_expired(
     store: Arc<dyn Store>,
 ) {
-    let t = add_target(&*store, ACME).await;
+    let t = add_target(&*store, &ACME).await;
     let now = time::now();
     let m = schedule(&*store, &t, now - secs(1)).await;
     let c = claim_only(&*store, &m, now, LEASE).await;
     assert!(matches!(
-        store.cancel(ACME, &m.id, now + secs(1)).await.unwrap(),
+        store.cancel(&ACME, &m.id, now + secs(1)).await.unwrap(),
         Transition::InFlight
     ));
     assert!(matches!(
         store
-            .reschedule(ACME, &m.id, now + hours(1), now + secs(1))
+            .reschedule(&ACME, &m.id, now + hours(1), now + secs(1))
             .await
             .unwrap(),
         Transition::InFlight
@@ -176,7 +176,7 @@ async fn cancel_and_reschedule_answer_in_flight_while_a_lease_holds_and_succeed_
     );
     assert_eq!(store.record(&[result], now + secs(2)).await.unwrap(), 1);
     // No lease now: cancel applies.
-    let cancelled = done(store.cancel(ACME, &m.id, now + secs(2)).await.unwrap());
+    let cancelled = done(store.cancel(&ACME, &m.id, now + secs(2)).await.unwrap());
     assert_eq!(cancelled.state, State::Cancelled);
 
     // A claim whose lease expired without a record: both apply again.
@@ -185,7 +185,7 @@ async fn cancel_and_reschedule_answer_in_flight_while_a_lease_holds_and_succeed_
     let after = now + secs(3) + secs(31);
     let moved = done(
         store
-            .reschedule(ACME, &m2.id, now + hours(1), after)
+            .reschedule(&ACME, &m2.id, now + hours(1), after)
             .await
             .unwrap(),
     );
@@ -201,14 +201,14 @@ async fn cancel_and_reschedule_answer_in_flight_while_a_lease_holds_and_succeed_
         0,
         "the expired claim's result is stale"
     );
-    let cancelled = done(store.cancel(ACME, &m2.id, after + secs(1)).await.unwrap());
+    let cancelled = done(store.cancel(&ACME, &m2.id, after + secs(1)).await.unwrap());
     assert_eq!(cancelled.state, State::Cancelled);
 }
 
 async fn rescheduling_resets_the_ladder_and_sets_delivery_and_next_attempt_times(
     store: Arc<dyn Store>,
 ) {
-    let t = add_target(&*store, ACME).await;
+    let t = add_target(&*store, &ACME).await;
     let now = time::now();
     let m = schedule(&*store, &t, now - secs(1)).await;
     let first_retry = now + secs(60);
@@ -235,7 +235,7 @@ async fn rescheduling_resets_the_ladder_and_sets_delivery_and_next_attempt_times
 
     let new_time = now + hours(1);
     let at = first_retry + secs(1);
-    let moved = done(store.reschedule(ACME, &m.id, new_time, at).await.unwrap());
+    let moved = done(store.reschedule(&ACME, &m.id, new_time, at).await.unwrap());
     assert_eq!(moved.state, State::Scheduled);
     assert_eq!(
         moved.delivery_time, new_time,
@@ -273,7 +273,7 @@ async fn rescheduling_resets_the_ladder_and_sets_delivery_and_next_attempt_times
     assert_eq!(store.record(&[r], new_time).await.unwrap(), 1);
     done(
         store
-            .reschedule(ACME, &m.id, now - hours(1), new_time + secs(1))
+            .reschedule(&ACME, &m.id, now - hours(1), new_time + secs(1))
             .await
             .unwrap(),
     );
@@ -284,14 +284,14 @@ async fn rescheduling_resets_the_ladder_and_sets_delivery_and_next_attempt_times
 }
 
 async fn rescheduling_a_dead_letter_makes_it_scheduled_again(store: Arc<dyn Store>) {
-    let t = add_target(&*store, ACME).await;
+    let t = add_target(&*store, &ACME).await;
     let now = time::now();
     let m = schedule(&*store, &t, now - secs(1)).await;
     dead_letter(&*store, &m, now).await;
     let new_time = now + secs(10);
     let moved = done(
         store
-            .reschedule(ACME, &m.id, new_time, now + secs(1))
+            .reschedule(&ACME, &m.id, new_time, now + secs(1))
             .await
             .unwrap(),
     );

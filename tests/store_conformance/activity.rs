@@ -14,9 +14,9 @@ use crate::support::*;
 checks!(activity_is_counted_per_hour_and_per_target_and_lateness_is_ranked,);
 
 async fn activity_is_counted_per_hour_and_per_target_and_lateness_is_ranked(store: Arc<dyn Store>) {
-    let t1 = add_target(&*store, ACME).await;
-    let t2 = add_target(&*store, ACME).await;
-    let theirs = add_target(&*store, GLOBEX).await;
+    let t1 = add_target(&*store, &ACME).await;
+    let t2 = add_target(&*store, &ACME).await;
+    let theirs = add_target(&*store, &GLOBEX).await;
     let now = time::now();
     let h0 = now.duration_trunc(hours(1)).unwrap() - hours(2);
     let h1 = h0 + hours(1);
@@ -52,7 +52,7 @@ async fn activity_is_counted_per_hour_and_per_target_and_lateness_is_ranked(stor
     dead_letter(&*store, &dead, h1 + minutes(5)).await;
     done(
         store
-            .reschedule(ACME, &dead.id, now + hours(5), h1 + minutes(6))
+            .reschedule(&ACME, &dead.id, now + hours(5), h1 + minutes(6))
             .await
             .unwrap(),
     );
@@ -67,7 +67,7 @@ async fn activity_is_counted_per_hour_and_per_target_and_lateness_is_ranked(stor
     let their = schedule(&*store, &theirs, h0 + minutes(1)).await;
     dead_letter(&*store, &their, h0 + minutes(2)).await;
 
-    let a = store.activity(ACME, h0).await.unwrap();
+    let a = store.activity(&ACME, h0).await.unwrap();
     assert_eq!(
         a.hours,
         vec![
@@ -109,14 +109,14 @@ async fn activity_is_counted_per_hour_and_per_target_and_lateness_is_ranked(stor
     assert_eq!(a.by_target[&t2.id].success_rate(), Some(2.0 / 3.0));
 
     // A window from h1 holds h1 only; the other account sees its own.
-    let later = store.activity(ACME, h1).await.unwrap();
+    let later = store.activity(&ACME, h1).await.unwrap();
     assert_eq!(later.hours.len(), 1);
     assert_eq!(later.hours[0].start, h1);
-    let g = store.activity(GLOBEX, h0).await.unwrap();
+    let g = store.activity(&GLOBEX, h0).await.unwrap();
     assert_eq!(
         (g.hours.len(), g.hours[0].dead_lettered, g.hours[0].failed),
         (1, 1, 1)
     );
-    let none = store.activity("initech", h0).await.unwrap();
+    let none = store.activity(&account_id("initech"), h0).await.unwrap();
     assert!(none.hours.is_empty() && none.by_target.is_empty());
 }

@@ -17,14 +17,14 @@ checks!(
 async fn a_batch_answers_each_item_in_order_and_creates_only_the_messages_whose_target_exists(
     store: Arc<dyn Store>,
 ) {
-    let ours = add_target(&*store, ACME).await;
-    let theirs = add_target(&*store, GLOBEX).await;
+    let ours = add_target(&*store, &ACME).await;
+    let theirs = add_target(&*store, &GLOBEX).await;
     let now = time::now();
     let a = message_value(&ours, now + hours(1), now);
-    let missing = message_value(&target_value(ACME, "never stored", now), now, now);
+    let missing = message_value(&target_value(&ACME, "never stored", now), now, now);
     let b = message_value(&ours, now - secs(1), now);
     let mut foreign = message_value(&theirs, now, now);
-    foreign.account = ACME.into();
+    foreign.account = ACME.clone();
     let c = message_value(&ours, now + hours(2), now);
     let items = [
         plain(&a),
@@ -52,7 +52,7 @@ async fn a_batch_answers_each_item_in_order_and_creates_only_the_messages_whose_
         assert_eq!(returned.payload, expected.payload);
 
         let m = get(&*store, expected).await;
-        assert_eq!(m.account, ACME);
+        assert_eq!(m.account, *ACME);
         assert_eq!(m.target_id, ours.id);
         assert_eq!(m.state, State::Scheduled);
         assert_eq!(m.delivery_time, expected.delivery_time);
@@ -65,12 +65,12 @@ async fn a_batch_answers_each_item_in_order_and_creates_only_the_messages_whose_
     assert!(!exists(&*store, &missing).await);
     assert!(!exists(&*store, &foreign).await);
     assert!(store
-        .get_message(GLOBEX, &foreign.id)
+        .get_message(&GLOBEX, &foreign.id)
         .await
         .unwrap()
         .is_none());
-    assert_eq!(ids_of(&*store, ACME).await, set([a.id, b.id, c.id]));
-    assert!(ids_of(&*store, GLOBEX).await.is_empty());
+    assert_eq!(ids_of(&*store, &ACME).await, set([a.id, b.id, c.id]));
+    assert!(ids_of(&*store, &GLOBEX).await.is_empty());
 }
 
 /// More items than one statement takes (stores may insert keyless items
@@ -79,8 +79,8 @@ async fn a_batch_answers_each_item_in_order_and_creates_only_the_messages_whose_
 async fn a_batch_of_over_a_thousand_with_keys_among_them_answers_each_in_order(
     store: Arc<dyn Store>,
 ) {
-    let ours = add_target(&*store, ACME).await;
-    let missing = target_value(ACME, "never stored", time::now());
+    let ours = add_target(&*store, &ACME).await;
+    let missing = target_value(&ACME, "never stored", time::now());
     let now = time::now();
     let messages: Vec<Message> = (0..1_203)
         .map(|i| {
@@ -114,7 +114,7 @@ async fn a_batch_of_over_a_thousand_with_keys_among_them_answers_each_in_order(
         }
     }
     let all = store
-        .list_messages(ACME, &MessageFilter::default(), None, 2_000)
+        .list_messages(&ACME, &MessageFilter::default(), None, 2_000)
         .await
         .unwrap();
     assert_eq!(set(message_ids(&all)), expected);
@@ -137,21 +137,21 @@ async fn a_batch_of_over_a_thousand_with_keys_among_them_answers_each_in_order(
 }
 
 async fn an_empty_batch_answers_an_empty_list(store: Arc<dyn Store>) {
-    add_target(&*store, ACME).await;
+    add_target(&*store, &ACME).await;
     assert!(store.insert_batch(&[]).await.unwrap().is_empty());
-    assert!(ids_of(&*store, ACME).await.is_empty());
+    assert!(ids_of(&*store, &ACME).await.is_empty());
 }
 
 async fn a_batch_may_hold_messages_of_several_accounts(store: Arc<dyn Store>) {
-    let ours = add_target(&*store, ACME).await;
-    let theirs = add_target(&*store, GLOBEX).await;
+    let ours = add_target(&*store, &ACME).await;
+    let theirs = add_target(&*store, &GLOBEX).await;
     let now = time::now();
     let a1 = message_value(&ours, now + hours(1), now);
     let g1 = message_value(&theirs, now + hours(1), now);
     let a2 = message_value(&ours, now + hours(2), now);
-    // ACME naming GLOBEX's target: unknown in ACME.
+    // &ACME naming &GLOBEX's target: unknown in &ACME.
     let mut crossed = message_value(&theirs, now + hours(1), now);
-    crossed.account = ACME.into();
+    crossed.account = ACME.clone();
     let outcomes = batch(
         &*store,
         &[plain(&a1), plain(&g1), plain(&a2), plain(&crossed)],
@@ -161,20 +161,20 @@ async fn a_batch_may_hold_messages_of_several_accounts(store: Arc<dyn Store>) {
         kinds(&outcomes),
         ["Created", "Created", "Created", "UnknownTarget"]
     );
-    assert_eq!(created_ref(&outcomes[1]).account, GLOBEX);
-    assert_eq!(ids_of(&*store, ACME).await, set([a1.id, a2.id]));
-    assert_eq!(ids_of(&*store, GLOBEX).await, set([g1.id]));
+    assert_eq!(created_ref(&outcomes[1]).account, *GLOBEX);
+    assert_eq!(ids_of(&*store, &ACME).await, set([a1.id, a2.id]));
+    assert_eq!(ids_of(&*store, &GLOBEX).await, set([g1.id]));
     assert_eq!(get(&*store, &g1).await.target_id, theirs.id);
-    assert!(store.get_message(GLOBEX, &a1.id).await.unwrap().is_none());
-    assert!(store.get_message(ACME, &g1.id).await.unwrap().is_none());
+    assert!(store.get_message(&GLOBEX, &a1.id).await.unwrap().is_none());
+    assert!(store.get_message(&ACME, &g1.id).await.unwrap().is_none());
 }
 
 async fn a_batch_item_for_a_disabled_target_is_inserted_paused(store: Arc<dyn Store>) {
-    let on = add_target(&*store, ACME).await;
-    let off = add_target(&*store, ACME).await;
+    let on = add_target(&*store, &ACME).await;
+    let off = add_target(&*store, &ACME).await;
     let now = time::now();
     store
-        .set_target_enabled(ACME, &off.id, false, now)
+        .set_target_enabled(&ACME, &off.id, false, now)
         .await
         .unwrap()
         .unwrap();
@@ -192,7 +192,7 @@ async fn a_batch_item_for_a_disabled_target_is_inserted_paused(store: Arc<dyn St
     assert_eq!(claimed_ids(&claimed), vec![free.id]);
 
     store
-        .set_target_enabled(ACME, &off.id, true, now + secs(1))
+        .set_target_enabled(&ACME, &off.id, true, now + secs(1))
         .await
         .unwrap()
         .unwrap();
@@ -205,7 +205,7 @@ async fn a_batch_item_for_a_disabled_target_is_inserted_paused(store: Arc<dyn St
 }
 
 async fn batch_inserted_messages_are_claimable_when_due(store: Arc<dyn Store>) {
-    let t = add_target(&*store, ACME).await;
+    let t = add_target(&*store, &ACME).await;
     let now = time::now();
     let late = message_value(&t, now - secs(1), now);
     let early = message_value(&t, now - secs(3), now);
@@ -248,7 +248,7 @@ async fn batch_inserted_messages_are_claimable_when_due(store: Arc<dyn Store>) {
 }
 
 async fn a_batch_that_fails_part_way_leaves_nothing_behind(store: Arc<dyn Store>) {
-    let t = add_target(&*store, ACME).await;
+    let t = add_target(&*store, &ACME).await;
     let now = time::now();
     let a = message_value(&t, now + hours(1), now);
     let b = message_value(&t, now + hours(1), now);
@@ -264,7 +264,7 @@ async fn a_batch_that_fails_part_way_leaves_nothing_behind(store: Arc<dyn Store>
         result.is_err(),
         "a duplicate message id fails the batch: {result:?}"
     );
-    assert!(ids_of(&*store, ACME).await.is_empty(), "nothing committed");
+    assert!(ids_of(&*store, &ACME).await.is_empty(), "nothing committed");
     // Nor are the keys of its items kept.
     for key in ["k-a", "k-b"] {
         assert!(
@@ -283,7 +283,7 @@ async fn concurrent_batches_with_the_same_keys_in_another_order_each_create_a_me
     // Two requests with the same 1,000 keys, one listing them backwards, at
     // the same moment: each key creates one message and the other batch
     // replays it; neither fails. Several rounds, as the overlap is a race.
-    let t = add_target(&*store, ACME).await;
+    let t = add_target(&*store, &ACME).await;
     let now = time::now();
     for round in 0..5 {
         let keys: Vec<String> = (0..1000).map(|i| format!("r{round}-key-{i:04}")).collect();
@@ -330,7 +330,7 @@ async fn concurrent_batches_with_the_same_keys_in_another_order_each_create_a_me
         assert_eq!(replays, 1000, "round {round}");
         assert_eq!(
             store
-                .count_messages(ACME, &MessageFilter::default())
+                .count_messages(&ACME, &MessageFilter::default())
                 .await
                 .unwrap(),
             1000 * (round + 1)

@@ -18,10 +18,10 @@ checks!(
 async fn a_batch_item_with_an_unknown_target_answers_unknown_target_and_its_key_is_not_kept(
     store: Arc<dyn Store>,
 ) {
-    let t = add_target(&*store, ACME).await;
+    let t = add_target(&*store, &ACME).await;
     let now = time::now();
     // A target that does not exist yet.
-    let later = target_value(ACME, "later", now);
+    let later = target_value(&ACME, "later", now);
     let lost = message_value(&later, now + hours(1), now);
     let good = message_value(&t, now + hours(1), now);
     let elsewhere = message_value(&later, now + hours(1), now);
@@ -39,7 +39,7 @@ async fn a_batch_item_with_an_unknown_target_answers_unknown_target_and_its_key_
         ["UnknownTarget", "Created", "UnknownTarget"]
     );
     assert!(!exists(&*store, &lost).await);
-    assert_eq!(ids_of(&*store, ACME).await, set([good.id]));
+    assert_eq!(ids_of(&*store, &ACME).await, set([good.id]));
 
     // Once the target exists, the same request is new (no replay of a
     // response for a message never stored); so is another request with the
@@ -61,7 +61,7 @@ async fn a_batch_item_with_an_unknown_target_answers_unknown_target_and_its_key_
     assert_eq!(created_ref(&outcomes[1]).id, fixed.id);
     assert_eq!(replayed_response(&outcomes[2]), response_for(&good));
     assert_eq!(
-        ids_of(&*store, ACME).await,
+        ids_of(&*store, &ACME).await,
         set([good.id, retry.id, fixed.id])
     );
 }
@@ -69,7 +69,7 @@ async fn a_batch_item_with_an_unknown_target_answers_unknown_target_and_its_key_
 async fn a_batch_items_key_is_new_replayed_or_in_conflict_as_with_insert_message(
     store: Arc<dyn Store>,
 ) {
-    let t = add_target(&*store, ACME).await;
+    let t = add_target(&*store, &ACME).await;
     let now = time::now();
     let p1 = message_value(&t, now + hours(1), now - secs(10));
     let p2 = message_value(&t, now + hours(1), now - secs(10));
@@ -119,7 +119,7 @@ async fn a_batch_items_key_is_new_replayed_or_in_conflict_as_with_insert_message
         response_for(&p1),
         "a key held before the batch replays what it holds, however often"
     );
-    assert_eq!(ids_of(&*store, ACME).await, set([p1.id, p2.id, new.id]));
+    assert_eq!(ids_of(&*store, &ACME).await, set([p1.id, p2.id, new.id]));
 
     // The new key is kept with its response; the held ones are unchanged.
     assert_eq!(
@@ -138,7 +138,7 @@ async fn a_batch_items_key_is_new_replayed_or_in_conflict_as_with_insert_message
 }
 
 async fn a_batch_item_takes_over_an_expired_key_but_not_one_within_its_ttl(store: Arc<dyn Store>) {
-    let t = add_target(&*store, ACME).await;
+    let t = add_target(&*store, &ACME).await;
     let now = time::now();
     let ttl = Duration::from_secs(3600);
     // Keys stored 2 h, 1 h + 1 ms, exactly 1 h and 30 min before `now`.
@@ -199,11 +199,11 @@ async fn a_batch_item_takes_over_an_expired_key_but_not_one_within_its_ttl(store
     assert_eq!(created_ref(&outcomes[0]).id, later.id);
     let mut expected = set(message_ids(&stored));
     expected.extend([old.id, just.id, later.id]);
-    assert_eq!(ids_of(&*store, ACME).await, expected);
+    assert_eq!(ids_of(&*store, &ACME).await, expected);
 }
 
 async fn each_batch_item_is_judged_by_its_own_key_ttl(store: Arc<dyn Store>) {
-    let t = add_target(&*store, ACME).await;
+    let t = add_target(&*store, &ACME).await;
     let now = time::now();
     let tiny = Duration::from_millis(1);
     let old = message_value(&t, now + hours(1), now - hours(1));
@@ -234,7 +234,7 @@ async fn each_batch_item_is_judged_by_its_own_key_ttl(store: Arc<dyn Store>) {
         "item 2's expired key is taken over under item 2's own ttl"
     );
     assert_eq!(
-        ids_of(&*store, ACME).await,
+        ids_of(&*store, &ACME).await,
         set([old.id, long.id, short.id])
     );
 }
@@ -242,7 +242,7 @@ async fn each_batch_item_is_judged_by_its_own_key_ttl(store: Arc<dyn Store>) {
 async fn a_key_repeated_within_a_batch_replays_the_first_items_response_or_conflicts(
     store: Arc<dyn Store>,
 ) {
-    let t = add_target(&*store, ACME).await;
+    let t = add_target(&*store, &ACME).await;
     let now = time::now();
     let m0 = message_value(&t, now + hours(1), now);
     let m1 = message_value(&t, now + hours(1), now);
@@ -272,7 +272,7 @@ async fn a_key_repeated_within_a_batch_replays_the_first_items_response_or_confl
     );
     assert_eq!(replayed_response(&outcomes[4]), response_for(&m0));
     assert_eq!(created_ref(&outcomes[3]).id, m3.id);
-    assert_eq!(ids_of(&*store, ACME).await, set([m0.id, m3.id]));
+    assert_eq!(ids_of(&*store, &ACME).await, set([m0.id, m3.id]));
 
     // After the batch the key holds the first item's request.
     assert_eq!(
@@ -288,9 +288,9 @@ async fn a_key_repeated_within_a_batch_replays_the_first_items_response_or_confl
 async fn a_key_repeated_within_a_batch_after_an_unknown_target_answers_unknown_target_or_conflicts(
     store: Arc<dyn Store>,
 ) {
-    let t = add_target(&*store, ACME).await;
+    let t = add_target(&*store, &ACME).await;
     let now = time::now();
-    let nowhere = target_value(ACME, "never stored", now);
+    let nowhere = target_value(&ACME, "never stored", now);
     let u0 = message_value(&nowhere, now + hours(1), now);
     let u1 = message_value(&nowhere, now + hours(1), now);
     let outcomes = once(
@@ -314,7 +314,7 @@ async fn a_key_repeated_within_a_batch_after_an_unknown_target_answers_unknown_t
     )
     .await;
     assert_eq!(kinds(&outcomes), ["UnknownTarget", "KeyConflict"]);
-    assert!(ids_of(&*store, ACME).await.is_empty(), "nothing inserted");
+    assert!(ids_of(&*store, &ACME).await.is_empty(), "nothing inserted");
 
     // Neither key is kept: later requests with them are new.
     for key in ["k", "k2"] {
@@ -329,8 +329,8 @@ async fn a_key_repeated_within_a_batch_after_an_unknown_target_answers_unknown_t
 }
 
 async fn the_same_key_for_two_accounts_in_one_batch_is_two_keys(store: Arc<dyn Store>) {
-    let ours = add_target(&*store, ACME).await;
-    let theirs = add_target(&*store, GLOBEX).await;
+    let ours = add_target(&*store, &ACME).await;
+    let theirs = add_target(&*store, &GLOBEX).await;
     let now = time::now();
     let a = message_value(&ours, now + hours(1), now);
     let g = message_value(&theirs, now + hours(1), now);
@@ -354,10 +354,10 @@ async fn the_same_key_for_two_accounts_in_one_batch_is_two_keys(store: Arc<dyn S
     assert_eq!(
         replayed_response(&outcomes[2]),
         response_for(&g),
-        "GLOBEX replays its own first response"
+        "&GLOBEX replays its own first response"
     );
-    assert_eq!(ids_of(&*store, ACME).await, set([a.id]));
-    assert_eq!(ids_of(&*store, GLOBEX).await, set([g.id]));
+    assert_eq!(ids_of(&*store, &ACME).await, set([a.id]));
+    assert_eq!(ids_of(&*store, &GLOBEX).await, set([g.id]));
 }
 
 /// A batch through the service's repeated-key rule, then this store.

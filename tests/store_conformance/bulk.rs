@@ -7,8 +7,8 @@ use crate::support::*;
 checks!(a_bulk_cancel_takes_both_states_in_one_order_of_ids_batch_by_batch);
 
 async fn a_bulk_cancel_takes_both_states_in_one_order_of_ids_batch_by_batch(store: Arc<dyn Store>) {
-    let t = add_target(&*store, ACME).await;
-    let theirs = add_target(&*store, GLOBEX).await;
+    let t = add_target(&*store, &ACME).await;
+    let theirs = add_target(&*store, &GLOBEX).await;
     let now = time::now();
     // Dead letters and scheduled messages in turn, by id; each dead letter
     // driven there while it is the only one due.
@@ -35,9 +35,9 @@ async fn a_bulk_cancel_takes_both_states_in_one_order_of_ids_batch_by_batch(stor
         to: None,
     };
     let later = now + secs(2);
-    assert_eq!(store.bulk_count(ACME, &bulk, 100, later).await.unwrap(), 6);
+    assert_eq!(store.bulk_count(&ACME, &bulk, 100, later).await.unwrap(), 6);
     assert_eq!(
-        store.bulk_count(ACME, &bulk, 4, later).await.unwrap(),
+        store.bulk_count(&ACME, &bulk, 4, later).await.unwrap(),
         4,
         "capped"
     );
@@ -45,7 +45,7 @@ async fn a_bulk_cancel_takes_both_states_in_one_order_of_ids_batch_by_batch(stor
     let mut after: Option<MessageId> = None;
     for pair in matched.chunks(2) {
         let batch = store
-            .bulk_batch(ACME, &bulk, after.as_ref(), 2, later)
+            .bulk_batch(&ACME, &bulk, after.as_ref(), 2, later)
             .await
             .unwrap();
         assert_eq!(
@@ -54,17 +54,17 @@ async fn a_bulk_cancel_takes_both_states_in_one_order_of_ids_batch_by_batch(stor
             "the next two ids, a dead letter and a scheduled one"
         );
         for id in pair {
-            let m = store.get_message(ACME, id).await.unwrap().unwrap();
+            let m = store.get_message(&ACME, id).await.unwrap().unwrap();
             assert_eq!(m.state, State::Cancelled, "{id} is cancelled");
         }
         after = batch.last;
     }
     let end = store
-        .bulk_batch(ACME, &bulk, after.as_ref(), 2, later)
+        .bulk_batch(&ACME, &bulk, after.as_ref(), 2, later)
         .await
         .unwrap();
     assert_eq!((end.scanned, end.changed, end.last), (0, 0, None));
-    assert_eq!(store.bulk_count(ACME, &bulk, 100, later).await.unwrap(), 0);
+    assert_eq!(store.bulk_count(&ACME, &bulk, 100, later).await.unwrap(), 0);
     assert_eq!(get(&*store, &delivered).await.state, State::Delivered);
     assert_eq!(get(&*store, &their).await.state, State::Scheduled);
 }

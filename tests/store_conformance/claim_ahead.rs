@@ -14,7 +14,7 @@ checks!(
 async fn an_ahead_claim_takes_only_what_falls_due_in_its_window_leased_from_the_due_time(
     store: Arc<dyn Store>,
 ) {
-    let t = add_target(&*store, ACME).await;
+    let t = add_target(&*store, &ACME).await;
     let now = time::now();
     let due_now = schedule(&*store, &t, now).await;
     let past = schedule(&*store, &t, now - secs(5)).await;
@@ -25,7 +25,7 @@ async fn an_ahead_claim_takes_only_what_falls_due_in_its_window_leased_from_the_
     // A message of an orderingKey waits for its time: one of its key
     // scheduled later for an earlier time must still go first.
     let mut keyed = message_value(&t, now + ms(500), now);
-    keyed.ordering_key = Some("order-7".into());
+    keyed.ordering_key = Some(ordering_key("order-7"));
     let keyed = insert(&*store, &keyed).await;
     // What is due already is for the claim of due messages. Claimed with a
     // lease that ends inside the window, they are under way: not for an
@@ -103,9 +103,9 @@ async fn an_ahead_claim_takes_only_what_falls_due_in_its_window_leased_from_the_
 async fn an_ahead_claim_goes_round_robin_over_targets_and_leaves_out_full_ones(
     store: Arc<dyn Store>,
 ) {
-    let busy = add_target(&*store, ACME).await;
-    let quiet = add_target(&*store, GLOBEX).await;
-    let full = add_target(&*store, GLOBEX).await;
+    let busy = add_target(&*store, &ACME).await;
+    let quiet = add_target(&*store, &GLOBEX).await;
+    let full = add_target(&*store, &GLOBEX).await;
     let now = time::now();
     let mut busy_ids = Vec::new();
     for i in 0..6 {
@@ -137,7 +137,7 @@ async fn an_ahead_claim_goes_round_robin_over_targets_and_leaves_out_full_ones(
 async fn a_message_claimed_ahead_is_cancelled_or_rescheduled_only_by_the_holder_of_its_lease(
     store: Arc<dyn Store>,
 ) {
-    let t = add_target(&*store, ACME).await;
+    let t = add_target(&*store, &ACME).await;
     let now = time::now();
     let a = schedule(&*store, &t, now + ms(500)).await;
     let b = schedule(&*store, &t, now + ms(600)).await;
@@ -151,12 +151,12 @@ async fn a_message_claimed_ahead_is_cancelled_or_rescheduled_only_by_the_holder_
 
     // Without the lease (another instance): as an attempt under way.
     assert!(matches!(
-        store.cancel(ACME, &a.id, now).await.unwrap(),
+        store.cancel(&ACME, &a.id, now).await.unwrap(),
         Transition::InFlight
     ));
     assert!(matches!(
         store
-            .reschedule(ACME, &b.id, now + hours(1), now)
+            .reschedule(&ACME, &b.id, now + hours(1), now)
             .await
             .unwrap(),
         Transition::InFlight
@@ -164,7 +164,7 @@ async fn a_message_claimed_ahead_is_cancelled_or_rescheduled_only_by_the_holder_
     // A token that is not the lease's changes nothing either.
     assert!(matches!(
         store
-            .cancel_held(ACME, &a.id, now, Some(Uuid::new_v4()))
+            .cancel_held(&ACME, &a.id, now, Some(Uuid::new_v4()))
             .await
             .unwrap(),
         Transition::InFlight
@@ -172,7 +172,7 @@ async fn a_message_claimed_ahead_is_cancelled_or_rescheduled_only_by_the_holder_
     // Another account, even with the lease: not found.
     assert!(matches!(
         store
-            .cancel_held(GLOBEX, &a.id, now, Some(token))
+            .cancel_held(&GLOBEX, &a.id, now, Some(token))
             .await
             .unwrap(),
         Transition::NotFound
@@ -181,14 +181,14 @@ async fn a_message_claimed_ahead_is_cancelled_or_rescheduled_only_by_the_holder_
     // The holder of the lease wins.
     let cancelled = done(
         store
-            .cancel_held(ACME, &a.id, now, Some(token))
+            .cancel_held(&ACME, &a.id, now, Some(token))
             .await
             .unwrap(),
     );
     assert_eq!(cancelled.state, State::Cancelled);
     let moved = done(
         store
-            .reschedule_held(ACME, &b.id, now + hours(1), now, Some(token))
+            .reschedule_held(&ACME, &b.id, now + hours(1), now, Some(token))
             .await
             .unwrap(),
     );

@@ -19,7 +19,7 @@ checks!(
 );
 
 async fn claim_due_hands_out_only_due_scheduled_messages_oldest_due_first(store: Arc<dyn Store>) {
-    let t = add_target(&*store, ACME).await;
+    let t = add_target(&*store, &ACME).await;
     let now = time::now();
     // Not claimable: delivered, dead letter, cancelled (all due long ago).
     let delivered = schedule(&*store, &t, now - secs(60)).await;
@@ -29,7 +29,7 @@ async fn claim_due_hands_out_only_due_scheduled_messages_oldest_due_first(store:
     let cancelled = schedule(&*store, &t, now - secs(60)).await;
     done(
         store
-            .cancel(ACME, &cancelled.id, now - secs(55))
+            .cancel(&ACME, &cancelled.id, now - secs(55))
             .await
             .unwrap(),
     );
@@ -76,7 +76,7 @@ async fn claim_due_hands_out_only_due_scheduled_messages_oldest_due_first(store:
 }
 
 async fn claim_due_honours_its_limit(store: Arc<dyn Store>) {
-    let t = add_target(&*store, ACME).await;
+    let t = add_target(&*store, &ACME).await;
     let now = time::now();
     let mut ids = Vec::new();
     for i in 0..5 {
@@ -93,7 +93,7 @@ async fn claim_due_honours_its_limit(store: Arc<dyn Store>) {
 }
 
 async fn a_claimed_message_is_not_claimed_again_until_its_lease_expires(store: Arc<dyn Store>) {
-    let t = add_target(&*store, ACME).await;
+    let t = add_target(&*store, &ACME).await;
     let now = time::now();
     let m = schedule(&*store, &t, now - secs(1)).await;
     let first = claim_only(&*store, &m, now, LEASE).await;
@@ -131,11 +131,11 @@ async fn a_claimed_message_is_not_claimed_again_until_its_lease_expires(store: A
 }
 
 async fn a_disabled_targets_messages_are_not_claimed_until_it_is_enabled(store: Arc<dyn Store>) {
-    let t = add_target(&*store, ACME).await;
+    let t = add_target(&*store, &ACME).await;
     let now = time::now();
     let before = schedule(&*store, &t, now - secs(3)).await;
     store
-        .set_target_enabled(ACME, &t.id, false, now)
+        .set_target_enabled(&ACME, &t.id, false, now)
         .await
         .unwrap()
         .unwrap();
@@ -146,18 +146,18 @@ async fn a_disabled_targets_messages_are_not_claimed_until_it_is_enabled(store: 
     let during = schedule(&*store, &t, now - secs(2)).await;
     let batched = message_value(&t, now - secs(1), now);
     store
-        .insert_messages(ACME, std::slice::from_ref(&batched))
+        .insert_messages(&ACME, std::slice::from_ref(&batched))
         .await
         .unwrap();
     let moved = schedule(&*store, &t, now + hours(5)).await;
     done(
         store
-            .reschedule(ACME, &moved.id, now - secs(4), now)
+            .reschedule(&ACME, &moved.id, now - secs(4), now)
             .await
             .unwrap(),
     );
     // A target created disabled holds its messages from the start.
-    let mut off = target_value(ACME, "off", now);
+    let mut off = target_value(&ACME, "off", now);
     off.enabled = false;
     insert_target(&*store, &off).await;
     let held = schedule(&*store, &off, now - secs(10)).await;
@@ -173,7 +173,7 @@ async fn a_disabled_targets_messages_are_not_claimed_until_it_is_enabled(store: 
     }
 
     store
-        .set_target_enabled(ACME, &t.id, true, now + secs(1))
+        .set_target_enabled(&ACME, &t.id, true, now + secs(1))
         .await
         .unwrap()
         .unwrap();
@@ -195,7 +195,7 @@ async fn a_disabled_targets_messages_are_not_claimed_until_it_is_enabled(store: 
     assert_eq!(rest_ids.len(), 3);
 
     store
-        .set_target_enabled(ACME, &off.id, true, now + secs(3))
+        .set_target_enabled(&ACME, &off.id, true, now + secs(3))
         .await
         .unwrap()
         .unwrap();
@@ -207,7 +207,7 @@ async fn next_due_is_the_earliest_claimable_time_and_ignores_paused_messages(
     store: Arc<dyn Store>,
 ) {
     assert_eq!(store.next_due().await.unwrap(), None, "nothing scheduled");
-    let on = add_target(&*store, ACME).await;
+    let on = add_target(&*store, &ACME).await;
     let now = time::now();
     // Finished messages do not count.
     let delivered = schedule(&*store, &on, now - secs(100)).await;
@@ -215,15 +215,15 @@ async fn next_due_is_the_earliest_claimable_time_and_ignores_paused_messages(
     let dead = schedule(&*store, &on, now - secs(100)).await;
     dead_letter(&*store, &dead, now - secs(90)).await;
     let cancelled = schedule(&*store, &on, now + secs(1)).await;
-    done(store.cancel(ACME, &cancelled.id, now).await.unwrap());
+    done(store.cancel(&ACME, &cancelled.id, now).await.unwrap());
     assert_eq!(store.next_due().await.unwrap(), None);
 
     schedule(&*store, &on, now + secs(10)).await;
     schedule(&*store, &on, now + secs(5)).await;
-    let off = add_target(&*store, ACME).await;
+    let off = add_target(&*store, &ACME).await;
     schedule(&*store, &off, now + secs(1)).await;
     store
-        .set_target_enabled(ACME, &off.id, false, now)
+        .set_target_enabled(&ACME, &off.id, false, now)
         .await
         .unwrap()
         .unwrap();
@@ -231,7 +231,7 @@ async fn next_due_is_the_earliest_claimable_time_and_ignores_paused_messages(
 
     assert_eq!(store.next_due().await.unwrap(), Some(now + secs(5)));
     store
-        .set_target_enabled(ACME, &off.id, true, now)
+        .set_target_enabled(&ACME, &off.id, true, now)
         .await
         .unwrap()
         .unwrap();
@@ -239,12 +239,12 @@ async fn next_due_is_the_earliest_claimable_time_and_ignores_paused_messages(
 }
 
 async fn two_concurrent_claimers_hand_out_all_200_messages_exactly_once(store: Arc<dyn Store>) {
-    let t = add_target(&*store, ACME).await;
+    let t = add_target(&*store, &ACME).await;
     let now = time::now();
     let messages: Vec<Message> = (0..200)
         .map(|i| message_value(&t, now - ms(1_000 - i), now))
         .collect();
-    let inserted = store.insert_messages(ACME, &messages).await.unwrap();
+    let inserted = store.insert_messages(&ACME, &messages).await.unwrap();
     assert_eq!(inserted.len(), 200);
 
     let barrier = Arc::new(tokio::sync::Barrier::new(2));
@@ -279,26 +279,26 @@ async fn two_concurrent_claimers_hand_out_all_200_messages_exactly_once(store: A
 }
 
 async fn a_claim_says_when_its_message_was_last_scheduled(store: Arc<dyn Store>) {
-    let t = add_target(&*store, ACME).await;
+    let t = add_target(&*store, &ACME).await;
     let now = time::now();
     // Scheduled now for a year ago; scheduled now and rescheduled a minute
     // later for two hours ago.
     let past = message_value(&t, now - hours(24 * 365), now);
     let moved = message_value(&t, now + hours(5), now);
     store
-        .insert_messages(ACME, &[past.clone(), moved.clone()])
+        .insert_messages(&ACME, &[past.clone(), moved.clone()])
         .await
         .unwrap();
     done(
         store
-            .reschedule(ACME, &moved.id, now - hours(2), now + secs(60))
+            .reschedule(&ACME, &moved.id, now - hours(2), now + secs(60))
             .await
             .unwrap(),
     );
     // Neither a pause of the target nor a lost lease moves it.
     for (enabled, at) in [(false, 61), (true, 62)] {
         store
-            .set_target_enabled(ACME, &t.id, enabled, now + secs(at))
+            .set_target_enabled(&ACME, &t.id, enabled, now + secs(at))
             .await
             .unwrap()
             .unwrap();
@@ -327,9 +327,9 @@ async fn a_shared_claim_goes_round_robin_and_takes_no_more_than_each_targets_sha
 ) {
     let now = time::now();
     let (a, b, c) = (
-        add_target(&*store, ACME).await,
-        add_target(&*store, ACME).await,
-        add_target(&*store, GLOBEX).await,
+        add_target(&*store, &ACME).await,
+        add_target(&*store, &ACME).await,
+        add_target(&*store, &GLOBEX).await,
     );
     // a: the five oldest; b: three; c: two, but it is full.
     let mut of_a = Vec::new();
@@ -373,8 +373,8 @@ async fn a_shared_claim_goes_round_robin_and_takes_no_more_than_each_targets_sha
 async fn the_next_due_time_can_leave_out_full_targets(store: Arc<dyn Store>) {
     let now = time::now();
     let (a, b) = (
-        add_target(&*store, ACME).await,
-        add_target(&*store, GLOBEX).await,
+        add_target(&*store, &ACME).await,
+        add_target(&*store, &GLOBEX).await,
     );
     schedule(&*store, &a, now - secs(60)).await;
     let later = schedule(&*store, &b, now + secs(5)).await;
@@ -406,8 +406,8 @@ async fn a_backlog_due_at_one_instant_does_not_hide_a_later_target_from_a_shared
     // only once a's backlog was gone.
     let now = time::now();
     let (a, b) = (
-        add_target(&*store, ACME).await,
-        add_target(&*store, GLOBEX).await,
+        add_target(&*store, &ACME).await,
+        add_target(&*store, &GLOBEX).await,
     );
     let limit = 2;
     let backlog = limit * dispatch::store::CLAIM_WINDOW as usize * 3;
@@ -441,8 +441,8 @@ async fn beside_a_backlog_due_at_one_instant_another_targets_stream_goes_oldest_
     // (a redrive of 100,000 beside a steady stream: p99 12-18 s).
     let now = time::now();
     let (a, b) = (
-        add_target(&*store, ACME).await,
-        add_target(&*store, GLOBEX).await,
+        add_target(&*store, &ACME).await,
+        add_target(&*store, &GLOBEX).await,
     );
     let limit = 2;
     for _ in 0..limit * dispatch::store::CLAIM_WINDOW as usize * 3 {
@@ -478,7 +478,7 @@ async fn beside_a_backlog_due_at_one_instant_another_targets_stream_goes_oldest_
 async fn a_released_claim_is_due_again_at_once_and_a_stale_token_releases_nothing(
     store: Arc<dyn Store>,
 ) {
-    let t = add_target(&*store, ACME).await;
+    let t = add_target(&*store, &ACME).await;
     let now = time::now();
     let due_at = now - secs(1);
     let m = schedule(&*store, &t, due_at).await;

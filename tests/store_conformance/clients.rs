@@ -21,15 +21,15 @@ async fn a_created_client_is_found_by_id_and_an_unknown_id_answers_none(store: A
     // The CLI creates clients for accounts that do not exist yet.
     let client = ClientRecord {
         client_id: "di_client_0001".into(),
-        account: "brand-new-account".into(),
+        account: account_id("brand-new-account"),
         name: "ci".into(),
         secret_hash: "$argon2id$v=19$m=19456,t=2,p=1$c2FsdA$aGFzaA".into(),
-        scopes: vec!["messages:write".into(), "targets:read".into()],
+        scopes: vec![Scope::MessagesWrite, Scope::TargetsRead],
     };
     store.create_client(&client).await.unwrap();
     let other = ClientRecord {
         client_id: "di_client_0002".into(),
-        account: ACME.into(),
+        account: ACME.clone(),
         name: "portal".into(),
         secret_hash: "hash-2".into(),
         scopes: vec![],
@@ -48,30 +48,30 @@ async fn a_created_client_is_found_by_id_and_an_unknown_id_answers_none(store: A
     assert_eq!(found.scopes, client.scopes, "scopes, in order");
 
     let found = store.find_client("di_client_0002").await.unwrap().unwrap();
-    assert_eq!(found.account, ACME);
+    assert_eq!(found.account, *ACME);
     assert!(found.scopes.is_empty());
 
     assert!(store.find_client("di_client_9999").await.unwrap().is_none());
     assert!(store.find_client("").await.unwrap().is_none());
 
     // Ensuring an existing account again is harmless.
-    store.ensure_account(ACME).await.unwrap();
-    store.ensure_account(ACME).await.unwrap();
+    store.ensure_account(&ACME).await.unwrap();
+    store.ensure_account(&ACME).await.unwrap();
 }
 
-fn client(id: &str, account: &str, hash: &str) -> ClientRecord {
+fn client(id: &str, account: &AccountId, hash: &str) -> ClientRecord {
     ClientRecord {
         client_id: id.into(),
-        account: account.into(),
+        account: account.clone(),
         name: format!("{id} name"),
         secret_hash: hash.into(),
-        scopes: vec!["messages:read".into(), "targets:write".into()],
+        scopes: vec![Scope::MessagesRead, Scope::TargetsWrite],
     }
 }
 
 async fn a_secret_hash_is_replaced_only_while_it_is_the_stored_one(store: Arc<dyn Store>) {
     store
-        .create_client(&client("dc_hash", ACME, "$argon2id$old"))
+        .create_client(&client("dc_hash", &ACME, "$argon2id$old"))
         .await
         .unwrap();
     assert!(!store
@@ -95,10 +95,10 @@ async fn a_secret_hash_is_replaced_only_while_it_is_the_stored_one(store: Arc<dy
 }
 
 async fn clients_are_listed_per_account_oldest_first_with_their_revocation(store: Arc<dyn Store>) {
-    assert!(store.list_clients(ACME).await.unwrap().is_empty());
+    assert!(store.list_clients(&ACME).await.unwrap().is_empty());
     let before = time::now() - ms(1000);
     for id in ["dc_first", "dc_second"] {
-        store.create_client(&client(id, ACME, "h")).await.unwrap();
+        store.create_client(&client(id, &ACME, "h")).await.unwrap();
         // The next one is created a millisecond later at least.
         let after = time::now() + ms(1);
         while time::now() < after {
@@ -106,23 +106,23 @@ async fn clients_are_listed_per_account_oldest_first_with_their_revocation(store
         }
     }
     store
-        .create_client(&client("dc_globex", GLOBEX, "h"))
+        .create_client(&client("dc_globex", &GLOBEX, "h"))
         .await
         .unwrap();
-    let listed = store.list_clients(ACME).await.unwrap();
+    let listed = store.list_clients(&ACME).await.unwrap();
     let ids: Vec<&str> = listed.iter().map(|c| c.client_id.as_str()).collect();
     assert_eq!(ids, ["dc_first", "dc_second"]);
     let first = &listed[0];
-    assert_eq!(first.account, ACME);
+    assert_eq!(first.account, *ACME);
     assert_eq!(first.name, "dc_first name");
-    assert_eq!(first.scopes, ["messages:read", "targets:write"]);
+    assert_eq!(first.scopes, [Scope::MessagesRead, Scope::TargetsWrite]);
     assert!(first.created_at > before && first.created_at <= time::now());
     assert_eq!(first.revoked_at, None);
     assert!(listed[0].created_at < listed[1].created_at);
 
     let at = time::now();
     store.revoke_client("dc_second", at).await.unwrap().unwrap();
-    let listed = store.list_clients(ACME).await.unwrap();
+    let listed = store.list_clients(&ACME).await.unwrap();
     assert_eq!(listed.len(), 2, "a revoked client is still listed");
     assert_eq!(listed[0].revoked_at, None);
     let revoked = listed[1].revoked_at.expect("revoked");
@@ -133,11 +133,11 @@ async fn a_revoked_client_is_not_found_and_revoking_again_keeps_the_first_time(
     store: Arc<dyn Store>,
 ) {
     store
-        .create_client(&client("dc_gone", ACME, "sha256$aa"))
+        .create_client(&client("dc_gone", &ACME, "sha256$aa"))
         .await
         .unwrap();
     store
-        .create_client(&client("dc_kept", ACME, "sha256$bb"))
+        .create_client(&client("dc_kept", &ACME, "sha256$bb"))
         .await
         .unwrap();
     let first = time::now() - secs(10);
@@ -147,7 +147,7 @@ async fn a_revoked_client_is_not_found_and_revoking_again_keeps_the_first_time(
         .unwrap()
         .expect("a known client is revoked");
     assert_eq!(revoked.client_id, "dc_gone");
-    assert_eq!(revoked.account, ACME);
+    assert_eq!(revoked.account, *ACME);
     assert!((revoked.revoked_at.unwrap() - first).abs() < ms(1));
     assert!(store.find_client("dc_gone").await.unwrap().is_none());
     assert!(store.find_client("dc_kept").await.unwrap().is_some());
@@ -175,7 +175,7 @@ async fn a_revoked_client_is_not_found_and_revoking_again_keeps_the_first_time(
 async fn clients_revoked_since_a_time_are_those_revoked_at_or_after_it(store: Arc<dyn Store>) {
     let now = time::now();
     for id in ["dc_old", "dc_recent", "dc_active"] {
-        store.create_client(&client(id, ACME, "h")).await.unwrap();
+        store.create_client(&client(id, &ACME, "h")).await.unwrap();
     }
     store.revoke_client("dc_old", now - hours(2)).await.unwrap();
     store

@@ -30,7 +30,7 @@ fn limited(limits: Limits) -> impl FnOnce(&mut Target) {
 }
 
 async fn gated_target(store: &dyn Store, change: impl FnOnce(&mut Target)) -> Target {
-    let mut t = target_value(ACME, "limited", time::now());
+    let mut t = target_value(&ACME, "limited", time::now());
     change(&mut t);
     insert_target(store, &t).await;
     t
@@ -172,7 +172,7 @@ async fn an_open_breaker_admits_nothing_until_its_cooldown_then_one_probe(store:
         (changes[0].1.from, changes[0].1.to),
         (BreakerState::Closed, BreakerState::Open)
     );
-    let read = store.get_target(ACME, &t.id).await.unwrap().unwrap();
+    let read = store.get_target(&ACME, &t.id).await.unwrap().unwrap();
     assert_eq!(read.health.state, BreakerState::Open);
     assert_eq!(read.health.consecutive_failures, 2);
     assert_eq!(read.health.open_until, Some(now + secs(1)));
@@ -203,7 +203,7 @@ async fn an_open_breaker_admits_nothing_until_its_cooldown_then_one_probe(store:
         .await
         .unwrap();
     assert_eq!(closed[0].1.to, BreakerState::Closed);
-    let read = store.get_target(ACME, &t.id).await.unwrap().unwrap();
+    let read = store.get_target(&ACME, &t.id).await.unwrap().unwrap();
     assert_eq!(
         (read.health.state, read.health.consecutive_failures),
         (BreakerState::Closed, 0)
@@ -212,11 +212,15 @@ async fn an_open_breaker_admits_nothing_until_its_cooldown_then_one_probe(store:
     // Reset by hand: only in the target's own account.
     store.record_health(&fail, now).await.unwrap();
     assert!(store
-        .reset_health(GLOBEX, &t.id, now)
+        .reset_health(&GLOBEX, &t.id, now)
         .await
         .unwrap()
         .is_none());
-    let (reset, change) = store.reset_health(ACME, &t.id, now).await.unwrap().unwrap();
+    let (reset, change) = store
+        .reset_health(&ACME, &t.id, now)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(reset.health.state, BreakerState::Closed);
     assert_eq!(change.map(|c| c.from), Some(BreakerState::Open));
     assert_eq!(reset.health.cooldown_ms, 1000, "the setting's cooldown");
@@ -255,7 +259,7 @@ async fn an_open_breaker_admits_nothing_until_its_cooldown_then_one_probe(store:
 }
 
 async fn changing_the_limits_moves_waiting_messages_between_the_claims(store: Arc<dyn Store>) {
-    let t = add_target(&*store, ACME).await;
+    let t = add_target(&*store, &ACME).await;
     let now = time::now();
     backlog(&*store, &t, 3, now).await;
     let mut gated = t.clone();

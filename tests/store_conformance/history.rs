@@ -9,8 +9,8 @@ checks!(cancels_reschedules_and_dead_letters_are_recorded_in_the_messages_histor
 async fn cancels_reschedules_and_dead_letters_are_recorded_in_the_messages_history(
     store: Arc<dyn Store>,
 ) {
-    let t = add_target(&*store, ACME).await;
-    store.ensure_account(GLOBEX).await.unwrap();
+    let t = add_target(&*store, &ACME).await;
+    store.ensure_account(&GLOBEX).await.unwrap();
     let now = time::now();
 
     let m = schedule(&*store, &t, now + hours(1)).await;
@@ -21,11 +21,11 @@ async fn cancels_reschedules_and_dead_letters_are_recorded_in_the_messages_histo
     let new_time = now + hours(3);
     done(
         store
-            .reschedule(ACME, &m.id, new_time, now + secs(1))
+            .reschedule(&ACME, &m.id, new_time, now + secs(1))
             .await
             .unwrap(),
     );
-    done(store.cancel(ACME, &m.id, now + secs(2)).await.unwrap());
+    done(store.cancel(&ACME, &m.id, now + secs(2)).await.unwrap());
     let history = vec![
         event(
             now + secs(1),
@@ -39,18 +39,18 @@ async fn cancels_reschedules_and_dead_letters_are_recorded_in_the_messages_histo
 
     // Refused actions leave no trace.
     assert!(matches!(
-        store.cancel(ACME, &m.id, now + secs(3)).await.unwrap(),
+        store.cancel(&ACME, &m.id, now + secs(3)).await.unwrap(),
         Transition::WrongState(State::Cancelled)
     ));
     assert!(matches!(
         store
-            .reschedule(ACME, &m.id, now + hours(4), now + secs(3))
+            .reschedule(&ACME, &m.id, now + hours(4), now + secs(3))
             .await
             .unwrap(),
         Transition::WrongState(State::Cancelled)
     ));
     assert!(matches!(
-        store.cancel(GLOBEX, &m.id, now + secs(3)).await.unwrap(),
+        store.cancel(&GLOBEX, &m.id, now + secs(3)).await.unwrap(),
         Transition::NotFound
     ));
     assert_eq!(events_of(&*store, &m).await, history);
@@ -60,7 +60,7 @@ async fn cancels_reschedules_and_dead_letters_are_recorded_in_the_messages_histo
     dead_letter(&*store, &dead_cancelled, now).await;
     done(
         store
-            .cancel(ACME, &dead_cancelled.id, now + secs(4))
+            .cancel(&ACME, &dead_cancelled.id, now + secs(4))
             .await
             .unwrap(),
     );
@@ -80,7 +80,7 @@ async fn cancels_reschedules_and_dead_letters_are_recorded_in_the_messages_histo
     dead_letter(&*store, &dead_moved, now + secs(5)).await;
     done(
         store
-            .reschedule(ACME, &dead_moved.id, now + hours(1), now + secs(6))
+            .reschedule(&ACME, &dead_moved.id, now + hours(1), now + secs(6))
             .await
             .unwrap(),
     );
@@ -112,14 +112,14 @@ async fn cancels_reschedules_and_dead_letters_are_recorded_in_the_messages_histo
     claim_only(&*store, &in_flight, now + secs(8), LEASE).await;
     assert!(matches!(
         store
-            .reschedule(ACME, &in_flight.id, now + hours(1), now + secs(9))
+            .reschedule(&ACME, &in_flight.id, now + hours(1), now + secs(9))
             .await
             .unwrap(),
         Transition::InFlight
     ));
     assert!(matches!(
         store
-            .cancel(ACME, &in_flight.id, now + secs(9))
+            .cancel(&ACME, &in_flight.id, now + secs(9))
             .await
             .unwrap(),
         Transition::InFlight
@@ -129,12 +129,12 @@ async fn cancels_reschedules_and_dead_letters_are_recorded_in_the_messages_histo
     // Another account gets an empty list, as for an unknown message.
     for id in [m.id, dead_cancelled.id, dead_moved.id] {
         assert!(
-            store.list_events(GLOBEX, &id).await.unwrap().is_empty(),
+            store.list_events(&GLOBEX, &id).await.unwrap().is_empty(),
             "{id} has no history in another account"
         );
     }
     assert!(store
-        .list_events(ACME, &MessageId::at(time::now()))
+        .list_events(&ACME, &MessageId::at(time::now()))
         .await
         .unwrap()
         .is_empty());

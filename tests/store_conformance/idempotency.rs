@@ -13,7 +13,7 @@ checks!(
 );
 
 async fn the_same_idempotency_key_and_request_replay_the_first_response(store: Arc<dyn Store>) {
-    let t = add_target(&*store, ACME).await;
+    let t = add_target(&*store, &ACME).await;
     let now = time::now();
     let first = message_value(&t, now + hours(1), now);
     let response = json!({"messageId": first.id.to_string(), "state": "Scheduled"});
@@ -47,18 +47,18 @@ async fn the_same_idempotency_key_and_request_replay_the_first_response(store: A
         other => panic!("expected Replayed, got {other:?}"),
     }
     assert!(
-        store.get_message(ACME, &retry.id).await.unwrap().is_none(),
+        store.get_message(&ACME, &retry.id).await.unwrap().is_none(),
         "a replay creates no message"
     );
     let all = store
-        .list_messages(ACME, &MessageFilter::default(), None, 100)
+        .list_messages(&ACME, &MessageFilter::default(), None, 100)
         .await
         .unwrap();
     assert_eq!(message_ids(&all), vec![first.id]);
 }
 
 async fn the_same_idempotency_key_with_another_request_is_a_key_conflict(store: Arc<dyn Store>) {
-    let t = add_target(&*store, ACME).await;
+    let t = add_target(&*store, &ACME).await;
     let now = time::now();
     let first = message_value(&t, now + hours(1), now);
     let key = idem("order-42", b"hash-of-body-1", DAY, json!({"n": 1}));
@@ -73,7 +73,7 @@ async fn the_same_idempotency_key_with_another_request_is_a_key_conflict(store: 
             .unwrap(),
         InsertOutcome::KeyConflict
     ));
-    assert!(store.get_message(ACME, &other.id).await.unwrap().is_none());
+    assert!(store.get_message(&ACME, &other.id).await.unwrap().is_none());
 
     // The conflict did not replace the stored request: the first still replays.
     let again = message_value(&t, now + hours(1), now + secs(6));
@@ -84,7 +84,7 @@ async fn the_same_idempotency_key_with_another_request_is_a_key_conflict(store: 
 }
 
 async fn an_expired_idempotency_key_is_treated_as_new(store: Arc<dyn Store>) {
-    let t = add_target(&*store, ACME).await;
+    let t = add_target(&*store, &ACME).await;
     let now = time::now();
     let tiny = Duration::from_millis(1);
     let old = message_value(&t, now + hours(1), now - hours(1));
@@ -101,8 +101,8 @@ async fn an_expired_idempotency_key_is_treated_as_new(store: Arc<dyn Store>) {
             .unwrap(),
     );
     assert_eq!(m.id, fresh.id);
-    assert!(store.get_message(ACME, &old.id).await.unwrap().is_some());
-    assert!(store.get_message(ACME, &fresh.id).await.unwrap().is_some());
+    assert!(store.get_message(&ACME, &old.id).await.unwrap().is_some());
+    assert!(store.get_message(&ACME, &fresh.id).await.unwrap().is_some());
 
     // The key now belongs to the new request: it replays the new response.
     let replay = message_value(&t, now + hours(2), now);
@@ -123,8 +123,8 @@ async fn an_expired_idempotency_key_is_treated_as_new(store: Arc<dyn Store>) {
 }
 
 async fn idempotency_keys_are_scoped_to_their_account(store: Arc<dyn Store>) {
-    let ours = add_target(&*store, ACME).await;
-    let theirs = add_target(&*store, GLOBEX).await;
+    let ours = add_target(&*store, &ACME).await;
+    let theirs = add_target(&*store, &GLOBEX).await;
     let now = time::now();
     let a = message_value(&ours, now + hours(1), now);
     created(
@@ -167,10 +167,10 @@ async fn idempotency_keys_are_scoped_to_their_account(store: Arc<dyn Store>) {
 }
 
 async fn an_idempotency_key_sent_with_an_unknown_target_is_not_remembered(store: Arc<dyn Store>) {
-    store.ensure_account(ACME).await.unwrap();
+    store.ensure_account(&ACME).await.unwrap();
     let now = time::now();
     // A target that does not exist yet…
-    let t = target_value(ACME, "later", now);
+    let t = target_value(&ACME, "later", now);
     let m = message_value(&t, now + hours(1), now);
     let key = idem(
         "order-7",
@@ -188,11 +188,11 @@ async fn an_idempotency_key_sent_with_an_unknown_target_is_not_remembered(store:
     let retry = message_value(&t, now + hours(1), now + secs(1));
     let got = created(store.insert_message(&retry, Some(&key)).await.unwrap());
     assert_eq!(got.id, retry.id);
-    assert!(store.get_message(ACME, &retry.id).await.unwrap().is_some());
+    assert!(store.get_message(&ACME, &retry.id).await.unwrap().is_some());
 }
 
 async fn concurrent_inserts_with_one_idempotency_key_create_one_message(store: Arc<dyn Store>) {
-    let t = add_target(&*store, ACME).await;
+    let t = add_target(&*store, &ACME).await;
     let now = time::now();
     let barrier = Arc::new(tokio::sync::Barrier::new(8));
     let mut tasks = Vec::new();
@@ -222,7 +222,7 @@ async fn concurrent_inserts_with_one_idempotency_key_create_one_message(store: A
         "every replay is the same first response"
     );
     let all = store
-        .list_messages(ACME, &MessageFilter::default(), None, 100)
+        .list_messages(&ACME, &MessageFilter::default(), None, 100)
         .await
         .unwrap();
     assert_eq!(message_ids(&all), created_ids);

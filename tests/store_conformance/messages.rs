@@ -17,32 +17,32 @@ checks!(
 );
 
 async fn a_message_for_a_missing_or_foreign_target_answers_unknown_target(store: Arc<dyn Store>) {
-    let theirs = add_target(&*store, GLOBEX).await;
-    store.ensure_account(ACME).await.unwrap();
+    let theirs = add_target(&*store, &GLOBEX).await;
+    store.ensure_account(&ACME).await.unwrap();
     let now = time::now();
 
-    let missing = target_value(ACME, "never stored", now);
+    let missing = target_value(&ACME, "never stored", now);
     let m = message_value(&missing, now, now);
     assert!(matches!(
         store.insert_message(&m, None).await.unwrap(),
         InsertOutcome::UnknownTarget
     ));
-    assert!(store.get_message(ACME, &m.id).await.unwrap().is_none());
+    assert!(store.get_message(&ACME, &m.id).await.unwrap().is_none());
 
-    // GLOBEX's target, used by ACME.
+    // &GLOBEX's target, used by &ACME.
     let mut foreign = message_value(&theirs, now, now);
-    foreign.account = ACME.into();
+    foreign.account = ACME.clone();
     assert!(matches!(
         store.insert_message(&foreign, None).await.unwrap(),
         InsertOutcome::UnknownTarget
     ));
     assert!(store
-        .get_message(ACME, &foreign.id)
+        .get_message(&ACME, &foreign.id)
         .await
         .unwrap()
         .is_none());
     assert!(store
-        .get_message(GLOBEX, &foreign.id)
+        .get_message(&GLOBEX, &foreign.id)
         .await
         .unwrap()
         .is_none());
@@ -54,7 +54,7 @@ async fn a_message_for_a_missing_or_foreign_target_answers_unknown_target(store:
 }
 
 async fn an_inserted_message_reads_back_as_scheduled_with_its_fields(store: Arc<dyn Store>) {
-    let t = add_target(&*store, ACME).await;
+    let t = add_target(&*store, &ACME).await;
     let now = time::now();
     let value = message_value(&t, now + hours(2), now);
     let returned = insert(&*store, &value).await;
@@ -63,7 +63,7 @@ async fn an_inserted_message_reads_back_as_scheduled_with_its_fields(store: Arc<
 
     let m = get(&*store, &value).await;
     assert_eq!(m.id, value.id);
-    assert_eq!(m.account, ACME);
+    assert_eq!(m.account, *ACME);
     assert_eq!(m.target_id, t.id);
     assert_eq!(m.state, State::Scheduled);
     assert_eq!(m.delivery_time, now + hours(2));
@@ -91,7 +91,7 @@ async fn an_inserted_message_reads_back_as_scheduled_with_its_fields(store: Arc<
 }
 
 async fn the_largest_payload_reads_back_exactly(store: Arc<dyn Store>) {
-    let t = add_target(&*store, ACME).await;
+    let t = add_target(&*store, &ACME).await;
     let now = time::now();
     // 61,440 four-byte characters (245,760 bytes), with quotes, backslashes
     // and a newline on the way.
@@ -107,7 +107,7 @@ async fn the_largest_payload_reads_back_exactly(store: Arc<dyn Store>) {
 
 async fn a_payload_with_a_nul_character_reads_back_exactly(store: Arc<dyn Store>) {
     // docs/api.md#scheduling-a-message: `payload` is any JSON-embeddable string; "\u0000" is one.
-    let t = add_target(&*store, ACME).await;
+    let t = add_target(&*store, &ACME).await;
     let now = time::now();
     let text = "before\u{0}after \u{1f} \u{7f}".to_string();
     let mut value = message_value(&t, now + hours(1), now);
@@ -129,17 +129,17 @@ async fn a_payload_with_a_nul_character_reads_back_exactly(store: Arc<dyn Store>
 async fn a_batch_insert_returns_the_inserted_ids_and_skips_unknown_and_foreign_targets(
     store: Arc<dyn Store>,
 ) {
-    let ours = add_target(&*store, ACME).await;
-    let theirs = add_target(&*store, GLOBEX).await;
+    let ours = add_target(&*store, &ACME).await;
+    let theirs = add_target(&*store, &GLOBEX).await;
     let now = time::now();
     let a = message_value(&ours, now + hours(1), now);
     let b = message_value(&ours, now - secs(1), now);
-    let missing = message_value(&target_value(ACME, "missing", now), now, now);
+    let missing = message_value(&target_value(&ACME, "missing", now), now, now);
     let mut foreign = message_value(&theirs, now, now);
-    foreign.account = ACME.into();
+    foreign.account = ACME.clone();
     let batch = [a.clone(), missing.clone(), b.clone(), foreign.clone()];
 
-    let ids = store.insert_messages(ACME, &batch).await.unwrap();
+    let ids = store.insert_messages(&ACME, &batch).await.unwrap();
     assert_eq!(set(ids.clone()), set([a.id, b.id]));
     assert_eq!(ids.len(), 2, "each inserted id once");
 
@@ -150,17 +150,17 @@ async fn a_batch_insert_returns_the_inserted_ids_and_skips_unknown_and_foreign_t
     assert_eq!(read.next_attempt_at, Some(now + hours(1)));
     assert_eq!(read.payload, a.payload);
     assert!(store
-        .get_message(ACME, &missing.id)
+        .get_message(&ACME, &missing.id)
         .await
         .unwrap()
         .is_none());
     assert!(store
-        .get_message(ACME, &foreign.id)
+        .get_message(&ACME, &foreign.id)
         .await
         .unwrap()
         .is_none());
     assert!(store
-        .get_message(GLOBEX, &foreign.id)
+        .get_message(&GLOBEX, &foreign.id)
         .await
         .unwrap()
         .is_none());
@@ -169,17 +169,17 @@ async fn a_batch_insert_returns_the_inserted_ids_and_skips_unknown_and_foreign_t
     let claimed = store.claim_due(now, 100, LEASE).await.unwrap();
     assert_eq!(claimed_ids(&claimed), vec![b.id]);
 
-    assert!(store.insert_messages(ACME, &[]).await.unwrap().is_empty());
+    assert!(store.insert_messages(&ACME, &[]).await.unwrap().is_empty());
 }
 
-/// ACME's whole list without a filter, page by page with the `before`
+/// &ACME's whole list without a filter, page by page with the `before`
 /// cursor; at most `expected` ids, or the paging does not end.
 async fn all_pages(store: &dyn Store, page_size: u32, expected: usize) -> Vec<MessageId> {
     let mut paged = Vec::new();
     let mut before: Option<MessageId> = None;
     loop {
         let page = store
-            .list_messages(ACME, &MessageFilter::default(), before.as_ref(), page_size)
+            .list_messages(&ACME, &MessageFilter::default(), before.as_ref(), page_size)
             .await
             .unwrap();
         assert!(page.len() <= page_size as usize, "the limit is honoured");
@@ -193,8 +193,8 @@ async fn all_pages(store: &dyn Store, page_size: u32, expected: usize) -> Vec<Me
 }
 
 async fn messages_are_listed_newest_first_and_paged_with_the_before_cursor(store: Arc<dyn Store>) {
-    let t = add_target(&*store, ACME).await;
-    let theirs = add_target(&*store, GLOBEX).await;
+    let t = add_target(&*store, &ACME).await;
+    let theirs = add_target(&*store, &GLOBEX).await;
     let now = time::now();
     let mut ids = Vec::new();
     for i in 0..7 {
@@ -204,7 +204,7 @@ async fn messages_are_listed_newest_first_and_paged_with_the_before_cursor(store
     let expected = newest_first(ids);
 
     let all = store
-        .list_messages(ACME, &MessageFilter::default(), None, 100)
+        .list_messages(&ACME, &MessageFilter::default(), None, 100)
         .await
         .unwrap();
     assert_eq!(message_ids(&all), expected, "newest (highest id) first");
@@ -215,16 +215,16 @@ async fn messages_are_listed_newest_first_and_paged_with_the_before_cursor(store
     }
 
     let theirs_listed = store
-        .list_messages(GLOBEX, &MessageFilter::default(), None, 100)
+        .list_messages(&GLOBEX, &MessageFilter::default(), None, 100)
         .await
         .unwrap();
     assert_eq!(message_ids(&theirs_listed), vec![their.id]);
 }
 
 async fn listing_messages_filters_by_state_and_by_target(store: Arc<dyn Store>) {
-    let t1 = add_target(&*store, ACME).await;
-    let t2 = add_target(&*store, ACME).await;
-    let theirs = add_target(&*store, GLOBEX).await;
+    let t1 = add_target(&*store, &ACME).await;
+    let t2 = add_target(&*store, &ACME).await;
+    let theirs = add_target(&*store, &GLOBEX).await;
     let now = time::now();
 
     // Finished ones first, each driven to its state while it is the only one due.
@@ -234,10 +234,10 @@ async fn listing_messages_filters_by_state_and_by_target(store: Arc<dyn Store>) 
     dead_letter(&*store, &dead, now).await;
     let s1 = schedule(&*store, &t1, now + hours(1)).await;
     let c1 = schedule(&*store, &t1, now + hours(1)).await;
-    done(store.cancel(ACME, &c1.id, now).await.unwrap());
+    done(store.cancel(&ACME, &c1.id, now).await.unwrap());
     let s2 = schedule(&*store, &t2, now + hours(1)).await;
     let c2 = schedule(&*store, &t2, now + hours(1)).await;
-    done(store.cancel(ACME, &c2.id, now).await.unwrap());
+    done(store.cancel(&ACME, &c2.id, now).await.unwrap());
     schedule(&*store, &theirs, now + hours(1)).await;
 
     let list = |target: Option<&Target>, state: Option<State>| {
@@ -248,7 +248,10 @@ async fn listing_messages_filters_by_state_and_by_target(store: Arc<dyn Store>) 
             ..MessageFilter::default()
         };
         async move {
-            let page = store.list_messages(ACME, &filter, None, 100).await.unwrap();
+            let page = store
+                .list_messages(&ACME, &filter, None, 100)
+                .await
+                .unwrap();
             for m in &page {
                 if let Some(state) = filter.state {
                     assert_eq!(m.state, state, "only {state:?} messages");
@@ -298,15 +301,15 @@ async fn listing_messages_filters_by_state_and_by_target(store: Arc<dyn Store>) 
         ..MessageFilter::default()
     };
     let first = store
-        .list_messages(ACME, &cancelled, None, 1)
+        .list_messages(&ACME, &cancelled, None, 1)
         .await
         .unwrap();
     let second = store
-        .list_messages(ACME, &cancelled, Some(&first[0].id), 1)
+        .list_messages(&ACME, &cancelled, Some(&first[0].id), 1)
         .await
         .unwrap();
     let third = store
-        .list_messages(ACME, &cancelled, Some(&second[0].id), 1)
+        .list_messages(&ACME, &cancelled, Some(&second[0].id), 1)
         .await
         .unwrap();
     assert_eq!(
@@ -317,20 +320,20 @@ async fn listing_messages_filters_by_state_and_by_target(store: Arc<dyn Store>) 
 }
 
 async fn another_accounts_messages_are_invisible(store: Arc<dyn Store>) {
-    let t = add_target(&*store, ACME).await;
-    store.ensure_account(GLOBEX).await.unwrap();
+    let t = add_target(&*store, &ACME).await;
+    store.ensure_account(&GLOBEX).await.unwrap();
     let now = time::now();
     let m = schedule(&*store, &t, now - secs(1)).await;
     deliver(&*store, &m, now).await;
 
-    assert!(store.get_message(GLOBEX, &m.id).await.unwrap().is_none());
+    assert!(store.get_message(&GLOBEX, &m.id).await.unwrap().is_none());
     assert!(store
-        .list_attempts(GLOBEX, &m.id, None, 100)
+        .list_attempts(&GLOBEX, &m.id, None, 100)
         .await
         .unwrap()
         .is_none());
     assert!(store
-        .list_messages(GLOBEX, &MessageFilter::default(), None, 100)
+        .list_messages(&GLOBEX, &MessageFilter::default(), None, 100)
         .await
         .unwrap()
         .is_empty());
@@ -340,7 +343,7 @@ async fn another_accounts_messages_are_invisible(store: Arc<dyn Store>) {
         ..MessageFilter::default()
     };
     assert!(store
-        .list_messages(GLOBEX, &by_target, None, 100)
+        .list_messages(&GLOBEX, &by_target, None, 100)
         .await
         .unwrap()
         .is_empty());
@@ -350,7 +353,7 @@ async fn another_accounts_messages_are_invisible(store: Arc<dyn Store>) {
 }
 
 async fn attempts_are_listed_oldest_first_and_paged_with_the_after_cursor(store: Arc<dyn Store>) {
-    let t = add_target(&*store, ACME).await;
+    let t = add_target(&*store, &ACME).await;
     let now = time::now();
     let m = schedule(&*store, &t, now - secs(1)).await;
     let retry_at = now + secs(60);
@@ -405,13 +408,13 @@ async fn attempts_are_listed_oldest_first_and_paged_with_the_after_cursor(store:
 }
 
 async fn attempts_of_an_unknown_or_foreign_message_answer_none(store: Arc<dyn Store>) {
-    let t = add_target(&*store, ACME).await;
-    store.ensure_account(GLOBEX).await.unwrap();
+    let t = add_target(&*store, &ACME).await;
+    store.ensure_account(&GLOBEX).await.unwrap();
     let now = time::now();
     let m = schedule(&*store, &t, now + hours(1)).await;
     assert_eq!(
         store
-            .list_attempts(ACME, &m.id, None, 10)
+            .list_attempts(&ACME, &m.id, None, 10)
             .await
             .unwrap()
             .map(|a| a.len()),
@@ -419,12 +422,12 @@ async fn attempts_of_an_unknown_or_foreign_message_answer_none(store: Arc<dyn St
         "a known message without attempts answers an empty list"
     );
     assert!(store
-        .list_attempts(ACME, &MessageId::at(time::now()), None, 10)
+        .list_attempts(&ACME, &MessageId::at(time::now()), None, 10)
         .await
         .unwrap()
         .is_none());
     assert!(store
-        .list_attempts(GLOBEX, &m.id, None, 10)
+        .list_attempts(&GLOBEX, &m.id, None, 10)
         .await
         .unwrap()
         .is_none());

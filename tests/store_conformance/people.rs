@@ -20,10 +20,15 @@ checks!(
 );
 
 /// A portal user as `dispatch users create --role` builds it (not yet stored).
-fn user_value(account: &str, email: &str, role: Role, created_at: DateTime<Utc>) -> UserRecord {
+fn user_value(
+    account: &AccountId,
+    email: &str,
+    role: Role,
+    created_at: DateTime<Utc>,
+) -> UserRecord {
     UserRecord {
         id: Uuid::now_v7().to_string(),
-        account: account.into(),
+        account: account.clone(),
         email: email.into(),
         password_hash: format!(
             "$argon2id$v=19$m=19456,t=2,p=1$c2FsdA${}",
@@ -36,7 +41,7 @@ fn user_value(account: &str, email: &str, role: Role, created_at: DateTime<Utc>)
 
 async fn add_user(
     store: &dyn Store,
-    account: &str,
+    account: &AccountId,
     email: &str,
     role: Role,
     created_at: DateTime<Utc>,
@@ -83,7 +88,7 @@ async fn user(store: &dyn Store, email: &str) -> UserRecord {
 }
 
 /// Each of the account's people, by email, with their role (oldest first).
-async fn roles(store: &dyn Store, account: &str) -> Vec<(String, Role)> {
+async fn roles(store: &dyn Store, account: &AccountId) -> Vec<(String, Role)> {
     store
         .list_users(account)
         .await
@@ -137,7 +142,7 @@ async fn session_role(store: &dyn Store, s: &SessionRecord, now: DateTime<Utc>) 
 /// An invitation as an admin of `account` makes it (not yet stored). The
 /// token hash is 32 arbitrary bytes.
 fn invitation_value(
-    account: &str,
+    account: &AccountId,
     email: &str,
     role: Role,
     created_at: DateTime<Utc>,
@@ -149,7 +154,7 @@ fn invitation_value(
     InvitationRecord {
         id: Uuid::now_v7().to_string(),
         token_hash,
-        account: account.into(),
+        account: account.clone(),
         email: email.into(),
         role,
         invited_by: format!("admin@{account}.test"),
@@ -160,7 +165,7 @@ fn invitation_value(
 
 async fn invite(
     store: &dyn Store,
-    account: &str,
+    account: &AccountId,
     email: &str,
     role: Role,
     created_at: DateTime<Utc>,
@@ -200,50 +205,58 @@ async fn the_people_of_an_account_are_listed_oldest_first_with_their_roles(store
     // follows created_at, not insertion (nor ids) nor emails.
     let viewer = add_user(
         &*store,
-        ACME,
+        &ACME,
         "alex@acme.test",
         Role::Viewer,
         now - hours(1),
     )
     .await;
-    let admin = add_user(&*store, ACME, "pat@acme.test", Role::Admin, now - hours(3)).await;
+    let admin = add_user(&*store, &ACME, "pat@acme.test", Role::Admin, now - hours(3)).await;
     let operator = add_user(
         &*store,
-        ACME,
+        &ACME,
         "kim@acme.test",
         Role::Operator,
         now - hours(2),
     )
     .await;
-    // Another account's people, older and newer than ACME's.
+    // Another account's people, older and newer than &ACME's.
     let g_old = add_user(
         &*store,
-        GLOBEX,
+        &GLOBEX,
         "old@globex.test",
         Role::Admin,
         now - days(2),
     )
     .await;
-    let g_new = add_user(&*store, GLOBEX, "new@globex.test", Role::Viewer, now).await;
-    store.ensure_account("initech").await.unwrap();
+    let g_new = add_user(&*store, &GLOBEX, "new@globex.test", Role::Viewer, now).await;
+    store.ensure_account(&account_id("initech")).await.unwrap();
 
     assert_users_eq(
-        &store.list_users(ACME).await.unwrap(),
+        &store.list_users(&ACME).await.unwrap(),
         &[&admin, &operator, &viewer],
     );
-    assert_users_eq(&store.list_users(GLOBEX).await.unwrap(), &[&g_old, &g_new]);
+    assert_users_eq(&store.list_users(&GLOBEX).await.unwrap(), &[&g_old, &g_new]);
     assert!(
-        store.list_users("initech").await.unwrap().is_empty(),
+        store
+            .list_users(&account_id("initech"))
+            .await
+            .unwrap()
+            .is_empty(),
         "an account without people lists none"
     );
-    assert!(store.list_users("nobody").await.unwrap().is_empty());
+    assert!(store
+        .list_users(&account_id("nobody"))
+        .await
+        .unwrap()
+        .is_empty());
 }
 
 async fn a_new_role_is_read_at_once_by_the_list_the_user_and_their_sessions(store: Arc<dyn Store>) {
     let now = time::now();
     let admin = add_user(
         &*store,
-        ACME,
+        &ACME,
         "admin@acme.test",
         Role::Admin,
         now - hours(2),
@@ -251,14 +264,14 @@ async fn a_new_role_is_read_at_once_by_the_list_the_user_and_their_sessions(stor
     .await;
     let ops = add_user(
         &*store,
-        ACME,
+        &ACME,
         "ops@acme.test",
         Role::Operator,
         now - hours(1),
     )
     .await;
-    let g_admin = add_user(&*store, GLOBEX, "admin@globex.test", Role::Admin, now).await;
-    let g_viewer = add_user(&*store, GLOBEX, "viewer@globex.test", Role::Viewer, now).await;
+    let g_admin = add_user(&*store, &GLOBEX, "admin@globex.test", Role::Admin, now).await;
+    let g_viewer = add_user(&*store, &GLOBEX, "viewer@globex.test", Role::Viewer, now).await;
     let s_ops = add_session(&*store, &ops, now).await;
     let s_admin = add_session(&*store, &admin, now).await;
     let s_g_viewer = add_session(&*store, &g_viewer, now).await;
@@ -271,12 +284,12 @@ async fn a_new_role_is_read_at_once_by_the_list_the_user_and_their_sessions(stor
     // session that already exists (the role is read live, not kept in it).
     for role in [Role::Viewer, Role::Admin, Role::Operator, Role::Viewer] {
         assert_eq!(
-            store.set_user_role(ACME, &ops.id, role).await.unwrap(),
+            store.set_user_role(&ACME, &ops.id, role).await.unwrap(),
             PeopleChange::Done,
             "ops becomes {role}"
         );
         assert_eq!(
-            roles(&*store, ACME).await,
+            roles(&*store, &ACME).await,
             named(&[(&admin, Role::Admin), (&ops, role)])
         );
         assert_user_eq(
@@ -303,14 +316,14 @@ async fn a_new_role_is_read_at_once_by_the_list_the_user_and_their_sessions(stor
     let unknown = Uuid::now_v7().to_string();
     assert_eq!(
         store
-            .set_user_role(ACME, &unknown, Role::Admin)
+            .set_user_role(&ACME, &unknown, Role::Admin)
             .await
             .unwrap(),
         PeopleChange::NotFound
     );
     assert_eq!(
         store
-            .set_user_role(ACME, &g_viewer.id, Role::Admin)
+            .set_user_role(&ACME, &g_viewer.id, Role::Admin)
             .await
             .unwrap(),
         PeopleChange::NotFound,
@@ -318,7 +331,7 @@ async fn a_new_role_is_read_at_once_by_the_list_the_user_and_their_sessions(stor
     );
     assert_eq!(
         store
-            .set_user_role(ACME, &g_admin.id, Role::Viewer)
+            .set_user_role(&ACME, &g_admin.id, Role::Viewer)
             .await
             .unwrap(),
         PeopleChange::NotFound,
@@ -326,15 +339,15 @@ async fn a_new_role_is_read_at_once_by_the_list_the_user_and_their_sessions(stor
     );
     assert_eq!(
         store
-            .set_user_role(GLOBEX, &ops.id, Role::Admin)
+            .set_user_role(&GLOBEX, &ops.id, Role::Admin)
             .await
             .unwrap(),
         PeopleChange::NotFound,
-        "a person of ACME, from GLOBEX"
+        "a person of &ACME, from &GLOBEX"
     );
     assert_eq!(
         store
-            .set_user_role("nobody", &ops.id, Role::Admin)
+            .set_user_role(&account_id("nobody"), &ops.id, Role::Admin)
             .await
             .unwrap(),
         PeopleChange::NotFound,
@@ -343,7 +356,7 @@ async fn a_new_role_is_read_at_once_by_the_list_the_user_and_their_sessions(stor
     assert_user_eq(&user(&*store, &g_viewer.email).await, &g_viewer);
     assert_user_eq(&user(&*store, &g_admin.email).await, &g_admin);
     assert_eq!(
-        roles(&*store, GLOBEX).await,
+        roles(&*store, &GLOBEX).await,
         named(&[(&g_admin, Role::Admin), (&g_viewer, Role::Viewer)])
     );
     assert_eq!(
@@ -351,7 +364,7 @@ async fn a_new_role_is_read_at_once_by_the_list_the_user_and_their_sessions(stor
         Some(Role::Viewer)
     );
     assert_eq!(
-        roles(&*store, ACME).await,
+        roles(&*store, &ACME).await,
         named(&[(&admin, Role::Admin), (&ops, Role::Viewer)]),
         "the refused changes changed nothing"
     );
@@ -361,7 +374,7 @@ async fn the_only_admin_cannot_be_demoted_but_one_of_two_admins_can(store: Arc<d
     let now = time::now();
     let admin = add_user(
         &*store,
-        ACME,
+        &ACME,
         "admin@acme.test",
         Role::Admin,
         now - hours(3),
@@ -369,7 +382,7 @@ async fn the_only_admin_cannot_be_demoted_but_one_of_two_admins_can(store: Arc<d
     .await;
     let ops = add_user(
         &*store,
-        ACME,
+        &ACME,
         "ops@acme.test",
         Role::Operator,
         now - hours(2),
@@ -377,25 +390,25 @@ async fn the_only_admin_cannot_be_demoted_but_one_of_two_admins_can(store: Arc<d
     .await;
     let viewer = add_user(
         &*store,
-        ACME,
+        &ACME,
         "viewer@acme.test",
         Role::Viewer,
         now - hours(1),
     )
     .await;
-    // Another account's admin does not count for ACME.
-    let g_admin = add_user(&*store, GLOBEX, "admin@globex.test", Role::Admin, now).await;
+    // Another account's admin does not count for &ACME.
+    let g_admin = add_user(&*store, &GLOBEX, "admin@globex.test", Role::Admin, now).await;
     let s_admin = add_session(&*store, &admin, now).await;
 
     for role in [Role::Operator, Role::Viewer] {
         assert_eq!(
-            store.set_user_role(ACME, &admin.id, role).await.unwrap(),
+            store.set_user_role(&ACME, &admin.id, role).await.unwrap(),
             PeopleChange::LastAdmin,
             "the only admin cannot become {role}"
         );
     }
     assert_eq!(
-        roles(&*store, ACME).await,
+        roles(&*store, &ACME).await,
         named(&[
             (&admin, Role::Admin),
             (&ops, Role::Operator),
@@ -411,7 +424,7 @@ async fn the_only_admin_cannot_be_demoted_but_one_of_two_admins_can(store: Arc<d
     // Keeping the only admin an admin leaves the account an admin.
     assert_eq!(
         store
-            .set_user_role(ACME, &admin.id, Role::Admin)
+            .set_user_role(&ACME, &admin.id, Role::Admin)
             .await
             .unwrap(),
         PeopleChange::Done
@@ -419,7 +432,7 @@ async fn the_only_admin_cannot_be_demoted_but_one_of_two_admins_can(store: Arc<d
     // Changing someone else's role is not a demotion of the admin.
     assert_eq!(
         store
-            .set_user_role(ACME, &viewer.id, Role::Operator)
+            .set_user_role(&ACME, &viewer.id, Role::Operator)
             .await
             .unwrap(),
         PeopleChange::Done
@@ -428,14 +441,14 @@ async fn the_only_admin_cannot_be_demoted_but_one_of_two_admins_can(store: Arc<d
     // With two admins, either may step down; then the other is the only one.
     assert_eq!(
         store
-            .set_user_role(ACME, &ops.id, Role::Admin)
+            .set_user_role(&ACME, &ops.id, Role::Admin)
             .await
             .unwrap(),
         PeopleChange::Done
     );
     assert_eq!(
         store
-            .set_user_role(ACME, &admin.id, Role::Viewer)
+            .set_user_role(&ACME, &admin.id, Role::Viewer)
             .await
             .unwrap(),
         PeopleChange::Done,
@@ -447,14 +460,14 @@ async fn the_only_admin_cannot_be_demoted_but_one_of_two_admins_can(store: Arc<d
     );
     assert_eq!(
         store
-            .set_user_role(ACME, &ops.id, Role::Operator)
+            .set_user_role(&ACME, &ops.id, Role::Operator)
             .await
             .unwrap(),
         PeopleChange::LastAdmin,
         "the remaining admin is the only one"
     );
     assert_eq!(
-        roles(&*store, ACME).await,
+        roles(&*store, &ACME).await,
         named(&[
             (&admin, Role::Viewer),
             (&ops, Role::Admin),
@@ -472,7 +485,7 @@ async fn two_admins_stepping_down_or_removing_each_other_at_once_leave_one_admin
 ) {
     let now = time::now();
     for round in 0..8 {
-        let account = format!("race-{round}");
+        let account = account_id(&format!("race-{round}"));
         let a = add_user(
             &*store,
             &account,
@@ -527,7 +540,7 @@ async fn removing_a_person_ends_their_sessions_but_never_removes_the_last_admin(
     let now = time::now();
     let admin = add_user(
         &*store,
-        ACME,
+        &ACME,
         "admin@acme.test",
         Role::Admin,
         now - hours(3),
@@ -535,7 +548,7 @@ async fn removing_a_person_ends_their_sessions_but_never_removes_the_last_admin(
     .await;
     let ops = add_user(
         &*store,
-        ACME,
+        &ACME,
         "ops@acme.test",
         Role::Operator,
         now - hours(2),
@@ -543,14 +556,14 @@ async fn removing_a_person_ends_their_sessions_but_never_removes_the_last_admin(
     .await;
     let viewer = add_user(
         &*store,
-        ACME,
+        &ACME,
         "viewer@acme.test",
         Role::Viewer,
         now - hours(1),
     )
     .await;
-    let g_admin = add_user(&*store, GLOBEX, "admin@globex.test", Role::Admin, now).await;
-    let g_ops = add_user(&*store, GLOBEX, "ops@globex.test", Role::Operator, now).await;
+    let g_admin = add_user(&*store, &GLOBEX, "admin@globex.test", Role::Admin, now).await;
+    let g_ops = add_user(&*store, &GLOBEX, "ops@globex.test", Role::Operator, now).await;
     let ops_sessions = [
         add_session(&*store, &ops, now).await,
         add_session(&*store, &ops, now).await,
@@ -560,10 +573,10 @@ async fn removing_a_person_ends_their_sessions_but_never_removes_the_last_admin(
     let s_g_ops = add_session(&*store, &g_ops, now).await;
 
     assert_eq!(
-        store.remove_user(ACME, &ops.id).await.unwrap(),
+        store.remove_user(&ACME, &ops.id).await.unwrap(),
         PeopleChange::Done
     );
-    assert_users_eq(&store.list_users(ACME).await.unwrap(), &[&admin, &viewer]);
+    assert_users_eq(&store.list_users(&ACME).await.unwrap(), &[&admin, &viewer]);
     assert!(store.find_user(&ops.email).await.unwrap().is_none());
     for s in &ops_sessions {
         assert_eq!(
@@ -581,27 +594,27 @@ async fn removing_a_person_ends_their_sessions_but_never_removes_the_last_admin(
         Some(Role::Viewer)
     );
     assert_eq!(
-        store.remove_user(ACME, &ops.id).await.unwrap(),
+        store.remove_user(&ACME, &ops.id).await.unwrap(),
         PeopleChange::NotFound,
         "removed already"
     );
 
-    // Another account's people are not ACME's to remove.
+    // Another account's people are not &ACME's to remove.
     for other in [&g_ops, &g_admin] {
         assert_eq!(
-            store.remove_user(ACME, &other.id).await.unwrap(),
+            store.remove_user(&ACME, &other.id).await.unwrap(),
             PeopleChange::NotFound,
-            "{} is GLOBEX's",
+            "{} is &GLOBEX's",
             other.email
         );
         assert_user_eq(&user(&*store, &other.email).await, other);
     }
     assert_eq!(
-        store.remove_user(GLOBEX, &viewer.id).await.unwrap(),
+        store.remove_user(&GLOBEX, &viewer.id).await.unwrap(),
         PeopleChange::NotFound
     );
     assert_users_eq(
-        &store.list_users(GLOBEX).await.unwrap(),
+        &store.list_users(&GLOBEX).await.unwrap(),
         &[&g_admin, &g_ops],
     );
     assert_eq!(
@@ -611,7 +624,7 @@ async fn removing_a_person_ends_their_sessions_but_never_removes_the_last_admin(
 
     // The only admin stays, sessions and all.
     assert_eq!(
-        store.remove_user(ACME, &admin.id).await.unwrap(),
+        store.remove_user(&ACME, &admin.id).await.unwrap(),
         PeopleChange::LastAdmin
     );
     assert_user_eq(&user(&*store, &admin.email).await, &admin);
@@ -623,38 +636,41 @@ async fn removing_a_person_ends_their_sessions_but_never_removes_the_last_admin(
     // With a second admin, the first may go; then the second is the last.
     assert_eq!(
         store
-            .set_user_role(ACME, &viewer.id, Role::Admin)
+            .set_user_role(&ACME, &viewer.id, Role::Admin)
             .await
             .unwrap(),
         PeopleChange::Done
     );
     assert_eq!(
-        store.remove_user(ACME, &admin.id).await.unwrap(),
+        store.remove_user(&ACME, &admin.id).await.unwrap(),
         PeopleChange::Done
     );
     assert_eq!(session_role(&*store, &s_admin, now).await, None);
     assert_eq!(
-        store.remove_user(ACME, &viewer.id).await.unwrap(),
+        store.remove_user(&ACME, &viewer.id).await.unwrap(),
         PeopleChange::LastAdmin
     );
-    assert_eq!(roles(&*store, ACME).await, named(&[(&viewer, Role::Admin)]));
+    assert_eq!(
+        roles(&*store, &ACME).await,
+        named(&[(&viewer, Role::Admin)])
+    );
 
     // A removed person's email is free again.
-    add_user(&*store, ACME, &ops.email, Role::Viewer, now).await;
+    add_user(&*store, &ACME, &ops.email, Role::Viewer, now).await;
 }
 
 async fn a_new_password_ends_every_other_session_of_that_person_only(store: Arc<dyn Store>) {
     let now = time::now();
     let ops = add_user(
         &*store,
-        ACME,
+        &ACME,
         "ops@acme.test",
         Role::Operator,
         now - hours(2),
     )
     .await;
-    let dev = add_user(&*store, ACME, "dev@acme.test", Role::Admin, now - hours(1)).await;
-    let g_ops = add_user(&*store, GLOBEX, "ops@globex.test", Role::Admin, now).await;
+    let dev = add_user(&*store, &ACME, "dev@acme.test", Role::Admin, now - hours(1)).await;
+    let g_ops = add_user(&*store, &GLOBEX, "ops@globex.test", Role::Admin, now).await;
     let kept = add_session(&*store, &ops, now).await;
     let others = [
         add_session(&*store, &ops, now).await,
@@ -732,12 +748,12 @@ async fn a_new_password_ends_every_other_session_of_that_person_only(store: Arc<
 
 async fn live_invitations_are_listed_found_and_revoked_within_their_account(store: Arc<dyn Store>) {
     let now = time::now();
-    store.ensure_account(ACME).await.unwrap();
-    store.ensure_account(GLOBEX).await.unwrap();
+    store.ensure_account(&ACME).await.unwrap();
+    store.ensure_account(&GLOBEX).await.unwrap();
     // Created out of order; one has expired, one expires exactly now.
     let ops = invite(
         &*store,
-        ACME,
+        &ACME,
         "ops@acme.test",
         Role::Operator,
         now - hours(2),
@@ -746,7 +762,7 @@ async fn live_invitations_are_listed_found_and_revoked_within_their_account(stor
     .await;
     let viewer = invite(
         &*store,
-        ACME,
+        &ACME,
         "viewer@acme.test",
         Role::Viewer,
         now - hours(3),
@@ -755,7 +771,7 @@ async fn live_invitations_are_listed_found_and_revoked_within_their_account(stor
     .await;
     let expired = invite(
         &*store,
-        ACME,
+        &ACME,
         "late@acme.test",
         Role::Admin,
         now - days(8),
@@ -764,7 +780,7 @@ async fn live_invitations_are_listed_found_and_revoked_within_their_account(stor
     .await;
     let expiring = invite(
         &*store,
-        ACME,
+        &ACME,
         "edge@acme.test",
         Role::Admin,
         now - hours(1),
@@ -773,7 +789,7 @@ async fn live_invitations_are_listed_found_and_revoked_within_their_account(stor
     .await;
     let g_admin = invite(
         &*store,
-        GLOBEX,
+        &GLOBEX,
         "admin@globex.test",
         Role::Admin,
         now - days(1),
@@ -782,21 +798,21 @@ async fn live_invitations_are_listed_found_and_revoked_within_their_account(stor
     .await;
 
     assert_eq!(
-        store.list_invitations(ACME, now).await.unwrap(),
+        store.list_invitations(&ACME, now).await.unwrap(),
         vec![viewer.clone(), ops.clone()],
-        "the live ones, oldest first, only ACME's"
+        "the live ones, oldest first, only &ACME's"
     );
     assert_eq!(
-        store.list_invitations(ACME, now - ms(1)).await.unwrap(),
+        store.list_invitations(&ACME, now - ms(1)).await.unwrap(),
         vec![viewer.clone(), ops.clone(), expiring.clone()],
         "an invitation is live until its expiry"
     );
     assert_eq!(
-        store.list_invitations(GLOBEX, now).await.unwrap(),
+        store.list_invitations(&GLOBEX, now).await.unwrap(),
         vec![g_admin.clone()]
     );
     assert!(store
-        .list_invitations("nobody", now)
+        .list_invitations(&account_id("nobody"), now)
         .await
         .unwrap()
         .is_empty());
@@ -829,29 +845,29 @@ async fn live_invitations_are_listed_found_and_revoked_within_their_account(stor
 
     // Revoking: once, only in its own account.
     assert!(
-        !store.revoke_invitation(ACME, &g_admin.id).await.unwrap(),
-        "GLOBEX's invitation is not ACME's to revoke"
+        !store.revoke_invitation(&ACME, &g_admin.id).await.unwrap(),
+        "&GLOBEX's invitation is not &ACME's to revoke"
     );
     assert_eq!(
         find_invitation(&*store, &g_admin, now).await,
         Some(g_admin.clone())
     );
     assert_eq!(
-        store.list_invitations(GLOBEX, now).await.unwrap(),
+        store.list_invitations(&GLOBEX, now).await.unwrap(),
         vec![g_admin.clone()]
     );
-    assert!(store.revoke_invitation(ACME, &ops.id).await.unwrap());
+    assert!(store.revoke_invitation(&ACME, &ops.id).await.unwrap());
     assert!(
-        !store.revoke_invitation(ACME, &ops.id).await.unwrap(),
+        !store.revoke_invitation(&ACME, &ops.id).await.unwrap(),
         "revoked already"
     );
     assert_eq!(find_invitation(&*store, &ops, now).await, None);
     assert_eq!(
-        store.list_invitations(ACME, now).await.unwrap(),
+        store.list_invitations(&ACME, now).await.unwrap(),
         vec![viewer.clone()]
     );
     assert!(!store
-        .revoke_invitation(ACME, &Uuid::now_v7().to_string())
+        .revoke_invitation(&ACME, &Uuid::now_v7().to_string())
         .await
         .unwrap());
     assert_eq!(
@@ -866,11 +882,18 @@ async fn live_invitations_are_listed_found_and_revoked_within_their_account(stor
 
 async fn accepting_an_invitation_creates_the_invited_person_and_uses_it_up(store: Arc<dyn Store>) {
     let now = time::now();
-    let admin = add_user(&*store, ACME, "admin@acme.test", Role::Admin, now - days(1)).await;
-    store.ensure_account(GLOBEX).await.unwrap();
+    let admin = add_user(
+        &*store,
+        &ACME,
+        "admin@acme.test",
+        Role::Admin,
+        now - days(1),
+    )
+    .await;
+    store.ensure_account(&GLOBEX).await.unwrap();
     let inv = invite(
         &*store,
-        ACME,
+        &ACME,
         "new@acme.test",
         Role::Operator,
         now - hours(1),
@@ -879,7 +902,7 @@ async fn accepting_an_invitation_creates_the_invited_person_and_uses_it_up(store
     .await;
     let other = invite(
         &*store,
-        ACME,
+        &ACME,
         "other@acme.test",
         Role::Viewer,
         now - hours(2),
@@ -888,7 +911,7 @@ async fn accepting_an_invitation_creates_the_invited_person_and_uses_it_up(store
     .await;
     let g_inv = invite(
         &*store,
-        GLOBEX,
+        &GLOBEX,
         "new@globex.test",
         Role::Admin,
         now - hours(1),
@@ -906,7 +929,7 @@ async fn accepting_an_invitation_creates_the_invited_person_and_uses_it_up(store
     );
     let expected = UserRecord {
         id: id.clone(),
-        account: ACME.into(),
+        account: ACME.clone(),
         email: "new@acme.test".into(),
         password_hash: "$argon2id$joined".into(),
         role: Role::Operator,
@@ -914,8 +937,11 @@ async fn accepting_an_invitation_creates_the_invited_person_and_uses_it_up(store
     };
     assert_user_eq(&person, &expected);
     assert_user_eq(&user(&*store, "new@acme.test").await, &expected);
-    assert_users_eq(&store.list_users(ACME).await.unwrap(), &[&admin, &expected]);
-    assert!(store.list_users(GLOBEX).await.unwrap().is_empty());
+    assert_users_eq(
+        &store.list_users(&ACME).await.unwrap(),
+        &[&admin, &expected],
+    );
+    assert!(store.list_users(&GLOBEX).await.unwrap().is_empty());
     // The new person signs in with the invitation's role.
     let s = add_session(&*store, &expected, at).await;
     assert_eq!(session_role(&*store, &s, at).await, Some(Role::Operator));
@@ -923,7 +949,7 @@ async fn accepting_an_invitation_creates_the_invited_person_and_uses_it_up(store
     // The invitation is used up; the others are untouched.
     assert_eq!(find_invitation(&*store, &inv, at).await, None);
     assert_eq!(
-        store.list_invitations(ACME, at).await.unwrap(),
+        store.list_invitations(&ACME, at).await.unwrap(),
         vec![other.clone()]
     );
     let again = store
@@ -937,7 +963,10 @@ async fn accepting_an_invitation_creates_the_invited_person_and_uses_it_up(store
         .unwrap();
     assert!(is_gone(&again), "a second acceptance: {again:?}");
     assert_user_eq(&user(&*store, "new@acme.test").await, &expected);
-    assert_users_eq(&store.list_users(ACME).await.unwrap(), &[&admin, &expected]);
+    assert_users_eq(
+        &store.list_users(&ACME).await.unwrap(),
+        &[&admin, &expected],
+    );
     assert_eq!(
         find_invitation(&*store, &g_inv, at).await,
         Some(g_inv.clone())
@@ -952,19 +981,29 @@ async fn accepting_an_invitation_creates_the_invited_person_and_uses_it_up(store
             .unwrap(),
     );
     assert_eq!(
-        (g_user.id.as_str(), g_user.account.as_str(), g_user.role),
-        (g_id.as_str(), GLOBEX, Role::Admin)
+        (g_user.id.as_str(), &g_user.account, g_user.role),
+        (g_id.as_str(), &*GLOBEX, Role::Admin)
     );
-    assert_users_eq(&store.list_users(GLOBEX).await.unwrap(), &[&g_user]);
-    assert_users_eq(&store.list_users(ACME).await.unwrap(), &[&admin, &expected]);
+    assert_users_eq(&store.list_users(&GLOBEX).await.unwrap(), &[&g_user]);
+    assert_users_eq(
+        &store.list_users(&ACME).await.unwrap(),
+        &[&admin, &expected],
+    );
 }
 
 async fn an_expired_invitation_or_a_taken_email_is_not_accepted(store: Arc<dyn Store>) {
     let now = time::now();
-    let admin = add_user(&*store, ACME, "admin@acme.test", Role::Admin, now - days(1)).await;
+    let admin = add_user(
+        &*store,
+        &ACME,
+        "admin@acme.test",
+        Role::Admin,
+        now - days(1),
+    )
+    .await;
     let g_taken = add_user(
         &*store,
-        GLOBEX,
+        &GLOBEX,
         "taken@example.com",
         Role::Viewer,
         now - days(1),
@@ -974,7 +1013,7 @@ async fn an_expired_invitation_or_a_taken_email_is_not_accepted(store: Arc<dyn S
     // Expired: at its expiry and after.
     let expired = invite(
         &*store,
-        ACME,
+        &ACME,
         "late@acme.test",
         Role::Operator,
         now - days(2),
@@ -1004,7 +1043,7 @@ async fn an_expired_invitation_or_a_taken_email_is_not_accepted(store: Arc<dyn S
     // and the invitation stays.
     let in_other = invite(
         &*store,
-        ACME,
+        &ACME,
         "taken@example.com",
         Role::Admin,
         now - hours(2),
@@ -1013,7 +1052,7 @@ async fn an_expired_invitation_or_a_taken_email_is_not_accepted(store: Arc<dyn S
     .await;
     let in_same = invite(
         &*store,
-        ACME,
+        &ACME,
         "admin@acme.test",
         Role::Viewer,
         now - hours(1),
@@ -1039,19 +1078,19 @@ async fn an_expired_invitation_or_a_taken_email_is_not_accepted(store: Arc<dyn S
         );
     }
     assert_eq!(
-        store.list_invitations(ACME, now).await.unwrap(),
+        store.list_invitations(&ACME, now).await.unwrap(),
         vec![in_other.clone(), in_same.clone()]
     );
     assert_user_eq(&user(&*store, "taken@example.com").await, &g_taken);
     assert_user_eq(&user(&*store, "admin@acme.test").await, &admin);
-    assert_users_eq(&store.list_users(ACME).await.unwrap(), &[&admin]);
-    assert_users_eq(&store.list_users(GLOBEX).await.unwrap(), &[&g_taken]);
+    assert_users_eq(&store.list_users(&ACME).await.unwrap(), &[&admin]);
+    assert_users_eq(&store.list_users(&GLOBEX).await.unwrap(), &[&g_taken]);
 }
 
 async fn a_chosen_time_zone_is_read_with_each_session_of_that_person(store: Arc<dyn Store>) {
     let now = time::now();
-    let me = add_user(&*store, ACME, "me@acme.test", Role::Viewer, now).await;
-    let other = add_user(&*store, ACME, "other@acme.test", Role::Viewer, now).await;
+    let me = add_user(&*store, &ACME, "me@acme.test", Role::Viewer, now).await;
+    let other = add_user(&*store, &ACME, "other@acme.test", Role::Viewer, now).await;
     let mine = add_session(&*store, &me, now).await;
     let theirs = add_session(&*store, &other, now).await;
     let zone = |s: SessionRecord| {

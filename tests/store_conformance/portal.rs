@@ -28,9 +28,9 @@ fn counts_of(o: &Overview) -> HashMap<(TargetId, State), u64> {
 async fn the_overview_counts_by_target_and_state_and_what_happened_since_the_cutoff(
     store: Arc<dyn Store>,
 ) {
-    let t1 = add_target(&*store, ACME).await;
-    let t2 = add_target(&*store, ACME).await;
-    let theirs = add_target(&*store, GLOBEX).await;
+    let t1 = add_target(&*store, &ACME).await;
+    let t2 = add_target(&*store, &ACME).await;
+    let theirs = add_target(&*store, &GLOBEX).await;
     let now = time::now();
     let since = now - hours(1);
 
@@ -74,7 +74,7 @@ async fn the_overview_counts_by_target_and_state_and_what_happened_since_the_cut
     let cancelled = schedule(&*store, &t1, now + hours(1)).await;
     done(
         store
-            .cancel(ACME, &cancelled.id, now - minutes(5))
+            .cancel(&ACME, &cancelled.id, now - minutes(5))
             .await
             .unwrap(),
     );
@@ -97,12 +97,12 @@ async fn the_overview_counts_by_target_and_state_and_what_happened_since_the_cut
     schedule(&*store, &t1, now + hours(1)).await;
     schedule(&*store, &t2, now - minutes(1)).await;
     let due_old = schedule(&*store, &t1, now - minutes(5)).await;
-    let mut off = target_value(ACME, "off", now);
+    let mut off = target_value(&ACME, "off", now);
     off.enabled = false;
     insert_target(&*store, &off).await;
     schedule(&*store, &off, now - minutes(30)).await;
 
-    let o = store.overview(ACME, since, now).await.unwrap();
+    let o = store.overview(&ACME, since, now).await.unwrap();
     let expected_counts = HashMap::from([
         ((t1.id.clone(), State::Delivered), 2),
         ((t1.id.clone(), State::DeadLetter), 1),
@@ -134,13 +134,13 @@ async fn the_overview_counts_by_target_and_state_and_what_happened_since_the_cut
     );
 
     // A window from before everything counts everything the account did.
-    let wide = store.overview(ACME, now - hours(3), now).await.unwrap();
+    let wide = store.overview(&ACME, now - hours(3), now).await.unwrap();
     assert_eq!(counts_of(&wide), expected_counts);
     assert_eq!(wide.delivered, 3);
     assert_eq!(wide.dead_lettered, 2);
     assert_eq!(wide.failed_attempts, 5);
     // A window starting now: nothing happened in it yet.
-    let empty = store.overview(ACME, now, now).await.unwrap();
+    let empty = store.overview(&ACME, now, now).await.unwrap();
     assert_eq!(counts_of(&empty), expected_counts);
     assert_eq!(
         (empty.delivered, empty.dead_lettered, empty.failed_attempts),
@@ -149,18 +149,18 @@ async fn the_overview_counts_by_target_and_state_and_what_happened_since_the_cut
 
     // Whether a message is due is a question of `now`.
     let earlier = store
-        .overview(ACME, since, now - minutes(10))
+        .overview(&ACME, since, now - minutes(10))
         .await
         .unwrap();
     assert_eq!(
         earlier.oldest_due, None,
         "nothing unpaused of the account is due ten minutes ago"
     );
-    let later = store.overview(ACME, since, now + hours(2)).await.unwrap();
+    let later = store.overview(&ACME, since, now + hours(2)).await.unwrap();
     assert_eq!(later.oldest_due, Some((due_old.id, now - minutes(5))));
 
     // The other account sees its own only.
-    let g = store.overview(GLOBEX, since, now).await.unwrap();
+    let g = store.overview(&GLOBEX, since, now).await.unwrap();
     assert_eq!(
         counts_of(&g),
         HashMap::from([
@@ -175,8 +175,11 @@ async fn the_overview_counts_by_target_and_state_and_what_happened_since_the_cut
     assert_eq!(g.oldest_due, Some((their_due.id, now - hours(2))));
 
     // An account with nothing.
-    store.ensure_account("initech").await.unwrap();
-    let none = store.overview("initech", since, now).await.unwrap();
+    store.ensure_account(&account_id("initech")).await.unwrap();
+    let none = store
+        .overview(&account_id("initech"), since, now)
+        .await
+        .unwrap();
     assert!(none.counts.is_empty());
     assert_eq!(
         (
@@ -192,11 +195,11 @@ async fn the_overview_counts_by_target_and_state_and_what_happened_since_the_cut
     // letter is no longer waiting, but it was dead-lettered in the window.
     done(
         store
-            .reschedule(ACME, &dead.id, now + hours(1), now)
+            .reschedule(&ACME, &dead.id, now + hours(1), now)
             .await
             .unwrap(),
     );
-    let redriven = store.overview(ACME, since, now).await.unwrap();
+    let redriven = store.overview(&ACME, since, now).await.unwrap();
     assert_eq!(redriven.count(&t2.id, State::DeadLetter), 0);
     assert_eq!(redriven.dead_lettered, 1, "dead-lettered since the cutoff");
 }
@@ -220,9 +223,9 @@ struct Spread {
 }
 
 async fn spread(store: &dyn Store) -> Spread {
-    let t1 = add_target(store, ACME).await;
-    let t2 = add_target(store, ACME).await;
-    let theirs = add_target(store, GLOBEX).await;
+    let t1 = add_target(store, &ACME).await;
+    let t2 = add_target(store, &ACME).await;
+    let theirs = add_target(store, &GLOBEX).await;
     let base = time::now();
     let a = schedule(store, &t1, base - hours(2)).await;
     deliver(store, &a, base - hours(2) + secs(1)).await;
@@ -231,7 +234,7 @@ async fn spread(store: &dyn Store) -> Spread {
     let c = schedule(store, &t2, base).await;
     let d = schedule(store, &t2, base + hours(1)).await;
     let e = schedule(store, &t1, base + hours(1)).await;
-    done(store.cancel(ACME, &e.id, base).await.unwrap());
+    done(store.cancel(&ACME, &e.id, base).await.unwrap());
     let f = schedule(store, &t1, base + hours(2)).await;
     let g = schedule(store, &theirs, base).await;
     Spread {
@@ -365,17 +368,17 @@ async fn count_messages_counts_what_each_filter_field_selects(store: Arc<dyn Sto
         ),
     ];
     for (name, f, expected) in &cases {
-        let n = store.count_messages(ACME, f).await.unwrap();
+        let n = store.count_messages(&ACME, f).await.unwrap();
         assert_eq!(n, expected.len() as u64, "count with {name}");
         for cap in [0, 1, n, n + 1] {
             assert_eq!(
-                store.count_messages_upto(ACME, f, cap).await.unwrap(),
+                store.count_messages_upto(&ACME, f, cap).await.unwrap(),
                 n.min(cap),
                 "{name}: counted up to {cap}"
             );
         }
         // The count is what listing with the same filter gives.
-        let listed = store.list_messages(ACME, f, None, 100).await.unwrap();
+        let listed = store.list_messages(&ACME, f, None, 100).await.unwrap();
         assert_eq!(
             set(message_ids(&listed)),
             set(expected.iter().map(|m| m.id)),
@@ -386,7 +389,7 @@ async fn count_messages_counts_what_each_filter_field_selects(store: Arc<dyn Sto
     // The other account counts its own only.
     let theirs = |f: MessageFilter| {
         let store = store.clone();
-        async move { store.count_messages(GLOBEX, &f).await.unwrap() }
+        async move { store.count_messages(&GLOBEX, &f).await.unwrap() }
     };
     assert_eq!(theirs(MessageFilter::default()).await, 1);
     assert_eq!(theirs(filter(Some(t1), None, None, None)).await, 0);
@@ -398,10 +401,10 @@ async fn count_messages_counts_what_each_filter_field_selects(store: Arc<dyn Sto
         theirs(filter(None, Some(State::Scheduled), None, Some(base))).await,
         0
     );
-    store.ensure_account("initech").await.unwrap();
+    store.ensure_account(&account_id("initech")).await.unwrap();
     assert_eq!(
         store
-            .count_messages("initech", &MessageFilter::default())
+            .count_messages(&account_id("initech"), &MessageFilter::default())
             .await
             .unwrap(),
         0
@@ -416,7 +419,7 @@ async fn listing_messages_by_delivery_time_gives_the_range_newest_first_and_page
     let (from, to) = (base - hours(1), base + hours(2));
     let range = filter(None, None, Some(from), Some(to));
     let expected = newest_first(vec![s.b.id, s.c.id, s.d.id, s.e.id]);
-    let all = store.list_messages(ACME, &range, None, 100).await.unwrap();
+    let all = store.list_messages(&ACME, &range, None, 100).await.unwrap();
     assert_eq!(message_ids(&all), expected);
     for m in &all {
         assert!(
@@ -432,7 +435,7 @@ async fn listing_messages_by_delivery_time_gives_the_range_newest_first_and_page
         let mut before: Option<MessageId> = None;
         loop {
             let page = store
-                .list_messages(ACME, &range, before.as_ref(), page_size)
+                .list_messages(&ACME, &range, before.as_ref(), page_size)
                 .await
                 .unwrap();
             assert!(page.len() <= page_size as usize, "the limit is honoured");
@@ -448,7 +451,7 @@ async fn listing_messages_by_delivery_time_gives_the_range_newest_first_and_page
 
     let list = |f: MessageFilter| {
         let store = store.clone();
-        async move { message_ids(&store.list_messages(ACME, &f, None, 100).await.unwrap()) }
+        async move { message_ids(&store.list_messages(&ACME, &f, None, 100).await.unwrap()) }
     };
     assert_eq!(
         list(filter(None, Some(State::Scheduled), Some(from), Some(to))).await,
@@ -471,7 +474,12 @@ async fn listing_messages_by_delivery_time_gives_the_range_newest_first_and_page
         vec![]
     );
     let theirs = store
-        .list_messages(GLOBEX, &filter(None, None, Some(from), Some(to)), None, 100)
+        .list_messages(
+            &GLOBEX,
+            &filter(None, None, Some(from), Some(to)),
+            None,
+            100,
+        )
         .await
         .unwrap();
     assert_eq!(message_ids(&theirs), vec![s.g.id]);

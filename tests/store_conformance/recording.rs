@@ -15,7 +15,7 @@ checks!(
 );
 
 async fn recording_a_success_marks_the_message_delivered(store: Arc<dyn Store>) {
-    let t = add_target(&*store, ACME).await;
+    let t = add_target(&*store, &ACME).await;
     let now = time::now();
     let m = schedule(&*store, &t, now - secs(1)).await;
     let c = claim_only(&*store, &m, now, LEASE).await;
@@ -62,7 +62,7 @@ async fn recording_a_success_marks_the_message_delivered(store: Arc<dyn Store>) 
 }
 
 async fn recording_a_retry_schedules_the_next_attempt_at_the_given_time(store: Arc<dyn Store>) {
-    let t = add_target(&*store, ACME).await;
+    let t = add_target(&*store, &ACME).await;
     let now = time::now();
     let m = schedule(&*store, &t, now - secs(1)).await;
     let c = claim_only(&*store, &m, now, LEASE).await;
@@ -123,7 +123,7 @@ async fn recording_a_retry_schedules_the_next_attempt_at_the_given_time(store: A
 }
 
 async fn recording_a_dead_letter_sets_dead_lettered_at_and_stops_claims(store: Arc<dyn Store>) {
-    let t = add_target(&*store, ACME).await;
+    let t = add_target(&*store, &ACME).await;
     let now = time::now();
     let m = schedule(&*store, &t, now - secs(1)).await;
     let c = claim_only(&*store, &m, now, LEASE).await;
@@ -155,7 +155,7 @@ async fn recording_a_dead_letter_sets_dead_lettered_at_and_stops_claims(store: A
 }
 
 async fn several_attempts_in_one_record_are_all_stored_in_order(store: Arc<dyn Store>) {
-    let t = add_target(&*store, ACME).await;
+    let t = add_target(&*store, &ACME).await;
     let now = time::now();
     let m = schedule(&*store, &t, now - secs(1)).await;
     let c = claim_only(&*store, &m, now, LEASE).await;
@@ -187,7 +187,7 @@ async fn attempt_texts_with_a_nul_character_are_stored_with_it_replaced(store: A
     // is valid UTF-8: a body with a NUL byte must not make the record fail.
     // Every store keeps attempt texts with U+0000 replaced by U+FFFD (text
     // columns of PostgreSQL cannot hold it), the same on every backend.
-    let t = add_target(&*store, ACME).await;
+    let t = add_target(&*store, &ACME).await;
     let now = time::now();
     let m = schedule(&*store, &t, now - secs(1)).await;
     let c = claim_only(&*store, &m, now, LEASE).await;
@@ -214,7 +214,7 @@ async fn attempt_texts_with_a_nul_character_are_stored_with_it_replaced(store: A
 }
 
 async fn a_record_with_a_stale_lease_token_is_dropped_whole(store: Arc<dyn Store>) {
-    let t = add_target(&*store, ACME).await;
+    let t = add_target(&*store, &ACME).await;
     let now = time::now();
     let m = schedule(&*store, &t, now - secs(1)).await;
     let stale = claim_only(&*store, &m, now, Duration::from_secs(1)).await;
@@ -282,7 +282,7 @@ async fn a_record_with_a_stale_lease_token_is_dropped_whole(store: Arc<dyn Store
 }
 
 async fn a_record_batch_applies_each_result_under_its_own_lease(store: Arc<dyn Store>) {
-    let t = add_target(&*store, ACME).await;
+    let t = add_target(&*store, &ACME).await;
     let now = time::now();
     let m1 = schedule(&*store, &t, now - secs(2)).await;
     let m2 = schedule(&*store, &t, now - secs(1)).await;
@@ -323,7 +323,7 @@ async fn a_record_batch_applies_each_result_under_its_own_lease(store: Arc<dyn S
 }
 
 async fn a_record_after_a_cancel_or_reschedule_is_dropped(store: Arc<dyn Store>) {
-    let t = add_target(&*store, ACME).await;
+    let t = add_target(&*store, &ACME).await;
     let now = time::now();
     let lease = Duration::from_secs(1);
 
@@ -331,7 +331,7 @@ async fn a_record_after_a_cancel_or_reschedule_is_dropped(store: Arc<dyn Store>)
     let c = claim_only(&*store, &cancelled, now, lease).await;
     done(
         store
-            .cancel(ACME, &cancelled.id, now + secs(2))
+            .cancel(&ACME, &cancelled.id, now + secs(2))
             .await
             .unwrap(),
     );
@@ -355,7 +355,7 @@ async fn a_record_after_a_cancel_or_reschedule_is_dropped(store: Arc<dyn Store>)
     let new_time = now + hours(1);
     done(
         store
-            .reschedule(ACME, &moved.id, new_time, now + secs(8))
+            .reschedule(&ACME, &moved.id, new_time, now + secs(8))
             .await
             .unwrap(),
     );

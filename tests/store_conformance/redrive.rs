@@ -9,7 +9,7 @@ checks!(
     redriven_dead_letters_of_a_disabled_target_are_held_until_it_is_enabled,
 );
 
-async fn dead_letter_ids(store: &dyn Store, account: &str) -> HashSet<MessageId> {
+async fn dead_letter_ids(store: &dyn Store, account: &AccountId) -> HashSet<MessageId> {
     let dead = filter(None, Some(State::DeadLetter), None, None);
     set(message_ids(
         &store
@@ -46,9 +46,9 @@ async fn assert_redriven(store: &dyn Store, m: &Message, at: DateTime<Utc>, now:
 async fn redrive_moves_the_accounts_dead_letters_to_scheduled_with_a_fresh_ladder(
     store: Arc<dyn Store>,
 ) {
-    let t1 = add_target(&*store, ACME).await;
-    let t2 = add_target(&*store, ACME).await;
-    let theirs = add_target(&*store, GLOBEX).await;
+    let t1 = add_target(&*store, &ACME).await;
+    let t2 = add_target(&*store, &ACME).await;
+    let theirs = add_target(&*store, &GLOBEX).await;
     let now = time::now();
     // A dead letter after three attempts on the ladder…
     let dead1 = schedule(&*store, &t1, now - hours(3)).await;
@@ -80,7 +80,7 @@ async fn redrive_moves_the_accounts_dead_letters_to_scheduled_with_a_fresh_ladde
     let cancelled = schedule(&*store, &t1, now + hours(1)).await;
     done(
         store
-            .cancel(ACME, &cancelled.id, now - minutes(40))
+            .cancel(&ACME, &cancelled.id, now - minutes(40))
             .await
             .unwrap(),
     );
@@ -92,7 +92,7 @@ async fn redrive_moves_the_accounts_dead_letters_to_scheduled_with_a_fresh_ladde
     let redriven_at = now + secs(1);
     let moved = redrive_all(
         &*store,
-        ACME,
+        &ACME,
         &MessageFilter::default(),
         None,
         at,
@@ -155,7 +155,7 @@ async fn redrive_moves_the_accounts_dead_letters_to_scheduled_with_a_fresh_ladde
     assert_eq!(
         redrive_all(
             &*store,
-            ACME,
+            &ACME,
             &MessageFilter::default(),
             None,
             at,
@@ -169,7 +169,7 @@ async fn redrive_moves_the_accounts_dead_letters_to_scheduled_with_a_fresh_ladde
     assert_eq!(
         redrive_all(
             &*store,
-            GLOBEX,
+            &GLOBEX,
             &MessageFilter::default(),
             None,
             at,
@@ -185,9 +185,9 @@ async fn redrive_moves_the_accounts_dead_letters_to_scheduled_with_a_fresh_ladde
 async fn redrive_moves_only_the_dead_letters_that_match_the_target_ids_and_delivery_range(
     store: Arc<dyn Store>,
 ) {
-    let t1 = add_target(&*store, ACME).await;
-    let t2 = add_target(&*store, ACME).await;
-    let theirs = add_target(&*store, GLOBEX).await;
+    let t1 = add_target(&*store, &ACME).await;
+    let t2 = add_target(&*store, &ACME).await;
+    let theirs = add_target(&*store, &GLOBEX).await;
     let base = time::now();
     // Dead letters, each dead-lettered while it is the only one due.
     let mut n = 0;
@@ -211,7 +211,7 @@ async fn redrive_moves_only_the_dead_letters_that_match_the_target_ids_and_deliv
     // Scheduled and due within every range below.
     let pending = schedule(&*store, &t2, base - minutes(90)).await;
     let all = set([x1.id, x2.id, x3.id, x4.id, x5.id]);
-    assert_eq!(dead_letter_ids(&*store, ACME).await, all);
+    assert_eq!(dead_letter_ids(&*store, &ACME).await, all);
 
     let mut left = all.clone();
     let mut step = 0;
@@ -226,7 +226,7 @@ async fn redrive_moves_only_the_dead_letters_that_match_the_target_ids_and_deliv
         let left = left.clone();
         let expected: Vec<Message> = expected.into_iter().cloned().collect();
         async move {
-            let moved = redrive_all(&*store, ACME, &f, ids.as_deref(), at, now)
+            let moved = redrive_all(&*store, &ACME, &f, ids.as_deref(), at, now)
                 .await
                 .unwrap();
             assert_eq!(
@@ -238,7 +238,7 @@ async fn redrive_moves_only_the_dead_letters_that_match_the_target_ids_and_deliv
                 assert_redriven(&*store, m, at, now).await;
             }
             assert_eq!(
-                dead_letter_ids(&*store, ACME).await,
+                dead_letter_ids(&*store, &ACME).await,
                 left,
                 "step {step}: the dead letters left"
             );
@@ -325,21 +325,21 @@ async fn redrive_moves_only_the_dead_letters_that_match_the_target_ids_and_deliv
 async fn redriven_dead_letters_of_a_disabled_target_are_held_until_it_is_enabled(
     store: Arc<dyn Store>,
 ) {
-    let on = add_target(&*store, ACME).await;
-    let off = add_target(&*store, ACME).await;
+    let on = add_target(&*store, &ACME).await;
+    let off = add_target(&*store, &ACME).await;
     let now = time::now();
     let a = schedule(&*store, &on, now - minutes(2)).await;
     dead_letter(&*store, &a, now - minutes(1)).await;
     let b = schedule(&*store, &off, now - minutes(2)).await;
     dead_letter(&*store, &b, now - secs(50)).await;
     store
-        .set_target_enabled(ACME, &off.id, false, now - secs(10))
+        .set_target_enabled(&ACME, &off.id, false, now - secs(10))
         .await
         .unwrap()
         .unwrap();
 
     let at = now + secs(10);
-    let moved = redrive_all(&*store, ACME, &MessageFilter::default(), None, at, now)
+    let moved = redrive_all(&*store, &ACME, &MessageFilter::default(), None, at, now)
         .await
         .unwrap();
     assert_eq!(moved, 2);
@@ -353,7 +353,7 @@ async fn redriven_dead_letters_of_a_disabled_target_are_held_until_it_is_enabled
         "the disabled target's message is held"
     );
     store
-        .set_target_enabled(ACME, &off.id, true, now + secs(20))
+        .set_target_enabled(&ACME, &off.id, true, now + secs(20))
         .await
         .unwrap()
         .unwrap();

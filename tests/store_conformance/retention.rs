@@ -13,7 +13,7 @@ checks!(
 async fn purging_deletes_expired_finished_messages_with_their_attempts_and_keeps_the_rest(
     store: Arc<dyn Store>,
 ) {
-    let t = add_target(&*store, ACME).await;
+    let t = add_target(&*store, &ACME).await;
     let now = time::now();
     // Each finished message is driven to its state while it is the only one due.
     let at = |ago: TimeDelta| now - ago;
@@ -31,14 +31,14 @@ async fn purging_deletes_expired_finished_messages_with_their_attempts_and_keeps
     let old_cancelled = schedule_at(&*store, &t, now + hours(1), at(days(3))).await;
     done(
         store
-            .cancel(ACME, &old_cancelled.id, at(days(2)))
+            .cancel(&ACME, &old_cancelled.id, at(days(2)))
             .await
             .unwrap(),
     );
     let new_cancelled = schedule_at(&*store, &t, now + hours(1), at(hours(3))).await;
     done(
         store
-            .cancel(ACME, &new_cancelled.id, at(hours(1)))
+            .cancel(&ACME, &new_cancelled.id, at(hours(1)))
             .await
             .unwrap(),
     );
@@ -63,12 +63,12 @@ async fn purging_deletes_expired_finished_messages_with_their_attempts_and_keeps
 
     for gone in [&old_delivered, &old_cancelled, &old_dead] {
         assert!(
-            store.get_message(ACME, &gone.id).await.unwrap().is_none(),
+            store.get_message(&ACME, &gone.id).await.unwrap().is_none(),
             "{} is purged",
             gone.id
         );
         assert!(store
-            .list_attempts(ACME, &gone.id, None, 10)
+            .list_attempts(&ACME, &gone.id, None, 10)
             .await
             .unwrap()
             .is_none());
@@ -98,7 +98,7 @@ async fn purging_deletes_expired_finished_messages_with_their_attempts_and_keeps
 async fn purging_deletes_old_failed_attempts_but_keeps_their_message_and_successes(
     store: Arc<dyn Store>,
 ) {
-    let t = add_target(&*store, ACME).await;
+    let t = add_target(&*store, &ACME).await;
     let now = time::now();
     // Still Scheduled: two failures nine days ago, one yesterday.
     let retrying = schedule_at(&*store, &t, now - days(10), now - days(10)).await;
@@ -172,7 +172,7 @@ async fn purging_deletes_old_failed_attempts_but_keeps_their_message_and_success
 }
 
 async fn purging_deletes_idempotency_keys_older_than_the_cutoff(store: Arc<dyn Store>) {
-    let t = add_target(&*store, ACME).await;
+    let t = add_target(&*store, &ACME).await;
     let now = time::now();
     let old = message_value(&t, now + hours(1), now - days(2));
     created(
@@ -204,7 +204,7 @@ async fn purging_deletes_idempotency_keys_older_than_the_cutoff(store: Arc<dyn S
         }
     );
     // Both messages stay; only the key is forgotten.
-    assert!(store.get_message(ACME, &old.id).await.unwrap().is_some());
+    assert!(store.get_message(&ACME, &old.id).await.unwrap().is_some());
 
     // Even with a year-long ttl, the purged key is unknown now…
     let year = Duration::from_secs(365 * 24 * 3600);
@@ -229,7 +229,7 @@ async fn purging_deletes_idempotency_keys_older_than_the_cutoff(store: Arc<dyn S
 async fn purging_honours_the_batch_size_and_repeated_calls_delete_everything_expired(
     store: Arc<dyn Store>,
 ) {
-    let t = add_target(&*store, ACME).await;
+    let t = add_target(&*store, &ACME).await;
     let now = time::now();
     // Five delivered two days ago, each sent with an idempotency key three days ago.
     let mut expired = Vec::new();
@@ -289,7 +289,7 @@ async fn purging_honours_the_batch_size_and_repeated_calls_delete_everything_exp
         }
     );
     for m in &expired {
-        assert!(store.get_message(ACME, &m.id).await.unwrap().is_none());
+        assert!(store.get_message(&ACME, &m.id).await.unwrap().is_none());
     }
     assert!(attempts_of(&*store, &retrying).await.is_empty());
     assert_eq!(get(&*store, &retrying).await.attempt_count, 5);

@@ -27,7 +27,7 @@ checks!(
 /// A schedule every second made at `start`, with its runs made up to
 /// `start + 5 s` (`schedules.ahead`).
 async fn every_second_made_ahead(store: &dyn Store, start: DateTime<Utc>) -> (Target, Schedule) {
-    let t = add_target(store, ACME).await;
+    let t = add_target(store, &ACME).await;
     let s = every(&t, "1s", start);
     insert_schedule(store, &s).await;
     let c = config(Duration::from_secs(5), Duration::from_secs(3600));
@@ -47,7 +47,11 @@ async fn save_restarted(
     now: DateTime<Utc>,
     change: impl FnOnce(&mut Schedule),
 ) -> Schedule {
-    let mut changed = store.get_schedule(ACME, &s.id, now).await.unwrap().unwrap();
+    let mut changed = store
+        .get_schedule(&ACME, &s.id, now)
+        .await
+        .unwrap()
+        .unwrap();
     change(&mut changed);
     changed.revision += 1;
     changed.updated_at = now;
@@ -118,7 +122,7 @@ async fn pausing_cancels_the_runs_made_ahead_and_a_paused_schedule_makes_none(
     // A withdrawn run is no run: the last run stays the one that fell due,
     // at the withdrawn runs' instants and after them.
     for at in [start + secs(3), start + secs(9)] {
-        let later = store.get_schedule(ACME, &s.id, at).await.unwrap().unwrap();
+        let later = store.get_schedule(&ACME, &s.id, at).await.unwrap().unwrap();
         assert_eq!(later.last_run_at, Some(start), "at {at}");
     }
     let c = config(Duration::from_secs(5), Duration::from_secs(3600));
@@ -148,7 +152,7 @@ async fn a_resume_before_the_instant_of_a_cancelled_run_makes_it_again(store: Ar
     let last = messages_of(&*store, &s).await.pop().unwrap();
     done(
         store
-            .cancel_held(ACME, &last.id, start + ms(100), None)
+            .cancel_held(&ACME, &last.id, start + ms(100), None)
             .await
             .unwrap(),
     );
@@ -174,7 +178,11 @@ async fn a_change_that_keeps_the_runs_keeps_them_and_the_cursor(store: Arc<dyn S
     let (_, s) = every_second_made_ahead(&*store, start).await;
     let made = messages_of(&*store, &s).await;
     let now = start + ms(500);
-    let mut renamed = store.get_schedule(ACME, &s.id, now).await.unwrap().unwrap();
+    let mut renamed = store
+        .get_schedule(&ACME, &s.id, now)
+        .await
+        .unwrap()
+        .unwrap();
     renamed.name = "renamed".into();
     renamed.revision += 1;
     renamed.updated_at = now;
@@ -195,7 +203,11 @@ async fn a_change_that_keeps_the_runs_keeps_them_and_the_cursor(store: Arc<dyn S
         .map(|m| (m.id, m.state, m.delivery_time, m.updated_at))
         .collect();
     assert_eq!(now_made, before, "every run made stays as it was");
-    let got = store.get_schedule(ACME, &s.id, now).await.unwrap().unwrap();
+    let got = store
+        .get_schedule(&ACME, &s.id, now)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(got.name, "renamed");
     assert_eq!(got.next_run_at, Some(start + secs(6)));
     assert_eq!(got.last_run_at, Some(start));
@@ -209,10 +221,10 @@ async fn deleting_a_schedule_cancels_the_runs_ahead_and_keeps_those_that_fell_du
     let start = t0();
     let (_, s) = every_second_made_ahead(&*store, start).await;
     let now = start + secs(1);
-    assert!(store.delete_schedule(ACME, &s.id, now).await.unwrap());
-    assert!(!store.delete_schedule(ACME, &s.id, now).await.unwrap());
+    assert!(store.delete_schedule(&ACME, &s.id, now).await.unwrap());
+    assert!(!store.delete_schedule(&ACME, &s.id, now).await.unwrap());
     assert!(store
-        .get_schedule(ACME, &s.id, start)
+        .get_schedule(&ACME, &s.id, start)
         .await
         .unwrap()
         .is_none());
@@ -265,16 +277,16 @@ async fn a_run_held_under_another_lease_is_left_to_it_and_not_made_twice(store: 
 
 async fn cancelled_runs_let_the_next_message_of_their_key_go(store: Arc<dyn Store>) {
     let start = t0();
-    let t = add_target(&*store, ACME).await;
+    let t = add_target(&*store, &ACME).await;
     let mut s = every(&t, "1s", start);
-    s.ordering_key = Some("report".into());
+    s.ordering_key = Some(ordering_key("report"));
     insert_schedule(&*store, &s).await;
     let c = config(Duration::from_secs(5), Duration::from_secs(3600));
     materialise(&*store, start, &c).await.unwrap();
     // A message of the key due between the runs at +1 s and +2 s: it waits
     // for the run at +1 s.
     let mut m = message_value(&t, start + ms(1_500), start);
-    m.ordering_key = Some("report".into());
+    m.ordering_key = Some(ordering_key("report"));
     let m = insert(&*store, &m).await;
     let first = messages_of(&*store, &s).await.remove(0);
     deliver(&*store, &first, start).await;

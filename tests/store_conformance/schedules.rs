@@ -99,7 +99,7 @@ pub(crate) async fn insert(store: &dyn Store, s: &Schedule) {
 }
 
 async fn a_pass_makes_each_due_run_once_and_moves_the_cursor(store: Arc<dyn Store>) {
-    let t = add_target(&*store, ACME).await;
+    let t = add_target(&*store, &ACME).await;
     let start = t0();
     let s = every(&t, "1s", start);
     insert(&*store, &s).await;
@@ -114,7 +114,7 @@ async fn a_pass_makes_each_due_run_once_and_moves_the_cursor(store: Arc<dyn Stor
     let again = materialise(&*store, start + ms(500), &c).await.unwrap();
     assert_eq!(again.created, 0, "a run already made is never made again");
     let got = store
-        .get_schedule(ACME, &s.id, start + ms(500))
+        .get_schedule(&ACME, &s.id, start + ms(500))
         .await
         .unwrap()
         .unwrap();
@@ -125,7 +125,7 @@ async fn a_pass_makes_each_due_run_once_and_moves_the_cursor(store: Arc<dyn Stor
         "the latest run at or before now"
     );
     let later = store
-        .get_schedule(ACME, &s.id, start + secs(2))
+        .get_schedule(&ACME, &s.id, start + secs(2))
         .await
         .unwrap()
         .unwrap();
@@ -139,7 +139,7 @@ async fn a_pass_makes_each_due_run_once_and_moves_the_cursor(store: Arc<dyn Stor
 async fn runs_older_than_the_catch_up_window_are_skipped_younger_ones_made_up(
     store: Arc<dyn Store>,
 ) {
-    let t = add_target(&*store, ACME).await;
+    let t = add_target(&*store, &ACME).await;
     let start = t0() - hours(3);
     let s = every(&t, "10m", start);
     insert(&*store, &s).await;
@@ -151,15 +151,19 @@ async fn runs_older_than_the_catch_up_window_are_skipped_younger_ones_made_up(
     assert_eq!(done.created, 7);
     assert_eq!(runs.first(), Some(&(start + hours(2))));
     assert_eq!(runs.last(), Some(&now));
-    let got = store.get_schedule(ACME, &s.id, now).await.unwrap().unwrap();
+    let got = store
+        .get_schedule(&ACME, &s.id, now)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(got.next_run_at, Some(now + TimeDelta::minutes(10)));
 }
 
 async fn a_save_over_a_stale_revision_or_for_an_unknown_target_changes_nothing(
     store: Arc<dyn Store>,
 ) {
-    let t = add_target(&*store, ACME).await;
-    let theirs = add_target(&*store, GLOBEX).await;
+    let t = add_target(&*store, &ACME).await;
+    let theirs = add_target(&*store, &GLOBEX).await;
     let start = t0();
     let s = every(&t, "1h", start);
     insert(&*store, &s).await;
@@ -177,7 +181,7 @@ async fn a_save_over_a_stale_revision_or_for_an_unknown_target_changes_nothing(
         SaveSchedule::UnknownTarget
     );
     let got = store
-        .get_schedule(ACME, &s.id, start)
+        .get_schedule(&ACME, &s.id, start)
         .await
         .unwrap()
         .unwrap();
@@ -190,7 +194,7 @@ async fn a_save_over_a_stale_revision_or_for_an_unknown_target_changes_nothing(
         SaveSchedule::Saved
     );
     let got = store
-        .get_schedule(ACME, &s.id, start)
+        .get_schedule(&ACME, &s.id, start)
         .await
         .unwrap()
         .unwrap();
@@ -201,7 +205,7 @@ async fn a_save_over_a_stale_revision_or_for_an_unknown_target_changes_nothing(
 }
 
 async fn racing_passes_make_one_message_per_run(store: Arc<dyn Store>) {
-    let t = add_target(&*store, ACME).await;
+    let t = add_target(&*store, &ACME).await;
     let start = t0();
     let mut all = Vec::new();
     for _ in 0..30 {
@@ -231,7 +235,7 @@ async fn racing_passes_make_one_message_per_run(store: Arc<dyn Store>) {
 async fn passes_on_clocks_that_disagree_make_one_message_per_run(store: Arc<dyn Store>) {
     // Two instances whose clocks are 3 s apart: the one ahead makes runs
     // earlier, the one behind finds them made.
-    let t = add_target(&*store, ACME).await;
+    let t = add_target(&*store, &ACME).await;
     let start = t0();
     let s = every(&t, "1s", start);
     insert(&*store, &s).await;
@@ -248,10 +252,10 @@ async fn passes_on_clocks_that_disagree_make_one_message_per_run(store: Arc<dyn 
 }
 
 async fn a_keyed_schedules_runs_go_one_at_a_time(store: Arc<dyn Store>) {
-    let t = add_target(&*store, ACME).await;
+    let t = add_target(&*store, &ACME).await;
     let start = t0() - secs(10);
     let mut s = every(&t, "1s", start);
-    s.ordering_key = Some("report".into());
+    s.ordering_key = Some(ordering_key("report"));
     insert(&*store, &s).await;
     let now = start + secs(10);
     materialise(
@@ -270,28 +274,28 @@ async fn a_keyed_schedules_runs_go_one_at_a_time(store: Arc<dyn Store>) {
 }
 
 async fn another_accounts_schedules_are_invisible(store: Arc<dyn Store>) {
-    let t = add_target(&*store, ACME).await;
-    let theirs = add_target(&*store, GLOBEX).await;
+    let t = add_target(&*store, &ACME).await;
+    let theirs = add_target(&*store, &GLOBEX).await;
     let start = t0();
     let s = every(&t, "1h", start);
     insert(&*store, &s).await;
     // A schedule for another account's target is refused.
     let mut foreign = every(&theirs, "1h", start);
-    foreign.account = ACME.into();
+    foreign.account = ACME.clone();
     assert!(!store.insert_schedule(&foreign).await.unwrap());
     assert!(store
-        .get_schedule(GLOBEX, &s.id, start)
+        .get_schedule(&GLOBEX, &s.id, start)
         .await
         .unwrap()
         .is_none());
     assert!(store
-        .list_schedules(GLOBEX, None, None, 10, start)
+        .list_schedules(&GLOBEX, None, None, 10, start)
         .await
         .unwrap()
         .is_empty());
-    assert!(!store.delete_schedule(GLOBEX, &s.id, start).await.unwrap());
+    assert!(!store.delete_schedule(&GLOBEX, &s.id, start).await.unwrap());
     let mut stolen = s.clone();
-    stolen.account = GLOBEX.into();
+    stolen.account = GLOBEX.clone();
     stolen.target_id = theirs.id.clone();
     stolen.revision += 1;
     assert_eq!(
@@ -299,7 +303,7 @@ async fn another_accounts_schedules_are_invisible(store: Arc<dyn Store>) {
         SaveSchedule::NotFound
     );
     let listed = store
-        .list_schedules(ACME, Some(&t.id), None, 10, start)
+        .list_schedules(&ACME, Some(&t.id), None, 10, start)
         .await
         .unwrap();
     assert_eq!(listed.len(), 1);

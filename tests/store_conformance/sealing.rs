@@ -184,7 +184,7 @@ pub(crate) const SECRETS: [&str; 6] = [
 ];
 
 /// A webhook target holding every kind of webhook secret.
-pub(crate) fn webhook_with_secrets(account: &str, name: &str) -> Target {
+pub(crate) fn webhook_with_secrets(account: &AccountId, name: &str) -> Target {
     let mut t = target_value(account, name, time::now());
     t.config = TargetConfig::Webhook(WebhookConfig {
         url: "https://example.com/hook".into(),
@@ -210,7 +210,7 @@ pub(crate) fn webhook_with_secrets(account: &str, name: &str) -> Target {
     t
 }
 
-pub(crate) fn sqs_with_secret(account: &str) -> Target {
+pub(crate) fn sqs_with_secret(account: &AccountId) -> Target {
     let mut t = target_value(account, "queue", time::now());
     t.config = TargetConfig::Sqs(SqsConfig {
         queue_url: "https://sqs.eu-north-1.amazonaws.com/123456789012/q".into(),

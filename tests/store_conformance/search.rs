@@ -10,9 +10,9 @@ checks!(a_payload_search_finds_exact_text_within_a_bounded_scan_and_goes_on_belo
 async fn a_payload_search_finds_exact_text_within_a_bounded_scan_and_goes_on_below_it(
     store: Arc<dyn Store>,
 ) {
-    let t1 = add_target(&*store, ACME).await;
-    let t2 = add_target(&*store, ACME).await;
-    let theirs = add_target(&*store, GLOBEX).await;
+    let t1 = add_target(&*store, &ACME).await;
+    let t2 = add_target(&*store, &ACME).await;
+    let theirs = add_target(&*store, &GLOBEX).await;
     let at = time::now() + days(1);
     let tag = |i: usize| match i {
         2 | 5 | 12 | 20 | 27 => "blue-whale",
@@ -43,7 +43,7 @@ async fn a_payload_search_finds_exact_text_within_a_bounded_scan_and_goes_on_bel
         let (store, f) = (store.clone(), of_t1.clone());
         async move {
             store
-                .search_payloads(ACME, &f, before.as_ref(), text, scan, limit)
+                .search_payloads(&ACME, &f, before.as_ref(), text, scan, limit)
                 .await
                 .unwrap()
         }
@@ -88,7 +88,7 @@ async fn a_payload_search_finds_exact_text_within_a_bounded_scan_and_goes_on_bel
     // never the other account's.
     let everywhere = store
         .search_payloads(
-            ACME,
+            &ACME,
             &MessageFilter::default(),
             None,
             "blue-whale",
@@ -105,14 +105,14 @@ async fn a_payload_search_finds_exact_text_within_a_bounded_scan_and_goes_on_bel
     // States do not part them: with some cancelled, the same scans end at
     // the same messages and find the same ones, in one order of ids.
     for i in [27, 12, 3] {
-        done(store.cancel(ACME, &m[i], time::now()).await.unwrap());
+        done(store.cancel(&ACME, &m[i], time::now()).await.unwrap());
     }
     let below_m10 = ten_at_a_time().await;
     let short = search(below_m10, "blue-whale", 3, 100).await;
     assert_eq!(message_ids(&short.messages), [] as [MessageId; 0]);
     assert_eq!(short.scanned_to, Some(m[7]));
     let everywhere = store
-        .search_payloads(ACME, &MessageFilter::default(), None, "blue-whale", 4, 100)
+        .search_payloads(&ACME, &MessageFilter::default(), None, "blue-whale", 4, 100)
         .await
         .unwrap();
     assert_eq!(message_ids(&everywhere.messages), [other, m[27]]);

@@ -87,8 +87,8 @@ async fn sealed_secrets_are_not_in_the_database_and_every_read_gets_them_back(db
     let store = db.open(sealer(1, &[])).await;
     store.ensure_signing_key(time::now()).await.unwrap();
     let current = key(1).id().to_string();
-    let hook = webhook_with_secrets(ACME, "hook");
-    let queue = sqs_with_secret(ACME);
+    let hook = webhook_with_secrets(&ACME, "hook");
+    let queue = sqs_with_secret(&ACME);
     insert_target(&*store, &hook).await;
     insert_target(&*store, &queue).await;
     for t in [&hook, &queue] {
@@ -102,7 +102,7 @@ async fn sealed_secrets_are_not_in_the_database_and_every_read_gets_them_back(db
         .config
         .contains("https://example.com/hook"));
 
-    let listed = store.list_targets(ACME, None, 10).await.unwrap();
+    let listed = store.list_targets(&ACME, None, 10).await.unwrap();
     assert_eq!(listed.len(), 2);
     for t in &listed {
         let expected = if t.id == hook.id { &hook } else { &queue };
@@ -121,13 +121,13 @@ async fn sealed_secrets_are_not_in_the_database_and_every_read_gets_them_back(db
     );
     assert_sealed_under(&db, &changed, &current).await;
     let off = store
-        .set_target_enabled(ACME, &hook.id, false, time::now())
+        .set_target_enabled(&ACME, &hook.id, false, time::now())
         .await
         .unwrap()
         .unwrap();
     assert_eq!(off.config, changed.config);
     store
-        .set_target_enabled(ACME, &hook.id, true, time::now())
+        .set_target_enabled(&ACME, &hook.id, true, time::now())
         .await
         .unwrap();
 
@@ -150,7 +150,7 @@ async fn sealed_secrets_are_not_in_the_database_and_every_read_gets_them_back(db
 
 async fn without_a_key_secrets_are_stored_as_they_are(db: Db) {
     let store = db.open(None).await;
-    let hook = webhook_with_secrets(ACME, "hook");
+    let hook = webhook_with_secrets(&ACME, "hook");
     insert_target(&*store, &hook).await;
     let raw = db.raw_target(&hook.id).await;
     assert_eq!((raw.key_id, raw.sealed), (None, None));
@@ -165,7 +165,7 @@ async fn without_a_key_secrets_are_stored_as_they_are(db: Db) {
 
 async fn a_previous_key_still_reads_what_it_sealed_and_writes_use_the_current_key(db: Db) {
     let store = db.open(sealer(1, &[])).await;
-    let hook = webhook_with_secrets(ACME, "hook");
+    let hook = webhook_with_secrets(&ACME, "hook");
     insert_target(&*store, &hook).await;
     store.ensure_signing_key(time::now()).await.unwrap();
     let keys = store.signing_keys().await.unwrap();
@@ -182,7 +182,7 @@ async fn a_previous_key_still_reads_what_it_sealed_and_writes_use_the_current_ke
     changed.name = "renamed".into();
     store.update_target(&changed).await.unwrap().unwrap();
     assert_sealed_under(&db, &changed, key(2).id()).await;
-    let fresh = sqs_with_secret(ACME);
+    let fresh = sqs_with_secret(&ACME);
     insert_target(&*store, &fresh).await;
     assert_sealed_under(&db, &fresh, key(2).id()).await;
     assert_reads_back(&*store, &changed).await;
@@ -191,7 +191,7 @@ async fn a_previous_key_still_reads_what_it_sealed_and_writes_use_the_current_ke
 async fn rotation_seals_plain_and_previous_key_rows_under_the_current_key(db: Db) {
     // Written before any key: plain. One header value looks like sealed data.
     let store = db.open(None).await;
-    let mut plain = webhook_with_secrets(ACME, "plain");
+    let mut plain = webhook_with_secrets(&ACME, "plain");
     if let TargetConfig::Webhook(w) = &mut plain.config {
         w.headers.insert(
             "X-Looks-Sealed".into(),
@@ -205,12 +205,12 @@ async fn rotation_seals_plain_and_previous_key_rows_under_the_current_key(db: Db
     // Written under the key before this one.
     let store = db.open(sealer(1, &[])).await;
     assert_reads_back(&*store, &plain).await;
-    let old = sqs_with_secret(GLOBEX);
+    let old = sqs_with_secret(&GLOBEX);
     insert_target(&*store, &old).await;
     drop(store);
     // Written under the current key: rotation leaves it alone.
     let store = db.open(sealer(2, &[1])).await;
-    let current = webhook_with_secrets(ACME, "current");
+    let current = webhook_with_secrets(&ACME, "current");
     insert_target(&*store, &current).await;
     let before = db.raw_target(&current.id).await;
 
@@ -249,7 +249,7 @@ async fn rotation_seals_plain_and_previous_key_rows_under_the_current_key(db: Db
 
 async fn a_row_sealed_under_a_key_not_configured_fails_cleanly_and_its_messages_wait(db: Db) {
     let store = db.open(sealer(1, &[])).await;
-    let hook = webhook_with_secrets(ACME, "hook");
+    let hook = webhook_with_secrets(&ACME, "hook");
     insert_target(&*store, &hook).await;
     store.ensure_signing_key(time::now()).await.unwrap();
     let now = time::now();
@@ -258,7 +258,7 @@ async fn a_row_sealed_under_a_key_not_configured_fails_cleanly_and_its_messages_
 
     for wrong in [sealer(2, &[3]), None] {
         let store = db.open(wrong.clone()).await;
-        let err = store.get_target(ACME, &hook.id).await.unwrap_err();
+        let err = store.get_target(&ACME, &hook.id).await.unwrap_err();
         assert!(err.is_unknown_key(), "{err:?}");
         let text = shown(&err);
         assert!(text.contains(hook.id.as_str()), "names the row: {text}");
@@ -266,7 +266,7 @@ async fn a_row_sealed_under_a_key_not_configured_fails_cleanly_and_its_messages_
         for secret in SECRETS {
             assert!(!text.contains(secret), "{text}");
         }
-        assert!(store.list_targets(ACME, None, 10).await.is_err());
+        assert!(store.list_targets(&ACME, None, 10).await.is_err());
         assert!(store.signing_keys().await.unwrap_err().is_unknown_key());
         // Its message is neither delivered nor dead-lettered: it waits for
         // an instance with the key.
@@ -298,15 +298,15 @@ async fn a_row_sealed_under_a_key_not_configured_fails_cleanly_and_its_messages_
 
 async fn sealed_secrets_moved_onto_another_target_do_not_read(db: Db) {
     let store = db.open(sealer(1, &[])).await;
-    let victim = webhook_with_secrets(ACME, "victim");
-    let mut thief = webhook_with_secrets(GLOBEX, "thief");
+    let victim = webhook_with_secrets(&ACME, "victim");
+    let mut thief = webhook_with_secrets(&GLOBEX, "thief");
     if let TargetConfig::Webhook(w) = &mut thief.config {
         w.url = "https://attacker.example/hook".into();
     }
     insert_target(&*store, &victim).await;
     insert_target(&*store, &thief).await;
     db.copy_sealed_secrets(&victim.id, &thief.id).await;
-    let err = store.get_target(GLOBEX, &thief.id).await.unwrap_err();
+    let err = store.get_target(&GLOBEX, &thief.id).await.unwrap_err();
     assert!(
         !err.is_unknown_key(),
         "the key is known, the value is not this row's: {err:?}"
@@ -317,7 +317,7 @@ async fn sealed_secrets_moved_onto_another_target_do_not_read(db: Db) {
 
 async fn rotation_without_a_key_is_refused(db: Db) {
     let store = db.open(None).await;
-    insert_target(&*store, &webhook_with_secrets(ACME, "hook")).await;
+    insert_target(&*store, &webhook_with_secrets(&ACME, "hook")).await;
     assert!(matches!(
         store.reseal_targets(None, 10).await,
         Err(StoreError::NoEncryptionKey)

@@ -4,17 +4,18 @@
 
 pub(crate) use std::{
     collections::{BTreeMap, HashMap, HashSet},
-    sync::Arc,
+    sync::{Arc, LazyLock},
     time::Duration,
 };
 
 pub(crate) use chrono::{DateTime, TimeDelta, Utc};
 pub(crate) use dispatch::{
     domain::{
-        ids::{MessageId, TargetId},
-        message::{Attempt, Message, State},
+        ids::{AccountId, MessageId, TargetId},
+        message::{Attempt, Message, OrderingKey, State},
         payload::{Payload, MAX_PAYLOAD_CHARS},
         retry::{AttemptOutcome, Next},
+        scope::Scope,
         target::{gate::Health, SqsConfig, Target, TargetConfig, WebhookConfig},
     },
     store::{
@@ -38,8 +39,19 @@ pub(crate) mod time {
 }
 pub(crate) use uuid::Uuid;
 
-pub(crate) const ACME: &str = "acme";
-pub(crate) const GLOBEX: &str = "globex";
+/// Two accounts: what one holds, the other never sees.
+pub(crate) static ACME: LazyLock<AccountId> = LazyLock::new(|| AccountId::parse("acme").unwrap());
+pub(crate) static GLOBEX: LazyLock<AccountId> =
+    LazyLock::new(|| AccountId::parse("globex").unwrap());
+/// An account by its name.
+pub(crate) fn account_id(name: &str) -> AccountId {
+    AccountId::parse(name).unwrap()
+}
+
+pub(crate) fn ordering_key(key: &str) -> OrderingKey {
+    OrderingKey::parse(key.into()).unwrap()
+}
+
 pub(crate) const DAY: Duration = Duration::from_secs(24 * 3600);
 pub(crate) const LEASE: Duration = Duration::from_secs(30);
 
@@ -71,10 +83,10 @@ pub(crate) fn webhook(url: &str) -> TargetConfig {
     })
 }
 
-pub(crate) fn target_value(account: &str, name: &str, created_at: DateTime<Utc>) -> Target {
+pub(crate) fn target_value(account: &AccountId, name: &str, created_at: DateTime<Utc>) -> Target {
     Target {
         id: TargetId::new(),
-        account: account.into(),
+        account: account.clone(),
         name: name.into(),
         enabled: true,
         config: webhook("https://example.com/hook"),
@@ -93,7 +105,7 @@ pub(crate) async fn insert_target(store: &dyn Store, t: &Target) {
 }
 
 /// An enabled webhook target of `account`, stored.
-pub(crate) async fn add_target(store: &dyn Store, account: &str) -> Target {
+pub(crate) async fn add_target(store: &dyn Store, account: &AccountId) -> Target {
     let t = target_value(account, "orders", time::now());
     insert_target(store, &t).await;
     t
@@ -431,7 +443,7 @@ pub(crate) async fn exists(store: &dyn Store, m: &Message) -> bool {
         .is_some()
 }
 
-pub(crate) async fn ids_of(store: &dyn Store, account: &str) -> HashSet<MessageId> {
+pub(crate) async fn ids_of(store: &dyn Store, account: &AccountId) -> HashSet<MessageId> {
     let all = store
         .list_messages(account, &MessageFilter::default(), None, 1000)
         .await
@@ -497,7 +509,7 @@ pub(crate) fn event(
 /// letters of the filter (delivery time range) and ids.
 pub(crate) async fn redrive_all(
     store: &dyn Store,
-    account: &str,
+    account: &AccountId,
     f: &MessageFilter,
     ids: Option<&[MessageId]>,
     at: DateTime<Utc>,

@@ -9,10 +9,10 @@ checks!(
 );
 
 /// A portal user as `dispatch users create` builds it (not yet stored).
-fn user_value(account: &str, email: &str, created_at: DateTime<Utc>) -> UserRecord {
+fn user_value(account: &AccountId, email: &str, created_at: DateTime<Utc>) -> UserRecord {
     UserRecord {
         id: Uuid::now_v7().to_string(),
-        account: account.into(),
+        account: account.clone(),
         email: email.into(),
         password_hash: format!(
             "$argon2id$v=19$m=19456,t=2,p=1$c2FsdA${}",
@@ -25,7 +25,7 @@ fn user_value(account: &str, email: &str, created_at: DateTime<Utc>) -> UserReco
 
 async fn add_user(
     store: &dyn Store,
-    account: &str,
+    account: &AccountId,
     email: &str,
     created_at: DateTime<Utc>,
 ) -> UserRecord {
@@ -95,7 +95,7 @@ async fn a_created_user_is_found_by_email_and_a_duplicate_email_is_refused(store
     // The CLI creates users for accounts that do not exist yet.
     let ops = add_user(
         &*store,
-        "brand-new-account",
+        &account_id("brand-new-account"),
         "ops@example.com",
         now - secs(5),
     )
@@ -109,7 +109,7 @@ async fn a_created_user_is_found_by_email_and_a_duplicate_email_is_refused(store
 
     // The same email again, from the same or another account: refused, and
     // the first user is kept as it was.
-    for account in ["brand-new-account", GLOBEX] {
+    for account in [&account_id("brand-new-account"), &*GLOBEX] {
         let dup = UserRecord {
             password_hash: "another-hash".into(),
             ..user_value(account, "ops@example.com", now)
@@ -126,9 +126,15 @@ async fn a_created_user_is_found_by_email_and_a_duplicate_email_is_refused(store
 
     // Another email in the same account is another user; a user can join an
     // account that has targets already.
-    let dev = add_user(&*store, "brand-new-account", "dev@example.com", now).await;
-    let t = add_target(&*store, ACME).await;
-    let admin = add_user(&*store, ACME, "admin@acme.test", now).await;
+    let dev = add_user(
+        &*store,
+        &account_id("brand-new-account"),
+        "dev@example.com",
+        now,
+    )
+    .await;
+    let t = add_target(&*store, &ACME).await;
+    let admin = add_user(&*store, &ACME, "admin@acme.test", now).await;
     assert_user_eq(
         &store.find_user("dev@example.com").await.unwrap().unwrap(),
         &dev,
@@ -141,7 +147,7 @@ async fn a_created_user_is_found_by_email_and_a_duplicate_email_is_refused(store
         &store.find_user("ops@example.com").await.unwrap().unwrap(),
         &ops,
     );
-    assert_target_eq(&store.get_target(ACME, &t.id).await.unwrap().unwrap(), &t);
+    assert_target_eq(&store.get_target(&ACME, &t.id).await.unwrap().unwrap(), &t);
 
     assert!(store
         .find_user("nobody@example.com")
@@ -154,7 +160,7 @@ async fn a_created_user_is_found_by_email_and_a_duplicate_email_is_refused(store
     // The store keeps and matches emails exactly as given: lower-casing is
     // the caller's (`portal::new_user`, the sign-in form), the same on every
     // backend.
-    let mixed = add_user(&*store, ACME, "Mixed.Case@Example.COM", now).await;
+    let mixed = add_user(&*store, &ACME, "Mixed.Case@Example.COM", now).await;
     assert_user_eq(
         &store
             .find_user("Mixed.Case@Example.COM")
@@ -176,7 +182,7 @@ async fn a_created_user_is_found_by_email_and_a_duplicate_email_is_refused(store
 
 async fn a_session_is_found_until_it_expires_and_not_after_it_is_deleted(store: Arc<dyn Store>) {
     let now = time::now();
-    let user = add_user(&*store, ACME, "ops@example.com", now - days(1)).await;
+    let user = add_user(&*store, &ACME, "ops@example.com", now - days(1)).await;
     let expires = now + hours(12);
     let s = session_value(&user, now, expires);
     store.create_session(&s).await.unwrap();
@@ -224,7 +230,7 @@ async fn a_session_is_found_until_it_expires_and_not_after_it_is_deleted(store: 
 
 async fn creating_a_session_forgets_the_sessions_that_have_expired(store: Arc<dyn Store>) {
     let now = time::now();
-    let user = add_user(&*store, ACME, "ops@example.com", now - days(1)).await;
+    let user = add_user(&*store, &ACME, "ops@example.com", now - days(1)).await;
     let expired = session_value(&user, now - hours(3), now - hours(1));
     let live = session_value(&user, now - hours(3), now + hours(1));
     store.create_session(&expired).await.unwrap();

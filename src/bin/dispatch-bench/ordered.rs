@@ -16,7 +16,11 @@ use std::{
 use axum::{body::Bytes, extract::State, http::HeaderMap, http::StatusCode, routing::post, Router};
 use chrono::{DateTime, TimeDelta, Utc};
 use dispatch::{
-    domain::{ids::TargetId, message::Message, payload::Payload},
+    domain::{
+        ids::{AccountId, TargetId},
+        message::{Message, OrderingKey},
+        payload::Payload,
+    },
     store::{postgres::PgStore, MessageStore},
 };
 use futures::StreamExt;
@@ -119,23 +123,24 @@ async fn schedule(
     let at = |i: usize| start + TimeDelta::milliseconds(i as i64);
     if args.via == "store" && args.store == "postgres" {
         let store = PgStore::connect(&service.db_url, 4, Duration::from_secs(5)).await?;
+        let account = AccountId::parse("bench").expect("a valid account name");
         let now = Utc::now();
         for (from, to) in chunks {
             let messages: Vec<Message> = (from..to)
                 .flat_map(|k| (0..per).map(move |i| (k, i)))
                 .map(|(k, i)| {
                     let mut m = Message::scheduled(
-                        "bench",
+                        &account,
                         target.clone(),
                         at(i),
                         Payload::parse(i.to_string()).unwrap(),
                         now,
                     );
-                    m.ordering_key = Some(key_name(k));
+                    m.ordering_key = Some(OrderingKey::parse(key_name(k)).expect("a valid key"));
                     m
                 })
                 .collect();
-            store.insert_messages("bench", &messages).await?;
+            store.insert_messages(&account, &messages).await?;
         }
         return Ok(());
     }

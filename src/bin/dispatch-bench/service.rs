@@ -10,7 +10,11 @@ use std::{
 use anyhow::{bail, Context};
 use chrono::{DateTime, Utc};
 use dispatch::{
-    domain::{ids::TargetId, message::Message, payload::Payload},
+    domain::{
+        ids::{AccountId, TargetId},
+        message::Message,
+        payload::Payload,
+    },
     store::{postgres::PgStore, MessageStore},
 };
 use futures::StreamExt;
@@ -284,13 +288,14 @@ pub(crate) async fn schedule(
 ) -> anyhow::Result<()> {
     if args.via == "store" && args.store == "postgres" {
         let store = PgStore::connect(&service.db_url, 4, Duration::from_secs(5)).await?;
+        let account = AccountId::parse("bench").expect("a valid account name");
         let now = Utc::now();
         for chunk in times.chunks(5_000) {
             let messages: Vec<Message> = chunk
                 .iter()
                 .map(|&at| {
                     Message::scheduled(
-                        "bench",
+                        &account,
                         target_id.clone(),
                         at,
                         Payload::parse("benchmark payload".into()).unwrap(),
@@ -298,7 +303,7 @@ pub(crate) async fn schedule(
                     )
                 })
                 .collect();
-            store.insert_messages("bench", &messages).await?;
+            store.insert_messages(&account, &messages).await?;
         }
         return Ok(());
     }

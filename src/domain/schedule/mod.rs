@@ -18,20 +18,21 @@ use chrono_tz::Tz;
 pub use rule::{parse_zone, CronExpr, Every, InvalidRule, Recurrence, Rule};
 
 use super::{
-    ids::{ScheduleId, TargetId},
+    ids::{AccountId, ScheduleId, TargetId},
+    message::OrderingKey,
     payload::Payload,
 };
 
 #[derive(Debug, Clone)]
 pub struct Schedule {
     pub id: ScheduleId,
-    pub account: String,
+    pub account: AccountId,
     pub target_id: TargetId,
     pub name: String,
     pub recurrence: Recurrence,
     pub zone: Tz,
     pub payload: Payload,
-    pub ordering_key: Option<String>,
+    pub ordering_key: Option<OrderingKey>,
     pub start_at: Option<DateTime<Utc>>,
     pub end_at: Option<DateTime<Utc>>,
     pub paused: bool,
@@ -115,7 +116,7 @@ mod tests {
     fn every_second(created: DateTime<Utc>) -> Schedule {
         Schedule {
             id: ScheduleId::new(),
-            account: "acme".into(),
+            account: AccountId::from_trusted("acme"),
             target_id: TargetId::new(),
             name: String::new(),
             recurrence: Recurrence::Every("1s".parse().unwrap()),

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use self::gate::Limits;
-use super::ids::TargetId;
+use super::ids::{AccountId, TargetId};
 
 pub mod gate;
 mod headers;
@@ -25,7 +25,7 @@ pub const MASK: &str = "***";
 #[derive(Debug, Clone)]
 pub struct Target {
     pub id: TargetId,
-    pub account: String,
+    pub account: AccountId,
     pub name: String,
     pub enabled: bool,
     pub config: TargetConfig,

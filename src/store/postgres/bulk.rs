@@ -49,7 +49,7 @@ fn ids(bulk: &Bulk) -> Option<Vec<Uuid>> {
 impl PgStore {
     pub(super) async fn count_bulk(
         &self,
-        account: &str,
+        account: &AccountId,
         bulk: &Bulk,
         cap: u64,
         now: DateTime<Utc>,
@@ -75,7 +75,7 @@ impl PgStore {
 
     pub(super) async fn apply_bulk(
         &self,
-        account: &str,
+        account: &AccountId,
         bulk: &Bulk,
         after: Option<&MessageId>,
         limit: u32,

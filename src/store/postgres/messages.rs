@@ -10,7 +10,7 @@ use uuid::Uuid;
 
 use super::{map_err, ordering, rows::*, PgStore};
 use crate::{
-    domain::message::Message,
+    domain::{ids::AccountId, message::Message},
     store::{
         ordering::distinct_keys,
         sql::{self, Backend},
@@ -143,7 +143,7 @@ impl MessageStore for PgStore {
 
     async fn insert_messages(
         &self,
-        account: &str,
+        account: &AccountId,
         messages: &[Message],
     ) -> StoreResult<Vec<MessageId>> {
         if messages.is_empty() {
@@ -197,7 +197,11 @@ impl MessageStore for PgStore {
         Ok(inserted.into_iter().map(|(id,)| MessageId(id)).collect())
     }
 
-    async fn get_message(&self, account: &str, id: &MessageId) -> StoreResult<Option<Message>> {
+    async fn get_message(
+        &self,
+        account: &AccountId,
+        id: &MessageId,
+    ) -> StoreResult<Option<Message>> {
         let row: Option<MessageRow> = sqlx::query_as(&format!(
             "SELECT {MESSAGE_COLUMNS} FROM messages WHERE id = $1 AND account = $2"
         ))
@@ -211,7 +215,7 @@ impl MessageStore for PgStore {
 
     async fn list_messages(
         &self,
-        account: &str,
+        account: &AccountId,
         filter: &MessageFilter,
         before: Option<&MessageId>,
         limit: u32,
@@ -221,7 +225,7 @@ impl MessageStore for PgStore {
 
     async fn list_attempts(
         &self,
-        account: &str,
+        account: &AccountId,
         id: &MessageId,
         after: Option<u32>,
         limit: u32,

@@ -7,7 +7,7 @@ use sqlx::{Postgres, Transaction};
 
 use super::{ordering, PgStore};
 use crate::{
-    domain::ids::MessageId,
+    domain::ids::{AccountId, MessageId},
     store::{
         ordering::Key,
         sql::{own::Own, Tx},
@@ -41,7 +41,7 @@ impl Own for PgStore {
 
     async fn count_bulk(
         &self,
-        account: &str,
+        account: &AccountId,
         bulk: &Bulk,
         cap: u64,
         now: DateTime<Utc>,
@@ -51,7 +51,7 @@ impl Own for PgStore {
 
     async fn apply_bulk(
         &self,
-        account: &str,
+        account: &AccountId,
         bulk: &Bulk,
         after: Option<&MessageId>,
         limit: u32,

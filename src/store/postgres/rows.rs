@@ -6,7 +6,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::{
-    domain::payload::Payload,
+    domain::{message::OrderingKey, payload::Payload},
     store::{StoreError, StoreResult},
 };
 
@@ -26,7 +26,7 @@ pub struct ClaimRow {
     pub ladder_attempts: i32,
     pub scheduled_at: DateTime<Utc>,
     pub gated: bool,
-    pub ordering_key: Option<String>,
+    pub ordering_key: Option<OrderingKey>,
     pub event_id: Option<Uuid>,
     pub event_type: Option<String>,
     /// Returned by an ahead claim only.

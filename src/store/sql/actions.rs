@@ -14,7 +14,10 @@ use super::{
     At, Tx, Uid,
 };
 use crate::{
-    domain::{ids::MessageId, message::State},
+    domain::{
+        ids::{AccountId, MessageId},
+        message::State,
+    },
     store::{
         portal::EventKind, refused_transition, state_from_str, ActionStore, Bulk, BulkBatch,
         StoreResult, Transition,
@@ -25,7 +28,7 @@ use crate::{
 /// where rows are locked (SQLite's one writer keeps it so).
 async fn state_for_update(
     tx: &mut Tx,
-    account: &str,
+    account: &AccountId,
     id: &MessageId,
 ) -> StoreResult<Option<State>> {
     let lock = tx.for_update();
@@ -44,7 +47,7 @@ async fn state_for_update(
 impl<B: Own> ActionStore for B {
     async fn cancel_held(
         &self,
-        account: &str,
+        account: &AccountId,
         id: &MessageId,
         now: DateTime<Utc>,
         held: Option<Uuid>,
@@ -80,7 +83,7 @@ impl<B: Own> ActionStore for B {
 
     async fn reschedule_held(
         &self,
-        account: &str,
+        account: &AccountId,
         id: &MessageId,
         at: DateTime<Utc>,
         now: DateTime<Utc>,
@@ -137,7 +140,7 @@ impl<B: Own> ActionStore for B {
 
     async fn bulk_count(
         &self,
-        account: &str,
+        account: &AccountId,
         bulk: &Bulk,
         cap: u64,
         now: DateTime<Utc>,
@@ -147,7 +150,7 @@ impl<B: Own> ActionStore for B {
 
     async fn bulk_batch(
         &self,
-        account: &str,
+        account: &AccountId,
         bulk: &Bulk,
         after: Option<&MessageId>,
         limit: u32,
@@ -162,7 +165,7 @@ impl<B: Own> ActionStore for B {
 /// SQLite's writer, which that transaction ran on).
 async fn refusal<B: Own>(
     store: &B,
-    account: &str,
+    account: &AccountId,
     id: &MessageId,
     now: DateTime<Utc>,
 ) -> StoreResult<Transition> {

@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 
 use super::{At, Db};
 use crate::{
-    domain::ids::TargetId,
+    domain::ids::{AccountId, TargetId},
     store::{portal::*, StoreResult},
 };
 
@@ -50,7 +50,11 @@ fn lateness_bucket(db: Db<'_>) -> String {
     ))
 }
 
-pub(super) async fn read(db: Db<'_>, account: &str, since: DateTime<Utc>) -> StoreResult<Activity> {
+pub(super) async fn read(
+    db: Db<'_>,
+    account: &AccountId,
+    since: DateTime<Utc>,
+) -> StoreResult<Activity> {
     let per_hour = |sql: String| {
         db.read(sql)
             .bind(account)
@@ -106,7 +110,7 @@ pub(super) async fn read(db: Db<'_>, account: &str, since: DateTime<Utc>) -> Sto
 /// rather walk the account's messages by state).
 async fn delivered(
     db: Db<'_>,
-    account: &str,
+    account: &AccountId,
     since: DateTime<Utc>,
 ) -> StoreResult<(DeliveredHours, Vec<(String, i64)>)> {
     let (hour, bucket) = (hour_of(db, "delivered_at"), lateness_bucket(db));

@@ -27,8 +27,8 @@ use crate::{
             pattern_texts, patterns_matching, Event, EventType, Pattern, Reached, Subscription,
             OWN_PREFIX,
         },
-        ids::{EventId, MessageId, SubscriptionId, TargetId},
-        message::State,
+        ids::{AccountId, EventId, MessageId, SubscriptionId, TargetId},
+        message::{OrderingKey, State},
     },
     store::{
         ordering::distinct_keys, EventCursor, EventQuery, EventRange, EventStore, EventView,
@@ -67,7 +67,7 @@ impl TryFrom<SubscriptionRow> for Subscription {
             .collect::<StoreResult<_>>()?;
         Ok(Subscription {
             id: SubscriptionId::from_trusted(r.id),
-            account: r.account,
+            account: AccountId::from_trusted(r.account),
             target_id: TargetId::from_trusted(r.target_id),
             name: r.name,
             types,
@@ -147,7 +147,7 @@ impl<B: Own> SubscriptionStore for B {
 
     async fn get_subscription(
         &self,
-        account: &str,
+        account: &AccountId,
         id: &SubscriptionId,
     ) -> StoreResult<Option<Subscription>> {
         let row: Option<SubscriptionRow> = self
@@ -164,7 +164,7 @@ impl<B: Own> SubscriptionStore for B {
 
     async fn list_subscriptions(
         &self,
-        account: &str,
+        account: &AccountId,
         target: Option<&TargetId>,
         after: Option<&SubscriptionCursor>,
         limit: u32,
@@ -213,7 +213,11 @@ impl<B: Own> SubscriptionStore for B {
         Ok(changed)
     }
 
-    async fn delete_subscription(&self, account: &str, id: &SubscriptionId) -> StoreResult<bool> {
+    async fn delete_subscription(
+        &self,
+        account: &AccountId,
+        id: &SubscriptionId,
+    ) -> StoreResult<bool> {
         // Its patterns go with it (ON DELETE CASCADE).
         Ok(self
             .db()
@@ -246,11 +250,11 @@ impl TryFrom<EventRow> for Event {
     fn try_from(r: EventRow) -> StoreResult<Event> {
         Ok(Event {
             id: EventId(r.id.0),
-            account: r.account,
+            account: AccountId::from_trusted(r.account),
             ty: EventType::from_trusted(r.ty),
             payload: payload(r.payload)?,
             delivery_time: r.delivery_time.into(),
-            ordering_key: r.ordering_key,
+            ordering_key: r.ordering_key.map(OrderingKey::from_trusted),
             created_at: r.created_at.into(),
         })
     }
@@ -305,7 +309,7 @@ async fn reached_by(
 }
 
 /// The targets whose enabled subscriptions match `ty`, each once, in order.
-async fn matching_targets(tx: &mut Tx, account: &str, ty: &str) -> StoreResult<Vec<String>> {
+async fn matching_targets(tx: &mut Tx, account: &AccountId, ty: &str) -> StoreResult<Vec<String>> {
     let mut stmt = tx.sql(
         "SELECT DISTINCT s.target_id FROM subscription_patterns p \
          JOIN subscriptions s ON s.id = p.subscription_id \
@@ -337,7 +341,7 @@ type Made = (MessageId, EventId, String);
 /// their messages are to keep (ids rise with it).
 async fn make_messages(
     tx: &mut Tx,
-    account: &str,
+    account: &AccountId,
     pairs: &[(EventId, &str)],
     at: DateTime<Utc>,
     now: DateTime<Utc>,
@@ -417,7 +421,7 @@ async fn list_made(tx: &mut Tx, made: &[Made]) -> StoreResult<()> {
 /// ` WHERE …` for the account's events of `range`: created in [from, to),
 /// of a type one of its patterns matches (a family by the prefix it names:
 /// `substr`, as LIKE would read `_` in a type as a wildcard).
-fn in_range<'q>(stmt: &mut Stmt<'q, '_>, account: &str, range: &EventRange) {
+fn in_range<'q>(stmt: &mut Stmt<'q, '_>, account: &AccountId, range: &EventRange) {
     stmt.push(" WHERE account = ")
         .push_bind(account.to_string())
         .push(" AND created_at >= ")
@@ -449,7 +453,7 @@ fn in_range<'q>(stmt: &mut Stmt<'q, '_>, account: &str, range: &EventRange) {
 /// A key held by an earlier request, if one is (and not yet forgotten).
 async fn held_key(
     tx: &mut Tx,
-    account: &str,
+    account: &AccountId,
     key: &IdempotencyInput,
     now: DateTime<Utc>,
 ) -> StoreResult<Option<Published>> {
@@ -481,7 +485,7 @@ async fn held_key(
 /// meanwhile (the caller rolls back and answers as that request did).
 async fn keep_key(
     tx: &mut Tx,
-    account: &str,
+    account: &AccountId,
     key: &IdempotencyInput,
     response: &ResponseJson,
     now: DateTime<Utc>,
@@ -603,7 +607,7 @@ impl<B: Own> EventStore for B {
         )))
     }
 
-    async fn get_event(&self, account: &str, id: &EventId) -> StoreResult<Option<EventView>> {
+    async fn get_event(&self, account: &AccountId, id: &EventId) -> StoreResult<Option<EventView>> {
         let row: Option<EventRow> = self
             .db()
             .read(format!(
@@ -626,7 +630,7 @@ impl<B: Own> EventStore for B {
 
     async fn list_published_events(
         &self,
-        account: &str,
+        account: &AccountId,
         query: &EventQuery,
         after: Option<&EventCursor>,
         limit: u32,
@@ -671,7 +675,7 @@ impl<B: Own> EventStore for B {
 
     async fn count_events(
         &self,
-        account: &str,
+        account: &AccountId,
         range: &EventRange,
         limit: u64,
     ) -> StoreResult<u64> {
@@ -689,7 +693,7 @@ impl<B: Own> EventStore for B {
 
     async fn replay_batch(
         &self,
-        account: &str,
+        account: &AccountId,
         target: &TargetId,
         range: &EventRange,
         after: Option<&EventCursor>,

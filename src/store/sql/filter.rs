@@ -9,7 +9,7 @@ use super::{
 };
 use crate::{
     domain::{
-        ids::MessageId,
+        ids::{AccountId, MessageId},
         message::{Message, State},
     },
     store::{MessageFilter, StoreResult},
@@ -20,7 +20,7 @@ use crate::{
 pub(in crate::store) fn filtered<'q, 'a>(
     db: Db<'a>,
     head: &str,
-    account: &'q str,
+    account: &'q AccountId,
     f: &'q MessageFilter,
 ) -> Stmt<'q, 'a> {
     let mut q = db.read(head.to_string()).replanned();
@@ -32,7 +32,7 @@ pub(in crate::store) fn filtered<'q, 'a>(
 }
 
 /// The filter's conditions but its state.
-fn conditions<'q>(q: &mut Stmt<'q, '_>, account: &'q str, f: &'q MessageFilter) {
+fn conditions<'q>(q: &mut Stmt<'q, '_>, account: &'q AccountId, f: &'q MessageFilter) {
     q.push(" WHERE account = ").push_bind(account);
     if let Some(t) = &f.target_id {
         q.push(" AND target_id = ").push_bind(t.as_str());
@@ -87,7 +87,7 @@ fn ids_by_account(db: Db<'_>) -> bool {
 pub(in crate::store) fn newest_first<'q, 'a>(
     db: Db<'a>,
     columns: &str,
-    account: &'q str,
+    account: &'q AccountId,
     f: &'q MessageFilter,
     before: Option<&MessageId>,
     more: impl Fn(&mut Stmt<'q, 'a>),
@@ -138,7 +138,7 @@ pub(in crate::store) fn newest_first<'q, 'a>(
 /// ids are creation-ordered, so "newest first" is "id descending".
 pub(in crate::store) async fn list_messages(
     db: Db<'_>,
-    account: &str,
+    account: &AccountId,
     filter: &MessageFilter,
     before: Option<&MessageId>,
     limit: u32,

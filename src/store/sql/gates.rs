@@ -20,7 +20,7 @@ use super::{
 };
 use crate::{
     domain::{
-        ids::TargetId,
+        ids::{AccountId, TargetId},
         target::{
             gate::{BreakerChange, Health},
             Target,
@@ -131,7 +131,7 @@ impl<B: GateBackend> GateStore for B {
 
     async fn reset_health(
         &self,
-        account: &str,
+        account: &AccountId,
         id: &TargetId,
         now: DateTime<Utc>,
     ) -> StoreResult<Option<(Target, Option<BreakerChange>)>> {

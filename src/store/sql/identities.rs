@@ -17,18 +17,26 @@ use super::{
     people::{insert_user, user_from_row, UserRow, USER_COLUMNS},
     At, Backend, Db, Tx,
 };
-use crate::store::{
-    portal::*, ClientRecord, ClientSummary, IdentityStore, StoreError, StoreResult,
+use crate::{
+    domain::{
+        ids::AccountId,
+        scope::{known_scopes, Scope},
+    },
+    store::{portal::*, ClientRecord, ClientSummary, IdentityStore, StoreError, StoreResult},
 };
 
-/// A client's scopes: `text[]` in PostgreSQL, a JSON array (text) in
-/// SQLite, read as stored and checked when used (`list`).
+/// A client's scopes by name: `text[]` in PostgreSQL, a JSON array (text)
+/// in SQLite, read as stored and then known (`read`).
 enum Scopes {
     List(Vec<String>),
     Json(String),
 }
 
 impl Scopes {
+    fn of(scopes: &[Scope]) -> Self {
+        Scopes::List(scopes.iter().map(|s| s.as_str().to_string()).collect())
+    }
+
     fn list(self) -> StoreResult<Vec<String>> {
         match self {
             Scopes::List(l) => Ok(l),
@@ -36,6 +44,18 @@ impl Scopes {
                 serde_json::from_str(&s).map_err(|e| StoreError::Corrupt(format!("scopes: {e}")))
             }
         }
+    }
+
+    /// The client's scopes, each once, in the order stored. Dispatch only
+    /// stores scopes it knows; a name it does not know (a row changed by
+    /// hand, or by another version) is left out with a warning, as a token
+    /// request always left it out: it grants nothing.
+    fn read(self, client_id: &str) -> StoreResult<Vec<Scope>> {
+        let names = self.list()?;
+        for unknown in names.iter().filter(|n| n.parse::<Scope>().is_err()) {
+            tracing::warn!(client_id, scope = %unknown, "a stored client has an unknown scope; it is left out");
+        }
+        Ok(known_scopes(names.iter().map(String::as_str)))
     }
 }
 
@@ -95,7 +115,7 @@ impl<'r> Decode<'r, Sqlite> for Scopes {
     }
 }
 
-type SummaryRow = (String, String, String, Scopes, At, Option<At>);
+type SummaryRow = (String, AccountId, String, Scopes, At, Option<At>);
 
 const SUMMARY_COLUMNS: &str = "client_id, account, name, scopes, created_at, revoked_at";
 
@@ -103,10 +123,10 @@ fn summary(
     (client_id, account, name, scopes, created_at, revoked_at): SummaryRow,
 ) -> StoreResult<ClientSummary> {
     Ok(ClientSummary {
+        scopes: scopes.read(&client_id)?,
         client_id,
         account,
         name,
-        scopes: scopes.list()?,
         created_at: created_at.into(),
         revoked_at: revoked_at.map(Into::into),
     })
@@ -115,7 +135,7 @@ fn summary(
 type SessionRow = (
     Vec<u8>,
     String,
-    String,
+    AccountId,
     String,
     String,
     At,
@@ -159,7 +179,7 @@ impl<B: Backend> IdentityStore for B {
         .bind(&c.account)
         .bind(&c.name)
         .bind(&c.secret_hash)
-        .bind(Scopes::List(c.scopes.clone()))
+        .bind(Scopes::of(&c.scopes))
         .bind(At(now))
         .execute()
         .await?;
@@ -167,7 +187,7 @@ impl<B: Backend> IdentityStore for B {
     }
 
     async fn find_client(&self, client_id: &str) -> StoreResult<Option<ClientRecord>> {
-        let row: Option<(String, String, String, String, Scopes)> = self
+        let row: Option<(String, AccountId, String, String, Scopes)> = self
             .db()
             .read(
                 "SELECT client_id, account, name, secret_hash, scopes FROM clients \
@@ -178,11 +198,11 @@ impl<B: Backend> IdentityStore for B {
             .await?;
         row.map(|(client_id, account, name, secret_hash, scopes)| {
             Ok(ClientRecord {
+                scopes: scopes.read(&client_id)?,
                 client_id,
                 account,
                 name,
                 secret_hash,
-                scopes: scopes.list()?,
             })
         })
         .transpose()
@@ -217,7 +237,7 @@ impl<B: Backend> IdentityStore for B {
         Ok(done == 1)
     }
 
-    async fn list_clients(&self, account: &str) -> StoreResult<Vec<ClientSummary>> {
+    async fn list_clients(&self, account: &AccountId) -> StoreResult<Vec<ClientSummary>> {
         let rows: Vec<SummaryRow> = self
             .db()
             .read(format!(
@@ -258,7 +278,7 @@ impl<B: Backend> IdentityStore for B {
         Ok(rows.into_iter().map(|(id,)| id).collect())
     }
 
-    async fn ensure_account(&self, account: &str) -> StoreResult<()> {
+    async fn ensure_account(&self, account: &AccountId) -> StoreResult<()> {
         let db = self.db();
         let postgres = matches!(db, Db::Postgres(_));
         insert_account(|sql| db.write(sql), postgres, account, Utc::now())
@@ -339,5 +359,22 @@ impl<B: Backend> IdentityStore for B {
             .execute()
             .await?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stored_scopes_are_read_in_order_and_unknown_ones_left_out() {
+        let stored = Scopes::Json(r#"["targets:read", "admin", "messages:write"]"#.into());
+        assert_eq!(
+            stored.read("dc_1").unwrap(),
+            [Scope::TargetsRead, Scope::MessagesWrite]
+        );
+        let stored = Scopes::List(vec!["messages:read".into(), "messages:read".into()]);
+        assert_eq!(stored.read("dc_1").unwrap(), [Scope::MessagesRead]);
+        assert!(Scopes::Json("not json".into()).read("dc_1").is_err());
     }
 }

@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 
 use super::{Keeps, Tx};
 use crate::{
-    domain::ids::MessageId,
+    domain::ids::{AccountId, MessageId},
     store::{ordering::Key, Bulk, BulkBatch, StoreResult},
 };
 
@@ -30,7 +30,7 @@ pub(crate) trait Own: Keeps {
     /// `ActionStore::bulk_count`.
     async fn count_bulk(
         &self,
-        account: &str,
+        account: &AccountId,
         bulk: &Bulk,
         cap: u64,
         now: DateTime<Utc>,
@@ -39,7 +39,7 @@ pub(crate) trait Own: Keeps {
     /// `ActionStore::bulk_batch`.
     async fn apply_bulk(
         &self,
-        account: &str,
+        account: &AccountId,
         bulk: &Bulk,
         after: Option<&MessageId>,
         limit: u32,

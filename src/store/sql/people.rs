@@ -7,10 +7,13 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use super::{At, Backend, Conn, Tx};
-use crate::store::{portal::*, PeopleStore, StoreResult};
+use crate::{
+    domain::ids::AccountId,
+    store::{portal::*, PeopleStore, StoreResult},
+};
 
 /// A person's row: id, account, email, password hash, created at, role.
-pub(in crate::store) type UserRow = (String, String, String, String, At, String);
+pub(in crate::store) type UserRow = (String, AccountId, String, String, At, String);
 
 pub(in crate::store) const USER_COLUMNS: &str =
     "id, account, email, password_hash, created_at, role";
@@ -46,7 +49,7 @@ pub(in crate::store) async fn insert_user(conn: Conn<'_>, u: &UserRecord) -> Sto
     Ok(n == 1)
 }
 
-type InvitationRow = (String, Vec<u8>, String, String, String, String, At, At);
+type InvitationRow = (String, Vec<u8>, AccountId, String, String, String, At, At);
 
 const INVITATION_COLUMNS: &str =
     "id, token_hash, account, email, role, invited_by, created_at, expires_at";
@@ -67,7 +70,11 @@ fn invitation(r: InvitationRow) -> StoreResult<InvitationRecord> {
 
 /// Locks the account where rows are locked, and reads the person's role
 /// there; None when the account has no such person.
-async fn lock_and_find(tx: &mut Tx, account: &str, user_id: &str) -> StoreResult<Option<Role>> {
+async fn lock_and_find(
+    tx: &mut Tx,
+    account: &AccountId,
+    user_id: &str,
+) -> StoreResult<Option<Role>> {
     if tx.locks_rows() {
         tx.sql("SELECT 1 FROM accounts WHERE name = $1 FOR UPDATE")
             .bind(account)
@@ -83,7 +90,7 @@ async fn lock_and_find(tx: &mut Tx, account: &str, user_id: &str) -> StoreResult
     role.map(|(r,)| Role::from_stored(&r)).transpose()
 }
 
-async fn admins(tx: &mut Tx, account: &str) -> StoreResult<i64> {
+async fn admins(tx: &mut Tx, account: &AccountId) -> StoreResult<i64> {
     let (n,): (i64,) = tx
         .sql("SELECT count(*) FROM portal_users WHERE account = $1 AND role = 'admin'")
         .bind(account)
@@ -94,7 +101,7 @@ async fn admins(tx: &mut Tx, account: &str) -> StoreResult<i64> {
 
 #[async_trait]
 impl<B: Backend> PeopleStore for B {
-    async fn list_users(&self, account: &str) -> StoreResult<Vec<UserRecord>> {
+    async fn list_users(&self, account: &AccountId) -> StoreResult<Vec<UserRecord>> {
         let rows: Vec<UserRow> = self
             .db()
             .read(format!(
@@ -108,7 +115,7 @@ impl<B: Backend> PeopleStore for B {
 
     async fn set_user_role(
         &self,
-        account: &str,
+        account: &AccountId,
         user_id: &str,
         role: Role,
     ) -> StoreResult<PeopleChange> {
@@ -129,7 +136,7 @@ impl<B: Backend> PeopleStore for B {
         Ok(PeopleChange::Done)
     }
 
-    async fn remove_user(&self, account: &str, user_id: &str) -> StoreResult<PeopleChange> {
+    async fn remove_user(&self, account: &AccountId, user_id: &str) -> StoreResult<PeopleChange> {
         let mut tx = self.db().begin().await?;
         let Some(was) = lock_and_find(&mut tx, account, user_id).await? else {
             return Ok(PeopleChange::NotFound);
@@ -200,7 +207,7 @@ impl<B: Backend> PeopleStore for B {
 
     async fn list_invitations(
         &self,
-        account: &str,
+        account: &AccountId,
         now: DateTime<Utc>,
     ) -> StoreResult<Vec<InvitationRecord>> {
         let rows: Vec<InvitationRow> = self
@@ -234,7 +241,7 @@ impl<B: Backend> PeopleStore for B {
         row.map(invitation).transpose()
     }
 
-    async fn revoke_invitation(&self, account: &str, id: &str) -> StoreResult<bool> {
+    async fn revoke_invitation(&self, account: &AccountId, id: &str) -> StoreResult<bool> {
         let n = self
             .db()
             .write("DELETE FROM portal_invitations WHERE id = $1 AND account = $2")

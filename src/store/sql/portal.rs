@@ -13,8 +13,8 @@ use super::{
 };
 use crate::{
     domain::{
-        ids::{MessageId, TargetId},
-        message::Message,
+        ids::{AccountId, MessageId, TargetId},
+        message::{Message, OrderingKey},
     },
     store::{portal::*, state_from_str, MessageFilter, PortalReads, StoreError, StoreResult},
 };
@@ -45,7 +45,7 @@ impl<B: Backend> PortalReads for B {
     /// partial index; `INDEXED BY` tells it which is smaller.)
     async fn overview(
         &self,
-        account: &str,
+        account: &AccountId,
         since: DateTime<Utc>,
         now: DateTime<Utc>,
     ) -> StoreResult<Overview> {
@@ -110,7 +110,7 @@ impl<B: Backend> PortalReads for B {
         Ok(overview)
     }
 
-    async fn count_messages(&self, account: &str, f: &MessageFilter) -> StoreResult<u64> {
+    async fn count_messages(&self, account: &AccountId, f: &MessageFilter) -> StoreResult<u64> {
         let (n,): (i64,) = filtered(self.db(), "SELECT count(*) FROM messages", account, f)
             .fetch_one()
             .await?;
@@ -119,7 +119,7 @@ impl<B: Backend> PortalReads for B {
 
     async fn count_messages_upto(
         &self,
-        account: &str,
+        account: &AccountId,
         f: &MessageFilter,
         cap: u64,
     ) -> StoreResult<u64> {
@@ -141,7 +141,7 @@ impl<B: Backend> PortalReads for B {
     /// end.
     async fn search_payloads(
         &self,
-        account: &str,
+        account: &AccountId,
         f: &MessageFilter,
         before: Option<&MessageId>,
         text: &str,
@@ -192,9 +192,9 @@ impl<B: Backend> PortalReads for B {
     /// From the partial index of heads (`messages_key_head`).
     async fn key_head(
         &self,
-        account: &str,
+        account: &AccountId,
         target: &TargetId,
-        key: &str,
+        key: &OrderingKey,
     ) -> StoreResult<Option<MessageId>> {
         let db = self.db();
         let row: Option<(Uid,)> = db
@@ -211,11 +211,15 @@ impl<B: Backend> PortalReads for B {
         Ok(row.map(|(id,)| MessageId(id.0)))
     }
 
-    async fn activity(&self, account: &str, since: DateTime<Utc>) -> StoreResult<Activity> {
+    async fn activity(&self, account: &AccountId, since: DateTime<Utc>) -> StoreResult<Activity> {
         activity::read(self.db(), account, since).await
     }
 
-    async fn list_events(&self, account: &str, id: &MessageId) -> StoreResult<Vec<MessageEvent>> {
+    async fn list_events(
+        &self,
+        account: &AccountId,
+        id: &MessageId,
+    ) -> StoreResult<Vec<MessageEvent>> {
         let rows: Vec<EventRow> = self
             .db()
             .read(

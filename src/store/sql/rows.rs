@@ -7,8 +7,8 @@ use sqlx::types::Json;
 use super::{At, Text, Uid};
 use crate::{
     domain::{
-        ids::{EventId, MessageId, ScheduleId, TargetId},
-        message::{Attempt, Message},
+        ids::{AccountId, EventId, MessageId, ScheduleId, TargetId},
+        message::{Attempt, Message, OrderingKey},
         payload::Payload,
         target::Target,
     },
@@ -34,7 +34,7 @@ pub const ATTEMPT_COLUMNS: &str =
 #[derive(sqlx::FromRow)]
 pub struct MessageRow {
     id: Uid,
-    account: String,
+    account: AccountId,
     target_id: String,
     state: String,
     payload: Text,
@@ -45,7 +45,7 @@ pub struct MessageRow {
     cancelled_at: Option<At>,
     dead_lettered_at: Option<At>,
     last_error: Option<String>,
-    ordering_key: Option<String>,
+    ordering_key: Option<OrderingKey>,
     schedule_id: Option<String>,
     event_id: Option<Uid>,
     event_type: Option<String>,
@@ -91,7 +91,7 @@ pub fn payload(text: Text) -> StoreResult<Payload> {
 #[derive(sqlx::FromRow)]
 pub struct TargetRow {
     id: String,
-    account: String,
+    account: AccountId,
     name: String,
     kind: String,
     enabled: bool,

@@ -17,7 +17,8 @@ use super::{
     At, Keeps, Tx,
 };
 use crate::store::{
-    sealed::seal_config, DeleteTarget, StoreResult, Target, TargetCursor, TargetId, TargetStore,
+    sealed::seal_config, AccountId, DeleteTarget, StoreResult, Target, TargetCursor, TargetId,
+    TargetStore,
 };
 
 /// Whether deleting a target deletes its messages by itself. PostgreSQL's
@@ -60,7 +61,7 @@ impl<B: Keeps> TargetStore for B {
         Ok(inserted)
     }
 
-    async fn get_target(&self, account: &str, id: &TargetId) -> StoreResult<Option<Target>> {
+    async fn get_target(&self, account: &AccountId, id: &TargetId) -> StoreResult<Option<Target>> {
         let row: Option<TargetRow> = self
             .db()
             .read(format!(
@@ -75,7 +76,7 @@ impl<B: Keeps> TargetStore for B {
 
     async fn list_targets(
         &self,
-        account: &str,
+        account: &AccountId,
         after: Option<&TargetCursor>,
         limit: u32,
     ) -> StoreResult<Vec<Target>> {
@@ -161,7 +162,7 @@ impl<B: Keeps> TargetStore for B {
 
     async fn set_target_enabled(
         &self,
-        account: &str,
+        account: &AccountId,
         id: &TargetId,
         enabled: bool,
         now: DateTime<Utc>,
@@ -210,7 +211,7 @@ impl<B: Keeps> TargetStore for B {
         Ok(Some(target))
     }
 
-    async fn delete_target(&self, account: &str, id: &TargetId) -> StoreResult<DeleteTarget> {
+    async fn delete_target(&self, account: &AccountId, id: &TargetId) -> StoreResult<DeleteTarget> {
         let mut tx = self.db().begin().await?;
         let lock = tx.for_update();
         let exists: Option<(String,)> = tx

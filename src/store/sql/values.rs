@@ -1,7 +1,9 @@
 //! Values stored differently by the two databases, bound and read the same
 //! way by the shared bodies: times (`At`), message ids (`Uid`) and payload
 //! text (`Text`). JSON goes through sqlx's own `Json`, which is `jsonb` in
-//! PostgreSQL and text in SQLite.
+//! PostgreSQL and text in SQLite. The domain's text values that Dispatch
+//! checks before it writes them (`AccountId`, `OrderingKey`) are bound as
+//! their text and read back trusted.
 
 use chrono::{DateTime, TimeZone, Utc};
 use sqlx::{
@@ -12,6 +14,8 @@ use sqlx::{
     Decode, Encode, Postgres, Sqlite, Type,
 };
 use uuid::Uuid;
+
+use crate::domain::{ids::AccountId, message::OrderingKey};
 
 /// Implements `Type`, `Encode` and `Decode` for a wrapper, by backend, as
 /// another type that the driver knows, converted on the way in and out.
@@ -80,3 +84,18 @@ stored_as!(Text, Postgres, PgArgumentBuffer, PgValueRef<'r>, PgTypeInfo, Vec<u8>
     encode: |t| t.0.as_bytes().to_vec(), decode: |b| Ok(Text(String::from_utf8(b)?)));
 stored_as!(Text, Sqlite, Vec<SqliteArgumentValue<'q>>, SqliteValueRef<'r>, SqliteTypeInfo, String,
     encode: |t| t.0.clone(), decode: |s| Ok(Text(s)));
+
+/// Text the domain checked before Dispatch wrote it: `text` in both
+/// databases, bound without a copy where the driver allows (PostgreSQL),
+/// read back with `from_trusted`.
+macro_rules! trusted_text {
+    ($t:ty) => {
+        stored_as!($t, Postgres, PgArgumentBuffer, PgValueRef<'r>, PgTypeInfo, &str,
+            encode: |v| v.as_str(), decode: |s| Ok(<$t>::from_trusted(s)));
+        stored_as!($t, Sqlite, Vec<SqliteArgumentValue<'q>>, SqliteValueRef<'r>, SqliteTypeInfo, String,
+            encode: |v| v.as_str().to_owned(), decode: |s| Ok(<$t>::from_trusted(s)));
+    };
+}
+
+trusted_text!(AccountId);
+trusted_text!(OrderingKey);

@@ -29,7 +29,7 @@ fn binds<'q>(
         (String, String, Option<String>, String),
         sqlx::sqlite::SqliteArguments<'q>,
     >,
-    account: &'q str,
+    account: &'q AccountId,
     bulk: &'q Bulk,
     now: DateTime<Utc>,
     after: Option<String>,
@@ -56,7 +56,7 @@ fn binds<'q>(
 impl SqliteStore {
     pub(super) async fn count_bulk(
         &self,
-        account: &str,
+        account: &AccountId,
         bulk: &Bulk,
         cap: u64,
         now: DateTime<Utc>,
@@ -76,7 +76,7 @@ impl SqliteStore {
 
     pub(super) async fn apply_bulk(
         &self,
-        account: &str,
+        account: &AccountId,
         bulk: &Bulk,
         after: Option<&MessageId>,
         limit: u32,

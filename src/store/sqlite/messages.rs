@@ -5,7 +5,7 @@ use async_trait::async_trait;
 
 use super::{map_err, ordering, rows::*, SqliteStore};
 use crate::{
-    domain::message::Message,
+    domain::{ids::AccountId, message::Message},
     store::{
         ordering::distinct_keys,
         sql::{self, Backend},
@@ -60,7 +60,7 @@ impl MessageStore for SqliteStore {
 
     async fn insert_messages(
         &self,
-        account: &str,
+        account: &AccountId,
         messages: &[Message],
     ) -> StoreResult<Vec<MessageId>> {
         let mut tx = self.begin().await?;
@@ -78,7 +78,11 @@ impl MessageStore for SqliteStore {
         Ok(inserted)
     }
 
-    async fn get_message(&self, account: &str, id: &MessageId) -> StoreResult<Option<Message>> {
+    async fn get_message(
+        &self,
+        account: &AccountId,
+        id: &MessageId,
+    ) -> StoreResult<Option<Message>> {
         let row: Option<MessageRow> = sqlx::query_as(&format!(
             "SELECT {MESSAGE_COLUMNS} FROM messages WHERE id = ? AND account = ?"
         ))
@@ -92,7 +96,7 @@ impl MessageStore for SqliteStore {
 
     async fn list_messages(
         &self,
-        account: &str,
+        account: &AccountId,
         filter: &MessageFilter,
         before: Option<&MessageId>,
         limit: u32,
@@ -102,7 +106,7 @@ impl MessageStore for SqliteStore {
 
     async fn list_attempts(
         &self,
-        account: &str,
+        account: &AccountId,
         id: &MessageId,
         after: Option<u32>,
         limit: u32,
@@ -141,7 +145,7 @@ const ROWS_PER_INSERT: usize = 500;
 /// those inserted.
 async fn insert_rows(
     tx: &mut sqlx::SqliteConnection,
-    account: Option<&str>,
+    account: Option<&AccountId>,
     messages: &[&Message],
 ) -> StoreResult<Vec<String>> {
     if messages.is_empty() {
@@ -155,7 +159,7 @@ async fn insert_rows(
     );
     q.push_values(messages, |mut row, m| {
         row.push_bind(id_text(&m.id))
-            .push_bind(account.unwrap_or(m.account.as_str()))
+            .push_bind(account.unwrap_or(&m.account).as_str())
             .push_bind(m.target_id.as_str())
             .push_bind(m.payload.as_str())
             .push_bind(ms(m.delivery_time))

@@ -8,7 +8,7 @@ use sqlx::SqliteConnection;
 
 use super::{ordering, rows::id_text, SqliteStore};
 use crate::{
-    domain::ids::MessageId,
+    domain::ids::{AccountId, MessageId},
     store::{
         ordering::Key,
         sql::{own::Own, Tx},
@@ -42,7 +42,7 @@ impl Own for SqliteStore {
 
     async fn count_bulk(
         &self,
-        account: &str,
+        account: &AccountId,
         bulk: &Bulk,
         cap: u64,
         now: DateTime<Utc>,
@@ -52,7 +52,7 @@ impl Own for SqliteStore {
 
     async fn apply_bulk(
         &self,
-        account: &str,
+        account: &AccountId,
         bulk: &Bulk,
         after: Option<&MessageId>,
         limit: u32,

@@ -8,6 +8,7 @@ use uuid::Uuid;
 use crate::{
     domain::{
         ids::{EventId, MessageId},
+        message::OrderingKey,
         target::TargetConfig,
     },
     sealing::Sealer,
@@ -70,7 +71,7 @@ pub struct ClaimRow {
     pub ladder_attempts: i64,
     pub scheduled_at: i64,
     pub gated: bool,
-    pub ordering_key: Option<String>,
+    pub ordering_key: Option<OrderingKey>,
     pub event_id: Option<String>,
     pub event_type: Option<String>,
     /// Returned by an ahead claim only.

@@ -24,7 +24,7 @@ use chrono::{DateTime, Utc};
 use super::{own::Own, At};
 use crate::{
     domain::{
-        ids::{ScheduleId, TargetId},
+        ids::{AccountId, ScheduleId, TargetId},
         schedule::{RunPlan, Schedule},
     },
     store::{Materialised, SaveSchedule, ScheduleCursor, ScheduleStore, StoreResult},
@@ -53,7 +53,7 @@ impl<B: Own> ScheduleStore for B {
 
     async fn get_schedule(
         &self,
-        account: &str,
+        account: &AccountId,
         id: &ScheduleId,
         now: DateTime<Utc>,
     ) -> StoreResult<Option<Schedule>> {
@@ -73,7 +73,7 @@ impl<B: Own> ScheduleStore for B {
 
     async fn list_schedules(
         &self,
-        account: &str,
+        account: &AccountId,
         target: Option<&TargetId>,
         after: Option<&ScheduleCursor>,
         limit: u32,
@@ -156,7 +156,7 @@ impl<B: Own> ScheduleStore for B {
 
     async fn delete_schedule(
         &self,
-        account: &str,
+        account: &AccountId,
         id: &ScheduleId,
         now: DateTime<Utc>,
     ) -> StoreResult<bool> {

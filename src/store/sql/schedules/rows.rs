@@ -3,7 +3,8 @@
 
 use crate::{
     domain::{
-        ids::{ScheduleId, TargetId},
+        ids::{AccountId, ScheduleId, TargetId},
+        message::OrderingKey,
         schedule::Schedule,
     },
     store::{
@@ -29,14 +30,14 @@ pub(super) fn columns(now: usize) -> String {
 #[derive(sqlx::FromRow)]
 pub(super) struct ScheduleRow {
     id: String,
-    account: String,
+    account: AccountId,
     target_id: String,
     name: String,
     cron: Option<String>,
     every: Option<String>,
     time_zone: String,
     payload: Text,
-    ordering_key: Option<String>,
+    ordering_key: Option<OrderingKey>,
     start_at: Option<At>,
     end_at: Option<At>,
     paused: bool,
