@@ -357,8 +357,7 @@ async fn offer_first_client(
     store_name: &str,
 ) -> anyhow::Result<()> {
     use std::io::IsTerminal;
-    let store = running.state.store.clone();
-    if store.count_clients().await? > 0 {
+    if running.state.service.has_clients().await.map_err(refused)? {
         return Ok(());
     }
     if !embedded_default && !std::io::stderr().is_terminal() {
@@ -455,10 +454,11 @@ fn client_json(c: &ClientSummary) -> serde_json::Value {
 
 async fn list_clients(config: Config, args: ListClients) -> anyhow::Result<()> {
     use std::io::IsTerminal;
-    let (store, _) = store_line::open_admin(&config).await?.into_parts();
-    let clients = store
-        .list_clients(args.account.trim())
+    let clients = admin_service(config)
+        .await?
+        .clients(args.account.trim())
         .await
+        .map_err(refused)
         .context("listing the clients")?;
     // What a script reads (the JSON array) unless a person reads it.
     let as_table = args.table || (!args.json && std::io::stdout().is_terminal());

@@ -193,7 +193,7 @@ impl TestApp {
     }
 
     pub fn store(&self) -> Arc<dyn Store> {
-        self.running().state.store.clone()
+        self.running().store.clone()
     }
 
     pub fn url(&self, path: &str) -> String {
