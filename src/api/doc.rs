@@ -58,7 +58,7 @@ impl Modify for BearerAuth {
         super::schedules::pause, super::schedules::resume, super::schedules::delete,
         super::ops::live, super::ops::ready, super::ops::metrics, openapi,
     ),
-    components(schemas(super::batch::BatchMessageIn)),
+    components(schemas(crate::wire::batch::BatchMessageIn)),
     modifiers(&BearerAuth, &CommonResponses, &Links),
     tags(
         (name = "auth", description = "OAuth 2 client credentials"),

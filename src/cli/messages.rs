@@ -13,7 +13,6 @@ use super::{
     table::{self, Table},
 };
 use crate::{
-    api::bulk::CountOut,
     api::extract::encode_cursor,
     config::Config,
     domain::{
@@ -22,7 +21,7 @@ use crate::{
     },
     service::{bulk::BULK_IDS_MAX, Conflict, ServiceError},
     store::{Bulk, BulkAction, MessageFilter, RangeOn},
-    wire::{List, MessageOut},
+    wire::{bulk::CountOut, List, MessageOut},
 };
 
 #[derive(Debug, Subcommand)]

@@ -5,6 +5,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
+pub mod batch;
+pub mod bulk;
+pub mod problem;
 pub mod schedule;
 pub mod target;
 
