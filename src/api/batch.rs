@@ -24,7 +24,7 @@ use crate::{
     wire::{
         batch::{BatchIn, BatchItemOut, BatchMessageIn, BatchOut, ItemMessage, MAX_BATCH},
         problem::Problem,
-        Field, MessageIn,
+        Field,
     },
 };
 
@@ -133,13 +133,7 @@ fn item(
             None => return Err(errors),
         },
     };
-    let message = MessageIn {
-        target_id: m.target_id,
-        delivery_time: m.delivery_time,
-        payload: m.payload,
-        ordering_key: m.ordering_key,
-    };
-    schedule_request(message, key)
+    schedule_request(m.message, key)
 }
 
 /// Schedule up to 1,000 messages at once.

@@ -2,11 +2,22 @@
 //! each a `MessageIn` with an idempotency key of its own, each answered on
 //! its own.
 
-use serde::{Deserialize, Serialize};
-use serde_json::{value::RawValue, Value};
-use utoipa::ToSchema;
+use std::{borrow::Cow, collections::HashMap, fmt};
 
-use super::{problem::Problem, Field, MessageOut};
+use serde::{
+    de::{self, MapAccess, SeqAccess, Visitor},
+    Deserialize, Deserializer, Serialize,
+};
+use serde_json::{value::RawValue, Value};
+use utoipa::{
+    openapi::{
+        schema::{ObjectBuilder, Schema, SchemaType, Type},
+        RefOr,
+    },
+    PartialSchema, ToSchema,
+};
+
+use super::{problem::Problem, Field, MessageIn, MessageOut};
 use crate::domain::message::Message;
 
 /// Messages one batch may hold.
@@ -42,27 +53,176 @@ fn batch_messages_schema() -> utoipa::openapi::schema::Array {
 }
 
 /// One message of a batch: a `MessageIn` with an `idempotencyKey` of its own.
-#[derive(Debug, Default, Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
+///
+/// Read and documented by hand rather than with `#[serde(flatten)]`, which
+/// would answer otherwise: serde reads a struct with a flattened member only
+/// from an object, while an item sent as a list of five values is read as
+/// the members in their order (and a shorter list answers "must be struct
+/// BatchMessageIn with 5 elements"); and utoipa documents a flattened member
+/// as an `allOf` rather than as one object with the members' properties.
+#[derive(Debug, Default)]
 pub struct BatchMessageIn {
-    #[schema(value_type = String, required = true, example = "DI-T-aabbcc1122", pattern = "^DI-T-[0-9a-f]{10}$")]
-    pub target_id: Field<String>,
-    /// RFC 3339 with an offset; a past time is delivered at once.
-    #[schema(value_type = String, required = true, example = "2020-07-01T12:34:00Z", format = DateTime)]
-    pub delivery_time: Field<String>,
-    /// At most 61,440 characters (Unicode scalar values).
-    #[schema(value_type = String, required = true, example = "Hello, World!", max_length = 61440)]
-    pub payload: Field<String>,
-    /// As the `Idempotency-Key` header of `POST /messages` (1 to 255
-    /// characters, no control characters, remembered 24 hours per account,
-    /// the same key space); within one batch a key names one request.
-    #[schema(value_type = Option<String>, min_length = 1, max_length = 255,
-        pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$")]
+    pub message: MessageIn,
     pub idempotency_key: Field<String>,
-    /// As `orderingKey` of `POST /messages` (docs/api.md#ordering-keys).
-    #[schema(value_type = Option<String>, min_length = 1, max_length = 255, example = "order-1234",
-        pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$")]
-    pub ordering_key: Field<String>,
+}
+
+/// The members of a message of a batch, in the order a list gives them.
+const MEMBERS: [&str; 5] = [
+    "targetId",
+    "deliveryTime",
+    "payload",
+    "idempotencyKey",
+    "orderingKey",
+];
+
+/// serde_json's name for raw JSON text: a tree (`Value`) reads an object
+/// whose first member has this name as the JSON that member's text holds.
+const RAW_VALUE: &str = "$serde_json::private::RawValue";
+
+impl BatchMessageIn {
+    /// The member of this name, if a message has one.
+    fn member(&mut self, name: &str) -> Option<&mut Field<String>> {
+        Some(match name {
+            "targetId" => &mut self.message.target_id,
+            "deliveryTime" => &mut self.message.delivery_time,
+            "payload" => &mut self.message.payload,
+            "idempotencyKey" => &mut self.idempotency_key,
+            "orderingKey" => &mut self.message.ordering_key,
+            _ => return None,
+        })
+    }
+}
+
+impl<'de> Deserialize<'de> for BatchMessageIn {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_struct("BatchMessageIn", &MEMBERS, MessageVisitor)
+    }
+}
+
+/// Reads a message as serde's derive read the struct of five members it
+/// was: from an object, or from a list of its members in order.
+struct MessageVisitor;
+
+impl<'de> Visitor<'de> for MessageVisitor {
+    type Value = BatchMessageIn;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("struct BatchMessageIn")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut list: A) -> Result<BatchMessageIn, A::Error> {
+        let mut m = BatchMessageIn::default();
+        for (i, name) in MEMBERS.into_iter().enumerate() {
+            let value = list.next_element()?.ok_or_else(|| {
+                de::Error::invalid_length(i, &"struct BatchMessageIn with 5 elements")
+            })?;
+            *m.member(name).expect("MEMBERS are members") = value;
+        }
+        Ok(m)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<BatchMessageIn, A::Error> {
+        let mut m = BatchMessageIn::default();
+        each_member(map, |name, map| match m.member(name) {
+            Some(field) => {
+                *field = map.next_value()?;
+                Ok(())
+            }
+            None => skip(map),
+        })?;
+        Ok(m)
+    }
+}
+
+/// Calls `read` with each member's name, to read its value; the last of a
+/// name given twice counts, as in a tree. An object whose first member is
+/// named `RAW_VALUE` is refused: a tree reads it as the JSON it holds.
+fn each_member<'de, A: MapAccess<'de>>(
+    mut map: A,
+    mut read: impl FnMut(&str, &mut A) -> Result<(), A::Error>,
+) -> Result<(), A::Error> {
+    let mut first = true;
+    while let Some(Name(name)) = map.next_key()? {
+        if first && name == RAW_VALUE {
+            return Err(de::Error::custom("raw JSON text, which a tree reads"));
+        }
+        first = false;
+        read(&name, &mut map)?;
+    }
+    Ok(())
+}
+
+/// A member the API does not know: read whole, as a tree reads it, so that
+/// what a tree refuses (a number out of range, a lone surrogate, nesting
+/// past the limit) is refused here too.
+fn skip<'de, A: MapAccess<'de>>(map: &mut A) -> Result<(), A::Error> {
+    map.next_value::<Value>().map(drop)
+}
+
+/// A member's name, borrowed from the body's text where it can be.
+struct Name<'de>(Cow<'de, str>);
+
+impl<'de> Deserialize<'de> for Name<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Names;
+        impl<'de> Visitor<'de> for Names {
+            type Value = Name<'de>;
+
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a member's name")
+            }
+
+            fn visit_borrowed_str<E: de::Error>(self, name: &'de str) -> Result<Name<'de>, E> {
+                Ok(Name(Cow::Borrowed(name)))
+            }
+
+            fn visit_str<E: de::Error>(self, name: &str) -> Result<Name<'de>, E> {
+                Ok(Name(Cow::Owned(name.to_string())))
+            }
+        }
+        d.deserialize_identifier(Names)
+    }
+}
+
+impl PartialSchema for BatchMessageIn {
+    /// `MessageIn`'s object with the `idempotencyKey` property, the
+    /// properties in the order of `MEMBERS`.
+    fn schema() -> RefOr<Schema> {
+        let RefOr::T(Schema::Object(mut one)) = MessageIn::schema() else {
+            unreachable!("a MessageIn is documented as an object")
+        };
+        one.description = Some(
+            "One message of a batch: a `MessageIn` with an `idempotencyKey` of its own.".into(),
+        );
+        let mut properties: HashMap<String, RefOr<Schema>> =
+            std::mem::take(&mut one.properties).into_iter().collect();
+        properties.insert("idempotencyKey".into(), idempotency_key_schema());
+        for name in MEMBERS {
+            let property = properties.remove(name).expect("every member is documented");
+            one.properties.insert(name.into(), property);
+        }
+        Schema::Object(one).into()
+    }
+}
+
+impl ToSchema for BatchMessageIn {
+    fn name() -> Cow<'static, str> {
+        Cow::Borrowed("BatchMessageIn")
+    }
+}
+
+fn idempotency_key_schema() -> RefOr<Schema> {
+    ObjectBuilder::new()
+        .schema_type(SchemaType::from_iter([Type::String, Type::Null]))
+        .description(Some(
+            "As the `Idempotency-Key` header of `POST /messages` (1 to 255\n\
+             characters, no control characters, remembered 24 hours per account,\n\
+             the same key space); within one batch a key names one request.",
+        ))
+        .min_length(Some(1))
+        .max_length(Some(255))
+        .pattern(Some("^[^\\u0000-\\u001f\\u007f-\\u009f]*$"))
+        .into()
 }
 
 /// One message's result, in the order sent.
@@ -106,4 +266,60 @@ pub struct BatchOut {
     pub scheduled: usize,
     /// Items answered 400 or 409.
     pub failed: usize,
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// As serde's derive read the struct of five members a message was: an
+    /// object by the members' names, a list by their places; anything else
+    /// is refused naming the struct.
+    #[test]
+    fn a_message_is_read_from_an_object_or_from_a_list_of_its_five_members() {
+        let named: BatchMessageIn =
+            serde_json::from_value(json!({"payload": 5, "idempotencyKey": "k", "other": [1]}))
+                .unwrap();
+        assert_eq!(named.message.target_id, Field::Missing);
+        assert_eq!(named.message.payload, Field::Invalid("a string".into()));
+        assert_eq!(named.idempotency_key, Field::Valid("k".into()));
+        let listed: BatchMessageIn =
+            serde_json::from_value(json!(["t", "d", "p", "k", "o"])).unwrap();
+        let valid = |s: &str| Field::Valid(s.to_string());
+        assert_eq!(
+            [
+                listed.message.target_id,
+                listed.message.delivery_time,
+                listed.message.payload,
+                listed.idempotency_key,
+                listed.message.ordering_key
+            ],
+            [valid("t"), valid("d"), valid("p"), valid("k"), valid("o")]
+        );
+        for (value, says) in [
+            (
+                json!(["t", "d", "p"]),
+                "invalid length 3, expected struct BatchMessageIn with 5 elements",
+            ),
+            (
+                json!(7),
+                "invalid type: integer `7`, expected struct BatchMessageIn",
+            ),
+        ] {
+            let e = serde_json::from_value::<BatchMessageIn>(value).unwrap_err();
+            assert_eq!(e.to_string(), says);
+        }
+    }
+
+    #[test]
+    fn a_message_is_documented_as_one_object_with_its_members_in_order() {
+        let RefOr::T(Schema::Object(one)) = BatchMessageIn::schema() else {
+            panic!("not an object")
+        };
+        let names: Vec<&str> = one.properties.keys().map(String::as_str).collect();
+        assert_eq!(names, MEMBERS);
+        assert_eq!(one.required, ["targetId", "deliveryTime", "payload"]);
+    }
 }
