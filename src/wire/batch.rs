@@ -134,6 +134,39 @@ impl<'de> Visitor<'de> for MessageVisitor {
     }
 }
 
+/// A batch read straight from its text into its messages, in one pass:
+/// what `BatchIn` and then each message read from it would give, where the
+/// body is an object whose `messages` are all objects (or lists of five
+/// members). It refuses the rest, which the door then reads the general way.
+pub struct DirectBatch(pub Vec<BatchMessageIn>);
+
+impl<'de> Deserialize<'de> for DirectBatch {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Body;
+        impl<'de> Visitor<'de> for Body {
+            type Value = DirectBatch;
+
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a batch")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<DirectBatch, A::Error> {
+                let mut messages = None;
+                each_member(map, |name, map| match name {
+                    "messages" => {
+                        messages = Some(map.next_value()?);
+                        Ok(())
+                    }
+                    _ => skip(map),
+                })?;
+                let messages = messages.ok_or_else(|| de::Error::missing_field("messages"))?;
+                Ok(DirectBatch(messages))
+            }
+        }
+        d.deserialize_map(Body)
+    }
+}
+
 /// Calls `read` with each member's name, to read its value; the last of a
 /// name given twice counts, as in a tree. An object whose first member is
 /// named `RAW_VALUE` is refused: a tree reads it as the JSON it holds.
