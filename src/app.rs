@@ -156,6 +156,8 @@ pub fn redacted_url(url: &str) -> String {
 pub struct Running {
     pub addr: SocketAddr,
     pub state: AppState,
+    /// The whole store: the doors reach it only through the use cases.
+    pub store: Arc<dyn Store>,
     pub sweeper: Sweeper,
     shutdown: CancellationToken,
     tasks: TaskTracker,
@@ -226,7 +228,6 @@ pub async fn start_with(
             Some(Arc::new(inserts)),
             clock.clone(),
         ),
-        store: store.clone(),
         tokens: Arc::new(tokens),
         limits: Arc::new(ApiLimits::new(&config)),
         sign_ins: Arc::new(SignInLimits::new(&config.portal)),
@@ -296,7 +297,7 @@ pub async fn start_with(
         }
     }
     tasks.spawn(retention::run(
-        store,
+        store.clone(),
         clock,
         config.retention.clone(),
         shutdown.clone(),
@@ -305,6 +306,7 @@ pub async fn start_with(
     Ok(Running {
         addr,
         state,
+        store,
         sweeper,
         shutdown,
         tasks,

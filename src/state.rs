@@ -1,6 +1,6 @@
-//! What the HTTP doors (the API and the portal) share: the use cases, the
-//! store for reads, and what each door keeps in memory. Neither door
-//! imports the other; `app` mounts both.
+//! What the HTTP doors (the API and the portal) share: the use cases (and
+//! through them the reads), and what each door keeps in memory. Neither
+//! door imports the other; `app` mounts both.
 
 use std::sync::Arc;
 
@@ -11,15 +11,13 @@ use crate::{
     config::Config,
     limits::{ApiLimits, SignInLimits},
     service::Service,
-    store::Store,
 };
 
 #[derive(Clone)]
 pub struct AppState {
-    /// Every change goes through a use case.
+    /// Every change goes through a use case, every read through
+    /// `Service::reads`, and the readiness probe through `Service::ping`.
     pub service: Service,
-    /// Reads go to the store directly.
-    pub store: Arc<dyn Store>,
     pub tokens: Arc<TokenService>,
     /// Token request failures and request rates, per client and address.
     pub limits: Arc<ApiLimits>,

@@ -7,13 +7,10 @@ use axum::{
     http::header,
     response::{IntoResponse, Response},
 };
-use serde::{Deserialize, Serialize};
-use serde_json::{value::RawValue, Value};
-use utoipa::ToSchema;
 
 use super::{
     body,
-    error::{ApiError, ApiResult, Problem},
+    error::{ApiError, ApiResult},
     extract,
     messages::schedule_request,
 };
@@ -22,106 +19,14 @@ use crate::{
     service::{messages::Scheduled, Conflict, IdempotencyKey, ServiceError},
     service::{Actor, Permission},
     state::AppState,
-    wire::{Field, MessageIn, MessageOut},
+    wire::{
+        batch::{
+            BatchIn, BatchItemOut, BatchMessageIn, BatchOut, DirectBatch, ItemMessage, MAX_BATCH,
+        },
+        problem::Problem,
+        Field,
+    },
 };
-
-pub const MAX_BATCH: usize = 1000;
-
-/// The messages to schedule: each as in `POST /messages`, with an optional
-/// `idempotencyKey` of its own. Each is read and answered on its own, so the
-/// list is read as JSON values first.
-#[derive(Debug, Deserialize, ToSchema)]
-pub struct BatchIn {
-    /// 1 to 1,000 messages, each a `BatchMessageIn`. An item that is not one
-    /// is answered in its own item (400 naming `messages[i].…`), not by
-    /// refusing the request: the list is read as any JSON values.
-    #[schema(schema_with = batch_messages_schema)]
-    pub messages: Vec<Value>,
-}
-
-fn batch_messages_schema() -> utoipa::openapi::schema::Array {
-    use utoipa::openapi::schema::{AnyOfBuilder, ArrayBuilder, ObjectBuilder, SchemaType};
-    ArrayBuilder::new()
-        .min_items(Some(1))
-        .max_items(Some(MAX_BATCH))
-        .items(
-            AnyOfBuilder::new()
-                .item(utoipa::openapi::Ref::from_schema_name("BatchMessageIn"))
-                .item(
-                    ObjectBuilder::new()
-                        .schema_type(SchemaType::AnyValue)
-                        .description(Some("Any other value: its item answers 400")),
-                ),
-        )
-        .build()
-}
-
-/// One message of a batch: a `MessageIn` with an `idempotencyKey` of its own.
-#[derive(Debug, Default, Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct BatchMessageIn {
-    #[schema(value_type = String, required = true, example = "DI-T-aabbcc1122", pattern = "^DI-T-[0-9a-f]{10}$")]
-    pub target_id: Field<String>,
-    /// RFC 3339 with an offset; a past time is delivered at once.
-    #[schema(value_type = String, required = true, example = "2020-07-01T12:34:00Z", format = DateTime)]
-    pub delivery_time: Field<String>,
-    /// At most 61,440 characters (Unicode scalar values).
-    #[schema(value_type = String, required = true, example = "Hello, World!", max_length = 61440)]
-    pub payload: Field<String>,
-    /// As the `Idempotency-Key` header of `POST /messages` (1 to 255
-    /// characters, no control characters, remembered 24 hours per account,
-    /// the same key space); within one batch a key names one request.
-    #[schema(value_type = Option<String>, min_length = 1, max_length = 255,
-        pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$")]
-    pub idempotency_key: Field<String>,
-    /// As `orderingKey` of `POST /messages` (docs/api.md#ordering-keys).
-    #[schema(value_type = Option<String>, min_length = 1, max_length = 255, example = "order-1234",
-        pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$")]
-    pub ordering_key: Field<String>,
-}
-
-/// One message's result, in the order sent.
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct BatchItemOut {
-    /// 201 scheduled (or, with `replayed`, scheduled by an earlier request
-    /// with the same key), 400 invalid, 409 key reused with another request.
-    pub status: u16,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<MessageOut>)]
-    pub message: Option<ItemMessage>,
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub replayed: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<Problem>,
-}
-
-/// An item's message: scheduled now, written straight into the answer, or
-/// the answer first given for its key.
-#[derive(Debug)]
-pub enum ItemMessage {
-    Created(Box<crate::domain::message::Message>),
-    Replayed(crate::store::ResponseJson),
-}
-
-impl Serialize for ItemMessage {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        match self {
-            ItemMessage::Created(m) => MessageOut::new(m).serialize(s),
-            ItemMessage::Replayed(raw) => raw.serialize(s),
-        }
-    }
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct BatchOut {
-    pub items: Vec<BatchItemOut>,
-    /// Items answered 201.
-    pub scheduled: usize,
-    /// Items answered 400 or 409.
-    pub failed: usize,
-}
 
 fn failed(e: ApiError) -> BatchItemOut {
     let problem = e.problem();
@@ -146,19 +51,17 @@ fn at(i: usize, errors: Vec<FieldError>) -> ApiError {
     )
 }
 
-/// The body of a batch, read once: each message is read from the JSON text
-/// it was sent as straight into a `BatchMessageIn`, without a JSON tree of
-/// the whole body in between (a third of the service's time on a batch of
-/// 1,000 went to building and walking that tree). Whatever that direct
-/// reading does not accept is read again the general way (a tree, then the
-/// type), so every error and every odd but valid input (a member given
-/// twice: the last one counts) is answered exactly as by the other bodies.
-/// Two differences are left: a member the API does not know is skipped
-/// without a tree, so it may nest deeper than the tree's 128 levels, or
-/// hold a number no float can, and the message is scheduled; and as a
-/// message is read from its own text, its depth counts from there: a known
-/// member nested within two levels of the limit answers 400 in its item
-/// rather than for the whole body.
+/// The body of a batch, read once: straight from its text into its
+/// messages (`DirectBatch`), without a JSON tree of the whole body in
+/// between (a third of the service's time on a batch of 1,000 went to
+/// building and walking that tree). That reading takes only bodies the
+/// general one (a tree, then each message read from it) takes, and reads
+/// them alike: every value whole, as a tree would, to the same depth, a
+/// member given twice counting last. What it cannot answer alike it
+/// refuses (an item that is neither an object nor a list of five values,
+/// JSON a tree refuses, serde_json's name for raw JSON text first in an
+/// object), and the body is read the general way, which answers every
+/// error. The test below runs both on every class of input.
 pub struct BatchBody(Bytes);
 
 impl FromRequest<AppState> for BatchBody {
@@ -169,47 +72,24 @@ impl FromRequest<AppState> for BatchBody {
     }
 }
 
-/// The direct reading of a batch: the messages' texts.
-#[derive(Deserialize)]
-struct RawBatch<'a> {
-    #[serde(borrow)]
-    messages: Vec<&'a RawValue>,
-}
-
-/// serde reads a struct from an array too; only objects take the direct way.
-fn is_object(text: &[u8]) -> bool {
-    text.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{')
-}
-
 impl BatchBody {
     /// Each message, read on its own (a message that is not one answers in
     /// its item); `Err` for a body that is no batch, or holds JSON that no
     /// tree takes (a number out of range), which the whole body answers.
     fn messages(&self) -> Result<Vec<Result<BatchMessageIn, FieldError>>, ApiError> {
-        if is_object(&self.0) {
-            if let Ok(batch) = serde_json::from_slice::<RawBatch>(&self.0) {
-                return batch.messages.into_iter().map(|m| self.read(m)).collect();
-            }
+        match serde_json::from_slice::<DirectBatch>(&self.0) {
+            Ok(DirectBatch(messages)) => Ok(messages.into_iter().map(Ok).collect()),
+            Err(_) => read_generally(&self.0),
         }
-        let value = extract::json_object(&self.0)?;
-        let batch: BatchIn = body::parse(value).map_err(|e| ApiError::Validation(vec![e]))?;
-        Ok(batch.messages.into_iter().map(body::parse).collect())
     }
+}
 
-    /// One message from its text: directly, or else the general way.
-    fn read(&self, raw: &RawValue) -> Result<Result<BatchMessageIn, FieldError>, ApiError> {
-        if is_object(raw.get().as_bytes()) {
-            if let Ok(m) = serde_json::from_str::<BatchMessageIn>(raw.get()) {
-                return Ok(Ok(m));
-            }
-        }
-        match serde_json::from_str::<Value>(raw.get()) {
-            Ok(value) => Ok(body::parse(value)),
-            Err(_) => Err(extract::json_object(&self.0)
-                .err()
-                .unwrap_or_else(|| ApiError::field("", "the body is not valid JSON"))),
-        }
-    }
+/// The general reading of a batch, as of any body: a tree, then each
+/// message read from it on its own.
+fn read_generally(text: &[u8]) -> Result<Vec<Result<BatchMessageIn, FieldError>>, ApiError> {
+    let value = extract::json_object(text)?;
+    let batch: BatchIn = body::parse(value).map_err(|e| ApiError::Validation(vec![e]))?;
+    Ok(batch.messages.into_iter().map(body::parse).collect())
 }
 
 /// One item, read on its own.
@@ -228,13 +108,7 @@ fn item(
             None => return Err(errors),
         },
     };
-    let message = MessageIn {
-        target_id: m.target_id,
-        delivery_time: m.delivery_time,
-        payload: m.payload,
-        ordering_key: m.ordering_key,
-    };
-    schedule_request(message, key)
+    schedule_request(m.message, key)
 }
 
 /// Schedule up to 1,000 messages at once.
@@ -311,4 +185,210 @@ pub async fn create(
     let mut body = Vec::with_capacity(size + 64);
     serde_json::to_writer(&mut body, &out).expect("a batch's answer serialises to JSON");
     Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TARGET: &str = r#""targetId":"DI-T-aabbcc1122""#;
+    const AT: &str = r#""deliveryTime":"2030-01-01T00:00:00Z""#;
+    /// serde_json's name for raw JSON text: a tree reads an object whose
+    /// first member has this name as the JSON text the member holds.
+    const RAW: &str = "$serde_json::private::RawValue";
+
+    fn nested(levels: usize) -> String {
+        format!("{}{}", "[".repeat(levels), "]".repeat(levels))
+    }
+
+    /// A message with these members besides a target and a time.
+    fn message(members: &str) -> String {
+        format!("{{{TARGET},{AT},{members}}}")
+    }
+
+    fn batch(items: &[String]) -> String {
+        format!(r#"{{"messages":[{}]}}"#, items.join(","))
+    }
+
+    /// A batch of one message with these members besides a target and a time.
+    fn one(members: &str) -> String {
+        batch(&[message(members)])
+    }
+
+    /// A body of every class of input a batch's reading meets: valid ones,
+    /// oddly written ones, and each way a body or an item can be wrong.
+    fn bodies() -> Vec<Vec<u8>> {
+        let fine = message(r#""payload":"p""#);
+        let mut texts = vec![
+            // Valid, with and without the optional members.
+            one(r#""payload":"p""#),
+            batch(&[fine.clone(), fine.clone(), fine.clone()]),
+            one(r#""payload":"p","idempotencyKey":"k-1","orderingKey":"o-1""#),
+            one(r#""payload":"p","idempotencyKey":null,"orderingKey":null"#),
+            format!(r#"{{"messages":[{{"payload":"p",{AT},"orderingKey":"o",{TARGET}}}]}}"#),
+            batch(&vec![fine.clone(); 1000]),
+            batch(&vec![fine.clone(); 1001]),
+            // Whitespace wherever JSON allows it.
+            format!(" \n\t\r{{ \"messages\" :\n[ {fine} ,\r\n\t{fine} ] }} \n"),
+            format!("{{\"messages\":[{{ {TARGET} , {AT} ,\n\"payload\"\t:\r\"p\" }}]}}"),
+            // Strings written with escapes, numbers of every form.
+            one(r#""payload":"a\"b\\c\/\n\t\u00e9\ud83d\ude00 é""#),
+            format!(
+                r#"{{"mess\u0061ges":[{{"t\u0061rgetId":"DI-T-aabbcc1122",{AT},"payl\u006fad":"p"}}]}}"#
+            ),
+            one(r#""payload":"p","idempotencyKey":"\u0000""#),
+            one(r#""payload":5"#),
+            one(r#""payload":-0"#),
+            one(r#""payload":1.5e3"#),
+            one(r#""payload":1E2"#),
+            one(r#""payload":18446744073709551615"#),
+            one(r#""payload":18446744073709551616"#),
+            one(r#""payload":-9223372036854775808"#),
+            one(r#""payload":1e308"#),
+            one(r#""payload":1e400"#),
+            one(r#""payload":-1e400"#),
+            one(r#""payload":01"#),
+            one(r#""payload":.5"#),
+            one(r#""payload":-"#),
+            // Members of the wrong type, or missing.
+            one(r#""payload":[]"#),
+            one(r#""payload":{}"#),
+            one(r#""payload":true"#),
+            one(r#""payload":"p","idempotencyKey":7"#),
+            one(r#""payload":"p","orderingKey":false"#),
+            one(r#""payload":null"#),
+            batch(&[r#"{"targetId":5,"deliveryTime":{},"payload":[]}"#.into()]),
+            batch(&["{}".into()]),
+            // Items that are not objects.
+            batch(&["7".into(), "\"text\"".into(), "null".into(), "true".into()]),
+            batch(&["[]".into(), fine.clone()]),
+            batch(&[r#"["DI-T-aabbcc1122","2030-01-01T00:00:00Z","a list"]"#.into()]),
+            batch(&[r#"["DI-T-aabbcc1122","2030-01-01T00:00:00Z","p","k","o"]"#.into()]),
+            batch(&[r#"["DI-T-aabbcc1122","2030-01-01T00:00:00Z","p",null,null]"#.into()]),
+            batch(&[r#"["DI-T-aabbcc1122","2030-01-01T00:00:00Z","p","k","o",6]"#.into()]),
+            batch(&[fine.clone(), "7".into(), fine.clone()]),
+            // Members the API does not know, of every kind.
+            one(r#""payload":"p","extra":1"#),
+            one(r#""payload":"p","extra":{"a":[1,2,{"b":null}],"c":"d"}"#),
+            one(r#""payload":"p","messages":[1]"#),
+            one(r#""payload":"p","extra":1e400"#),
+            one(r#""payload":"p","extra":"\ud800""#),
+            one(r#""payload":"p","extra":"\x""#),
+            format!(r#"{{"messages":[{fine}],"extra":1}}"#),
+            format!(r#"{{"extra":{{"a":[true]}},"messages":[{fine}]}}"#),
+            format!(r#"{{"extra":1e400,"messages":[{fine}]}}"#),
+            format!(r#"{{"messages":[{fine}],"extra":"\ud800"}}"#),
+            // A member given twice: the last one counts.
+            one(r#""payload":"first","payload":"last""#),
+            one(r#""payload":5,"payload":"fixed""#),
+            one(r#""payload":"fine","payload":5"#),
+            one(r#""payload":"p","orderingKey":"a","orderingKey":null"#),
+            format!(r#"{{"messages":[7],"messages":[{fine}]}}"#),
+            format!(r#"{{"messages":[{fine}],"messages":5}}"#),
+            format!(r#"{{"messages":[{fine}],"messages":[{fine},{fine}]}}"#),
+            // serde_json's name for raw JSON text, where a tree reads it.
+            batch(&[format!(
+                r#"{{"{RAW}":"{{\"targetId\":\"DI-T-aabbcc1122\",\"deliveryTime\":\"2030-01-01T00:00:00Z\",\"payload\":\"raw\"}}"}}"#
+            )]),
+            batch(&[format!(r#"{{{TARGET},"{RAW}":"5",{AT},"payload":"p"}}"#)]),
+            one(&format!(r#""payload":{{"{RAW}":"\"hidden\""}}"#)),
+            one(&format!(r#""payload":"p","extra":{{"{RAW}":"1e400"}}"#)),
+            format!(r#"{{"{RAW}":"{{\"messages\":[]}}"}}"#),
+            format!(r#"{{"{RAW}":"{{\"messages\":[]}}","messages":[{fine}]}}"#),
+            format!(r#"{{"messages":[{fine}],"{RAW}":"1"}}"#),
+            // Bodies that are no batch.
+            "[]".into(),
+            format!("[{fine}]"),
+            "7".into(),
+            "\"messages\"".into(),
+            "null".into(),
+            "{}".into(),
+            r#"{"messages":null}"#.into(),
+            r#"{"messages":5}"#.into(),
+            r#"{"messages":{}}"#.into(),
+            r#"{"messages":"[]"}"#.into(),
+            r#"{"messages":[]}"#.into(),
+            r#"{"other":[]}"#.into(),
+            // Text that is no JSON.
+            String::new(),
+            " ".into(),
+            "{".into(),
+            format!(r#"{{"messages":[{fine},]}}"#),
+            format!(r#"{{"messages":[{fine}],}}"#),
+            format!(r#"{{"messages":[{fine}]}}x"#),
+            format!(r#"{{"messages":[{fine}]}} {{}}"#),
+            format!(r#"{{"messages":[{fine}"#),
+            format!(r#"/* c */{{"messages":[{fine}]}}"#),
+            format!(r#"{{'messages':[{fine}]}}"#),
+            format!("\u{feff}{{\"messages\":[{fine}]}}"),
+            one("\"payload\":\"a\tb\""),
+            one("\"payload\":\"a\u{1}b\""),
+        ];
+        // Nesting on either side of serde_json's limit of 128 levels, in a
+        // member the API reads, in one it does not, and beside the messages.
+        for levels in [1, 120, 123, 124, 125, 126, 127, 128, 200] {
+            texts.push(one(&format!(r#""payload":{}"#, nested(levels))));
+            texts.push(one(&format!(r#""payload":"p","extra":{}"#, nested(levels))));
+            texts.push(format!(
+                r#"{{"messages":[{fine}],"extra":{}}}"#,
+                nested(levels)
+            ));
+            texts.push(batch(&[fine.clone(), nested(levels)]));
+        }
+        let mut bodies: Vec<Vec<u8>> = texts.into_iter().map(String::into_bytes).collect();
+        // Bytes that are no UTF-8 (for `@`): in a member read, in one
+        // skipped, in a name, beside the messages.
+        for text in [
+            one(r#""payload":"a@b""#),
+            one(r#""payload":"p","extra":"a@b""#),
+            one(r#""payload":"p","ex@tra":1"#),
+            format!(r#"{{"messages":[{fine}],"x":"a@"}}"#),
+            format!(r#"{{"messages":[{fine}],"x@":1}}"#),
+        ] {
+            bodies.push(text.replace('@', "\u{ff}").into_bytes());
+            let bytes = text.bytes().map(|b| if b == b'@' { 0xff } else { b });
+            bodies.push(bytes.collect());
+        }
+        bodies
+    }
+
+    /// The direct reading of `body`, where it takes the body.
+    fn directly(body: &[u8]) -> Option<Vec<BatchMessageIn>> {
+        serde_json::from_slice::<DirectBatch>(body)
+            .ok()
+            .map(|DirectBatch(messages)| messages)
+    }
+
+    #[test]
+    fn the_direct_reading_answers_as_the_general_one_on_every_class_of_input() {
+        let bodies = bodies();
+        let mut direct = 0;
+        for body in &bodies {
+            let general = format!("{:?}", read_generally(body));
+            let read = format!("{:?}", BatchBody(Bytes::from(body.clone())).messages());
+            assert_eq!(read, general, "{}", String::from_utf8_lossy(body));
+            direct += usize::from(directly(body).is_some());
+        }
+        // The comparison covers the direct reading only where it takes a
+        // body: it takes every batch of messages that are objects (or lists
+        // of five), however written, and refuses the rest.
+        assert!(direct > bodies.len() / 3, "{direct} of {}", bodies.len());
+        let fine = message(r#""payload":"p""#);
+        for taken in [
+            batch(&vec![fine.clone(); 1000]),
+            one(r#""payload":"first","payload":"last""#),
+            one(r#""payload":"p","extra":{"a":[1]}"#),
+            format!(r#"{{"extra":1,"messages":[{fine}]}}"#),
+            batch(&[r#"["DI-T-aabbcc1122","2030-01-01T00:00:00Z","p","k","o"]"#.into()]),
+        ] {
+            assert!(directly(taken.as_bytes()).is_some(), "{taken}");
+        }
+        for refused in [
+            batch(&[fine.clone(), "7".into()]),
+            one(r#""payload":"p","extra":1e400"#),
+            format!(r#"{{"{RAW}":"{{\"messages\":[]}}","messages":[{fine}]}}"#),
+        ] {
+            assert!(directly(refused.as_bytes()).is_none(), "{refused}");
+        }
+    }
 }

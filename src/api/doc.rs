@@ -61,7 +61,7 @@ impl Modify for BearerAuth {
         super::events::publish, super::events::get_event, super::events::list_events, super::events::replay,
         super::ops::live, super::ops::ready, super::ops::metrics, openapi,
     ),
-    components(schemas(super::batch::BatchMessageIn)),
+    components(schemas(crate::wire::batch::BatchMessageIn)),
     modifiers(&BearerAuth, &CommonResponses, &Links),
     tags(
         (name = "auth", description = "OAuth 2 client credentials"),

@@ -1,15 +1,17 @@
 //! One error type for the API, rendered as RFC 9457 problem+json. It never
 //! carries internals: driver errors are logged, not shown.
 
+use crate::{
+    domain::target::FieldError,
+    service::ServiceError,
+    store::StoreError,
+    wire::problem::{Problem, ProblemField},
+};
 use axum::{
     http::{header, HeaderValue, StatusCode},
     response::{IntoResponse, Response},
     Json,
 };
-use serde::Serialize;
-use utoipa::ToSchema;
-
-use crate::{domain::target::FieldError, service::ServiceError, store::StoreError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -39,23 +41,6 @@ pub enum ApiError {
     Unavailable,
     #[error("internal error")]
     Internal,
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-pub struct Problem {
-    #[serde(rename = "type")]
-    pub kind: String,
-    pub title: String,
-    pub status: u16,
-    pub detail: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub errors: Option<Vec<ProblemField>>,
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ProblemField {
-    pub field: String,
-    pub message: String,
 }
 
 impl ApiError {

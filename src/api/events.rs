@@ -11,8 +11,7 @@ use axum::{
 
 use super::{
     body::Body,
-    bulk::CountOut,
-    error::{ApiError, ApiResult, Problem},
+    error::{ApiError, ApiResult},
     extract::{encode_cursor, JsonBody, QueryParams},
 };
 use crate::{
@@ -29,7 +28,9 @@ use crate::{
     state::AppState,
     store::{EventCursor, EventQuery, ResponseJson, SubscriptionCursor},
     wire::{
+        bulk::CountOut,
         event::{self as wire, EventIn, EventOut, EventReplayIn, SubscriptionIn, SubscriptionOut},
+        problem::Problem,
         List,
     },
 };

@@ -9,7 +9,7 @@ use axum::{
 
 use super::{
     body::Body,
-    error::{ApiError, ApiResult, Problem},
+    error::{ApiError, ApiResult},
     extract::{encode_cursor, QueryParams},
 };
 use crate::{
@@ -25,7 +25,7 @@ use crate::{
     service::{Actor, Permission},
     state::AppState,
     store::{MessageFilter, ResponseJson},
-    wire::{AttemptOut, Field, List, MessageIn, MessageOut, RescheduleIn},
+    wire::{problem::Problem, AttemptOut, Field, List, MessageIn, MessageOut, RescheduleIn},
 };
 
 fn parse_id(id: &str) -> ApiResult<MessageId> {

@@ -20,7 +20,7 @@ pub async fn live() -> Json<serde_json::Value> {
 #[utoipa::path(get, path = "/health/ready", tag = "operations",
     responses((status = 200, description = "Ready"), (status = 503, description = "The database is unreachable")))]
 pub async fn ready(State(state): State<AppState>) -> Response {
-    match state.store.ping().await {
+    match state.service.ping().await {
         Ok(()) => Json(json!({"status": "ok"})).into_response(),
         Err(e) => {
             tracing::warn!(error = %e, "not ready");

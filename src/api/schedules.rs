@@ -9,7 +9,7 @@ use axum::{
 };
 
 use super::{
-    error::{ApiError, ApiResult, Problem},
+    error::{ApiError, ApiResult},
     extract::{encode_cursor, JsonBody, QueryParams},
 };
 use crate::{
@@ -22,6 +22,7 @@ use crate::{
     state::AppState,
     store::ScheduleCursor,
     wire::{
+        problem::Problem,
         schedule::{self as wire, ScheduleIn, ScheduleOut},
         List,
     },

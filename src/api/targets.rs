@@ -11,7 +11,7 @@ use chrono::TimeDelta;
 
 use super::{
     body::Body,
-    error::{ApiError, ApiResult, Problem},
+    error::{ApiError, ApiResult},
     extract::{encode_cursor, JsonBody, QueryParams},
 };
 use crate::{
@@ -23,7 +23,9 @@ use crate::{
     service::{Actor, Permission},
     state::AppState,
     store::TargetCursor,
-    wire::{target::TargetPatchIn, Field, List, RotateSecretIn, TargetIn, TargetOut},
+    wire::{
+        problem::Problem, target::TargetPatchIn, Field, List, RotateSecretIn, TargetIn, TargetOut,
+    },
 };
 
 fn parse_id(id: &str) -> ApiResult<TargetId> {

@@ -1,11 +1,14 @@
-//! What the operator commands share: the account they act on, `--json`,
-//! a page of a list, and the parsing of ids and times into one clear line.
+//! What the operator commands share: the service on the configured store,
+//! the account they act on, `--json`, a page of a list, and the parsing of
+//! ids and times and the use cases' refusals into one clear line.
 
 use chrono::{DateTime, Utc};
 use clap::Args;
 use serde::Serialize;
 
+use super::store_line;
 use crate::{
+    config::Config,
     domain::{ids::AccountId, time},
     service::{Service, ServiceError},
 };
@@ -21,7 +24,7 @@ pub struct AccountArg {
 
 impl AccountArg {
     pub fn parse(&self) -> anyhow::Result<AccountId> {
-        super::account(&self.account)
+        account(&self.account)
     }
 }
 
@@ -93,10 +96,10 @@ pub fn instant(s: &str, flag: &str) -> anyhow::Result<DateTime<Utc>> {
 }
 
 /// A use case's refusal as one line; "not found" names what was looked for.
-pub fn refused(e: ServiceError, what: &str, account: &AccountId) -> anyhow::Error {
+pub fn refused_naming(e: ServiceError, what: &str, account: &AccountId) -> anyhow::Error {
     match e {
         ServiceError::NotFound => not_found(what, account),
-        other => super::refused(other),
+        other => refused(other),
     }
 }
 
@@ -105,7 +108,36 @@ pub fn not_found(what: &str, account: &AccountId) -> anyhow::Error {
 }
 
 /// The service an admin command works through, on the configured store
-/// (said on standard error).
-pub async fn service(config: crate::config::Config) -> anyhow::Result<Service> {
-    super::admin_service(config).await
+/// (said on standard error): beside a running `serve`, on the same data.
+pub async fn service(config: Config) -> anyhow::Result<Service> {
+    let (store, _) = store_line::open_admin(&config).await?.into_parts();
+    Ok(Service::admin(store, std::sync::Arc::new(config)))
+}
+
+/// `--account` as an account name.
+pub fn account(arg: &str) -> anyhow::Result<AccountId> {
+    AccountId::parse(arg).map_err(|_| anyhow::anyhow!("--account must be 1 to 200 characters"))
+}
+
+/// A refusal of a use case, as one line.
+pub fn refused(e: ServiceError) -> anyhow::Error {
+    match e {
+        ServiceError::Invalid(errors) => invalid(errors),
+        other => anyhow::Error::new(other),
+    }
+}
+
+/// A use case's field errors as one line: `invalid: field problem; …`.
+pub fn invalid(errors: Vec<crate::domain::target::FieldError>) -> anyhow::Error {
+    let lines: Vec<String> = errors
+        .iter()
+        .map(|e| {
+            if e.field.is_empty() {
+                e.message.clone()
+            } else {
+                format!("{} {}", e.field, e.message)
+            }
+        })
+        .collect();
+    anyhow::anyhow!("invalid: {}", lines.join("; "))
 }

@@ -7,13 +7,12 @@ use clap::{Args, Subcommand};
 
 use super::{
     common::{
-        self, id, instant, not_found, print_json, refused, say_next, AccountArg, JsonArg, PageArgs,
-        MESSAGE_ID, SCHEDULE_ID, TARGET_ID,
+        self, id, instant, not_found, print_json, refused, refused_naming, say_next, AccountArg,
+        JsonArg, PageArgs, MESSAGE_ID, SCHEDULE_ID, TARGET_ID,
     },
     table::{self, Table},
 };
 use crate::{
-    api::bulk::CountOut,
     api::extract::encode_cursor,
     config::Config,
     domain::{
@@ -22,7 +21,7 @@ use crate::{
     },
     service::{bulk::BULK_IDS_MAX, Conflict, ServiceError},
     store::{Bulk, BulkAction, MessageFilter, RangeOn},
-    wire::{List, MessageOut},
+    wire::{bulk::CountOut, List, MessageOut},
 };
 
 #[derive(Debug, Subcommand)]
@@ -261,7 +260,7 @@ async fn cancel(config: Config, args: OneMessage) -> anyhow::Result<()> {
     let m = service
         .cancel(&operator, &id)
         .await
-        .map_err(|e| refused(e, &what(&id), &account))?;
+        .map_err(|e| refused_naming(e, &what(&id), &account))?;
     show(&m, args.out.json)
 }
 
@@ -274,7 +273,7 @@ async fn reschedule(config: Config, args: Reschedule) -> anyhow::Result<()> {
     let m = service
         .reschedule(&operator, &id, at)
         .await
-        .map_err(|e| refused(e, &what(&id), &account))?;
+        .map_err(|e| refused_naming(e, &what(&id), &account))?;
     show(&m, args.out.json)
 }
 
@@ -316,12 +315,10 @@ async fn redrive(config: Config, args: Redrive) -> anyhow::Result<()> {
             .await?
             .ok_or_else(|| not_found(&what(only), &account))?;
         if m.state != State::DeadLetter {
-            return Err(super::refused(ServiceError::Conflict(
-                Conflict::WrongState {
-                    state: m.state,
-                    action: "redriven",
-                },
-            )));
+            return Err(refused(ServiceError::Conflict(Conflict::WrongState {
+                state: m.state,
+                action: "redriven",
+            })));
         }
     }
     let bulk = Bulk {
@@ -343,7 +340,7 @@ async fn redrive(config: Config, args: Redrive) -> anyhow::Result<()> {
             ),
             &account,
         ),
-        other => super::refused(other),
+        other => refused(other),
     })?;
     if args.out.json {
         return print_json(&CountOut { count });

@@ -2,7 +2,7 @@
 //! `GET /schedules` reads them.
 
 use crate::service::Actor;
-use clap::Args;
+use clap::{Args, Subcommand};
 
 use super::{
     common::{self, id, print_json, say_next, AccountArg, JsonArg, PageArgs, TARGET_ID},
@@ -15,6 +15,18 @@ use crate::{
     store::ScheduleCursor,
     wire::{schedule::ScheduleOut, List},
 };
+
+#[derive(Debug, Subcommand)]
+pub enum SchedulesCommand {
+    /// List the account's schedules, newest first, a page at a time.
+    List(ListSchedules),
+}
+
+pub async fn run(config: Config, command: SchedulesCommand) -> anyhow::Result<()> {
+    match command {
+        SchedulesCommand::List(args) => list(config, args).await,
+    }
+}
 
 #[derive(Debug, Args)]
 pub struct ListSchedules {

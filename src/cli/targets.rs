@@ -1,14 +1,17 @@
-//! `dispatch targets list|get|disable|enable` (beside `targets create`):
-//! read as `GET /targets` reads them, enabled and disabled through the use
-//! case the API calls. Secrets show as `***`, as the API shows them.
+//! `dispatch targets create|list|get|disable|enable`: created (for
+//! provisioning), enabled and disabled through the use cases the API calls,
+//! read as `GET /targets` reads them. Secrets show as `***`, as the API
+//! shows them.
 
 use crate::service::Actor;
-use clap::Args;
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use serde_json::json;
 
 use super::{
     common::{
-        self, id, not_found, print_json, refused, say_next, AccountArg, JsonArg, PageArgs,
-        TARGET_ID,
+        self, account, id, invalid, not_found, print_json, refused, refused_naming, say_next,
+        AccountArg, JsonArg, PageArgs, TARGET_ID,
     },
     table::{self, Table},
 };
@@ -19,6 +22,51 @@ use crate::{
     store::TargetCursor,
     wire::{List, TargetOut},
 };
+
+#[derive(Debug, Subcommand)]
+pub enum TargetsCommand {
+    /// Create a target; prints it as JSON (a generated signing secret in full, once).
+    Create(CreateTarget),
+    /// List the account's targets, newest first, a page at a time.
+    List(ListTargets),
+    /// Show one target; its secrets show as ***.
+    Get(OneTarget),
+    /// Disable a target: it receives nothing, and its messages wait,
+    /// Scheduled, without using up their retries.
+    Disable(OneTarget),
+    /// Enable a target: its waiting messages are delivered, oldest first.
+    Enable(OneTarget),
+}
+
+#[derive(Debug, Args)]
+pub struct CreateTarget {
+    /// The account the target belongs to (created on first use).
+    #[arg(long)]
+    pub account: String,
+    /// A name to recognise the target by (--unless-exists looks it up).
+    #[arg(long)]
+    pub name: String,
+    /// What it delivers to: webhook, sqs or sns.
+    #[arg(long = "type", value_name = "TYPE")]
+    pub kind: String,
+    /// The target's config as JSON, as in POST /targets.
+    #[arg(long = "target-config", value_name = "JSON")]
+    pub target_config: String,
+    /// When the account has a target of this name already, print it and
+    /// create none: for provisioning that runs more than once.
+    #[arg(long)]
+    pub unless_exists: bool,
+}
+
+pub async fn run(config: Config, command: TargetsCommand) -> anyhow::Result<()> {
+    match command {
+        TargetsCommand::Create(args) => create(config, args).await,
+        TargetsCommand::List(args) => list(config, args).await,
+        TargetsCommand::Get(args) => get(config, args).await,
+        TargetsCommand::Disable(args) => set_enabled(config, args, false).await,
+        TargetsCommand::Enable(args) => set_enabled(config, args, true).await,
+    }
+}
 
 #[derive(Debug, Args)]
 pub struct ListTargets {
@@ -153,6 +201,35 @@ pub async fn set_enabled(config: Config, args: OneTarget, enabled: bool) -> anyh
     let t = service
         .set_target_enabled(&operator, &id, enabled)
         .await
-        .map_err(|e| refused(e, &format!("target {id}"), &account))?;
+        .map_err(|e| refused_naming(e, &format!("target {id}"), &account))?;
     show(&t, args.out.json)
+}
+
+async fn create(config: Config, args: CreateTarget) -> anyhow::Result<()> {
+    let account = account(&args.account)?;
+    let target_config: serde_json::Value = serde_json::from_str(&args.target_config)
+        .context("--target-config must be a JSON object")?;
+    let spec = crate::wire::target::parse(
+        &json!({"name": args.name, "type": args.kind, "config": target_config}),
+    )
+    .map_err(invalid)?;
+    let service = common::service(config).await?;
+    if args.unless_exists {
+        if let Some(t) = service
+            .target_named(&Actor::operator(account.clone()), &args.name)
+            .await
+            .map_err(refused)?
+        {
+            println!("{}", serde_json::to_string(&TargetOut::new(&t))?);
+            eprintln!("{} is named {:?} already: nothing created", t.id, t.name);
+            return Ok(());
+        }
+    }
+    let saved = service
+        .create_target(&Actor::operator(account.clone()), spec)
+        .await
+        .map_err(refused)?;
+    let out = TargetOut::with_generated_secret(&saved.target, saved.generated_secret);
+    println!("{}", serde_json::to_string(&out)?);
+    Ok(())
 }

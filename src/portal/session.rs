@@ -14,17 +14,14 @@ use subtle::ConstantTimeEq;
 
 use super::{PortalError, PortalForm, PortalResult};
 use crate::service::{
-    sessions::{random_token, token_hash, NewSession},
-    Actor, Permission, Reads,
+    sessions::{random_token, NewSession},
+    Actor, Permission, Reads, ServiceResult,
 };
 use crate::{
     auth::secrets,
     domain::ids::AccountId,
     state::AppState,
-    store::{
-        portal::{Role, UserRecord},
-        StoreResult,
-    },
+    store::portal::{Role, UserRecord},
 };
 
 pub const SESSION_COOKIE: &str = "dispatch_session";
@@ -158,15 +155,12 @@ impl FromRequestParts<AppState> for Session {
 
 impl Session {
     /// The live session the request's cookie names, if any.
-    pub async fn find(state: &AppState, headers: &HeaderMap) -> StoreResult<Option<Session>> {
+    pub async fn find(state: &AppState, headers: &HeaderMap) -> ServiceResult<Option<Session>> {
         let jar = CookieJar::from_headers(headers);
         let Some(token) = jar.get(SESSION_COOKIE).map(|c| c.value().to_string()) else {
             return Ok(None);
         };
-        let record = state
-            .store
-            .find_session(&token_hash(&token), state.service.now())
-            .await?;
+        let record = state.service.session(&token).await?;
         Ok(record.map(|s| Session {
             actor: Actor::person(s.account.clone(), &s.user_id, s.role),
             account: s.account,

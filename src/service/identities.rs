@@ -85,6 +85,16 @@ impl Service {
         Ok(check.is_right().then_some(client))
     }
 
+    /// Whether any client exists, in any account: none on a first start.
+    pub async fn has_clients(&self) -> ServiceResult<bool> {
+        Ok(self.store.count_clients().await? > 0)
+    }
+
+    /// An account's clients, revoked ones too (no secrets, no hashes).
+    pub async fn clients(&self, account: &AccountId) -> ServiceResult<Vec<ClientSummary>> {
+        Ok(self.store.list_clients(account).await?)
+    }
+
     /// Revokes a client: its token requests are refused at once, the tokens
     /// it holds within seconds on every instance. Unknown: `NotFound`.
     pub async fn revoke_client(&self, client_id: &str) -> ServiceResult<ClientSummary> {

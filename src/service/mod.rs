@@ -99,10 +99,9 @@ impl Service {
         Reads::new(self.store.as_ref(), actor)
     }
 
-    /// The whole store, for the background work and the operator's
-    /// machine-wide commands; the doors use `reads` and the use cases.
-    pub fn store(&self) -> &Arc<dyn Store> {
-        &self.store
+    /// Whether the database answers: what the readiness probe asks.
+    pub async fn ping(&self) -> ServiceResult<()> {
+        Ok(self.store.ping().await?)
     }
 
     pub fn config(&self) -> &Config {

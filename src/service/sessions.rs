@@ -75,6 +75,14 @@ impl Service {
         Ok(NewSession { token, ttl })
     }
 
+    /// The live session whose token this is, if any.
+    pub async fn session(&self, token: &str) -> ServiceResult<Option<SessionRecord>> {
+        Ok(self
+            .store
+            .find_session(&token_hash(token), self.now())
+            .await?)
+    }
+
     /// Ends the session whose token this is (none: nothing happens).
     pub async fn end_session(&self, token: &str) -> ServiceResult<()> {
         self.store.delete_session(&token_hash(token)).await?;

@@ -5,7 +5,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
+pub mod batch;
+pub mod bulk;
 pub mod event;
+pub mod problem;
 pub mod schedule;
 pub mod target;
 

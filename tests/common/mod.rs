@@ -199,7 +199,7 @@ impl TestApp {
     }
 
     pub fn store(&self) -> Arc<dyn Store> {
-        self.running().state.store.clone()
+        self.running().store.clone()
     }
 
     /// The time by the app's own clock.
