@@ -523,6 +523,8 @@ async fn events_are_listed_newest_first_by_type_and_creation_time() {
     assert!(ids(&from_b).contains(&id(&b)), "`from` is inclusive");
     assert!(!ids(&from_b).contains(&id(&a)) || a["createdAt"] == b["createdAt"]);
     assert_invalid(api.get("/events?from=yesterday").await, "from").await;
+    // Sent empty, an instant is no instant.
+    assert_invalid(api.get("/events?to=").await, "to").await;
     assert_invalid(api.get("/events?type=*").await, "type").await;
 }
 

@@ -40,10 +40,16 @@ fn statuses(op: &Value) -> Vec<&str> {
 }
 
 /// The API's resources: every operation under them needs a token.
-const RESOURCES: [&str; 3] = ["/targets", "/messages", "/schedules"];
+const RESOURCES: [&str; 5] = [
+    "/targets",
+    "/messages",
+    "/schedules",
+    "/subscriptions",
+    "/events",
+];
 
 /// Operations that read a JSON body, whatever else takes one.
-const JSON_BODIES: [(&str, &str); 10] = [
+const JSON_BODIES: [(&str, &str); 14] = [
     ("post", "/targets"),
     ("patch", "/targets/{targetId}"),
     ("post", "/messages"),
@@ -54,6 +60,10 @@ const JSON_BODIES: [(&str, &str); 10] = [
     ("post", "/messages/{messageId}/reschedule"),
     ("post", "/schedules"),
     ("patch", "/schedules/{scheduleId}"),
+    ("post", "/subscriptions"),
+    ("patch", "/subscriptions/{subscriptionId}"),
+    ("post", "/events"),
+    ("post", "/events/replay"),
 ];
 
 #[tokio::test]

@@ -138,6 +138,12 @@ const TARGETS_CURSOR: &str = "^([0-9]{1,15}[.]DI-T-[0-9a-f]{10})?$";
 const SCHEDULE_ID: &str = "^(DI-S-[0-9a-f]{10})?$";
 const SCHEDULES_CURSOR: &str = "^([0-9]{1,15}[.]DI-S-[0-9a-f]{10})?$";
 const ATTEMPTS_CURSOR: &str = "^([0-9]{1,9})?$";
+const SUBSCRIPTIONS_CURSOR: &str = "^([0-9]{1,15}[.]DI-U-[0-9a-f]{10})?$";
+const EVENT_ID: &str = "^(DI-E-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})?$";
+const EVENTS_CURSOR: &str =
+    "^([0-9]{1,15}[.]DI-E-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})?$";
+/// An event type (docs/api.md#types-and-patterns), or nothing.
+const EVENT_TYPE: &str = "^([A-Za-z0-9_-]+([.][A-Za-z0-9_-]+)*)?$";
 
 pub struct CommonResponses;
 
@@ -222,14 +228,32 @@ impl Modify for CommonResponses {
                         ("cursor", "/targets") => Some(TARGETS_CURSOR),
                         ("cursor", "/schedules") => Some(SCHEDULES_CURSOR),
                         ("cursor", "/messages") => Some(MESSAGES_CURSOR),
+                        ("cursor", "/subscriptions") => Some(SUBSCRIPTIONS_CURSOR),
+                        ("cursor", "/events") => Some(EVENTS_CURSOR),
+                        ("eventId", _) => Some(EVENT_ID),
+                        ("type", _) => Some(EVENT_TYPE),
                         ("cursor", _) => Some(ATTEMPTS_CURSOR),
                         _ => None,
                     };
                     if let (Some(pattern), ParameterIn::Query) = (pattern, &p.parameter_in) {
+                        let max = (p.name == "type").then_some(255);
                         p.schema = Some(RefOr::T(
                             ObjectBuilder::new()
                                 .schema_type(Type::String)
                                 .pattern(Some(pattern))
+                                .max_length(max)
+                                .into(),
+                        ));
+                    }
+                    if matches!(p.name.as_str(), "from" | "to")
+                        && p.parameter_in == ParameterIn::Query
+                    {
+                        p.schema = Some(RefOr::T(
+                            ObjectBuilder::new()
+                                .schema_type(Type::String)
+                                .format(Some(utoipa::openapi::SchemaFormat::KnownFormat(
+                                    utoipa::openapi::KnownFormat::DateTime,
+                                )))
                                 .into(),
                         ));
                     }

@@ -29,7 +29,10 @@ use crate::{
     store::{EventCursor, EventQuery, ResponseJson, SubscriptionCursor},
     wire::{
         bulk::CountOut,
-        event::{self as wire, EventIn, EventOut, EventReplayIn, SubscriptionIn, SubscriptionOut},
+        event::{
+            self as wire, EventIn, EventOut, EventReplayIn, SubscriptionIn, SubscriptionOut,
+            SubscriptionPatch,
+        },
         problem::Problem,
         List,
     },
@@ -141,8 +144,8 @@ pub async fn get_subscription(
 #[utoipa::path(
     patch, path = "/subscriptions/{subscriptionId}", tag = "events", params(("subscriptionId" = String, Path)),
     request_body(content(
-        (SubscriptionIn = "application/merge-patch+json"),
-        (SubscriptionIn = "application/json"),
+        (SubscriptionPatch = "application/merge-patch+json"),
+        (SubscriptionPatch = "application/json"),
     )),
     responses((status = 200, body = SubscriptionOut), (status = 400, body = Problem, content_type = "application/problem+json"),
               (status = 404, body = Problem, content_type = "application/problem+json")),
@@ -310,7 +313,7 @@ pub async fn list_events(
             .ok()
     });
     let mut instant = |name: &str| {
-        q.get(name).and_then(|s| {
+        q.sent(name).and_then(|s| {
             time::parse_rfc3339(s)
                 .map_err(|e| errors.push(FieldError::new(name, e.to_string())))
                 .ok()

@@ -41,6 +41,24 @@ pub struct SubscriptionIn {
     pub enabled: Field<bool>,
 }
 
+/// A merge patch of a subscription: any of its members; `targetId`, if
+/// given, must be the one it has.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SubscriptionPatch {
+    /// Its target, which cannot change: another answers 400.
+    #[schema(value_type = Option<String>, example = "DI-T-aabbcc1122", pattern = "^DI-T-[0-9a-f]{10}$")]
+    pub target_id: Field<String>,
+    /// 1 to 100 patterns, replacing the list.
+    #[schema(value_type = Option<Vec<String>>, min_items = 1, max_items = 100, example = json!(["order.*"]))]
+    pub types: Field<Vec<Value>>,
+    /// At most 200 characters.
+    #[schema(value_type = Option<String>, max_length = 200)]
+    pub name: Field<String>,
+    #[schema(value_type = Option<bool>)]
+    pub enabled: Field<bool>,
+}
+
 /// What a subscription's document says, checked.
 #[derive(Debug, Clone)]
 pub struct SubscriptionSpec {
