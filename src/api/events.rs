@@ -4,7 +4,7 @@
 
 use axum::{
     extract::{Path, State},
-    http::{header, HeaderMap, HeaderValue, StatusCode},
+    http::{header, HeaderMap, StatusCode},
     response::{IntoResponse, Response},
     Json,
 };
@@ -12,7 +12,7 @@ use axum::{
 use super::{
     body::Body,
     error::{ApiError, ApiResult},
-    extract::{encode_cursor, JsonBody, QueryParams},
+    extract::{self, encode_cursor, JsonBody, QueryParams},
 };
 use crate::{
     domain::{
@@ -23,10 +23,10 @@ use crate::{
     },
     service::{
         events::{PublishOutcome, PublishRequest},
-        Actor, IdempotencyKey, Permission,
+        Actor, Permission,
     },
     state::AppState,
-    store::{EventCursor, EventQuery, ResponseJson, SubscriptionCursor},
+    store::{EventCursor, EventQuery, SubscriptionCursor},
     wire::{
         bulk::CountOut,
         event::{
@@ -187,23 +187,6 @@ pub async fn delete_subscription(
     Ok(StatusCode::NO_CONTENT)
 }
 
-fn event_response(status: u16, body: ResponseJson) -> Response {
-    #[derive(serde::Deserialize)]
-    struct Id<'a> {
-        #[serde(rename = "eventId", borrow)]
-        event_id: &'a str,
-    }
-    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::CREATED);
-    let location = serde_json::from_str::<Id>(body.get())
-        .ok()
-        .and_then(|b| HeaderValue::from_str(&format!("/events/{}", b.event_id)).ok());
-    let mut response = (status, Json(body)).into_response();
-    if let Some(location) = location {
-        response.headers_mut().insert(header::LOCATION, location);
-    }
-    response
-}
-
 /// Publish an event: one message to each target with an enabled
 /// subscription whose types match, made in one transaction (a target
 /// matched by several subscriptions gets one). No match is no error:
@@ -230,16 +213,7 @@ pub async fn publish(
 ) -> ApiResult<Response> {
     state.service.check(&actor, Permission::ChangeMessages)?;
     let mut errors = Vec::new();
-    let key = match headers.get("idempotency-key").map(|v| v.to_str()) {
-        None => None,
-        Some(Ok(k)) => IdempotencyKey::parse(k)
-            .map_err(|rule| errors.push(FieldError::new("Idempotency-Key", rule)))
-            .ok(),
-        Some(Err(_)) => {
-            errors.push(FieldError::new("Idempotency-Key", IdempotencyKey::RULE));
-            None
-        }
-    };
+    let key = extract::idempotency_key(&headers, &mut errors);
     let spec = match wire::parse_event(body) {
         Ok(spec) if errors.is_empty() => spec,
         Ok(_) => return Err(ApiError::Validation(errors)),
@@ -256,13 +230,16 @@ pub async fn publish(
         idempotency_key: key,
     };
     match state.service.publish(&actor, req).await? {
-        PublishOutcome::Created(view) => Ok(event_response(201, EventOut::text(&view))),
-        PublishOutcome::Replayed { status, response } => {
-            let mut r = event_response(status, response);
-            r.headers_mut()
-                .insert("idempotent-replayed", HeaderValue::from_static("true"));
-            Ok(r)
-        }
+        PublishOutcome::Created(view) => Ok(extract::created(
+            201,
+            EventOut::text(&view),
+            "/events",
+            "eventId",
+            false,
+        )),
+        PublishOutcome::Replayed { status, response } => Ok(extract::created(
+            status, response, "/events", "eventId", true,
+        )),
     }
 }
 

@@ -13,7 +13,8 @@ use serde_json::Value;
 use super::{error::ApiError, AppState};
 use crate::{
     auth::{Principal, TokenError},
-    service::Actor,
+    domain::target::FieldError,
+    service::{Actor, IdempotencyKey},
 };
 
 /// A JSON body (`application/json` or any `+json` type) parsed into a Value.
@@ -218,4 +219,54 @@ impl QueryParams {
 /// A page's `nextCursor`: what the next page continues after.
 pub fn encode_cursor(s: &str) -> String {
     s.to_string()
+}
+
+/// The `Idempotency-Key` header (docs/api.md#idempotency-keys), if sent; one
+/// that breaks the rule is noted in `errors`, to be answered with the body's.
+pub fn idempotency_key(
+    headers: &axum::http::HeaderMap,
+    errors: &mut Vec<FieldError>,
+) -> Option<IdempotencyKey> {
+    match headers.get("idempotency-key").map(|v| v.to_str()) {
+        None => None,
+        Some(Ok(k)) => IdempotencyKey::parse(k)
+            .map_err(|rule| errors.push(FieldError::new("Idempotency-Key", rule)))
+            .ok(),
+        Some(Err(_)) => {
+            errors.push(FieldError::new("Idempotency-Key", IdempotencyKey::RULE));
+            None
+        }
+    }
+}
+
+/// What a create under an idempotency key answers: `status` and `body` as
+/// first given, `Location: {collection}/{id}` with the id the body holds in
+/// `id_field`, and `Idempotent-Replayed: true` when it is given again.
+pub fn created(
+    status: u16,
+    body: crate::store::ResponseJson,
+    collection: &str,
+    id_field: &str,
+    replayed: bool,
+) -> axum::response::Response {
+    use axum::{http::HeaderValue, response::IntoResponse};
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::CREATED);
+    let id = serde_json::from_str::<HashMap<&str, &serde_json::value::RawValue>>(body.get())
+        .ok()
+        .and_then(|fields| {
+            fields
+                .get(id_field)
+                .map(|v| v.get().trim_matches('"').to_string())
+        });
+    let location = id.and_then(|id| HeaderValue::from_str(&format!("{collection}/{id}")).ok());
+    let mut response = (status, axum::Json(body)).into_response();
+    if let Some(location) = location {
+        response.headers_mut().insert(header::LOCATION, location);
+    }
+    if replayed {
+        response
+            .headers_mut()
+            .insert("idempotent-replayed", HeaderValue::from_static("true"));
+    }
+    response
 }

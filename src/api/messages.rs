@@ -2,8 +2,8 @@
 
 use axum::{
     extract::{Path, State},
-    http::{header, HeaderMap, HeaderValue, StatusCode},
-    response::{IntoResponse, Response},
+    http::HeaderMap,
+    response::Response,
     Json,
 };
 
@@ -24,7 +24,7 @@ use crate::{
     service::{messages::ScheduleRequest, messages::Scheduled, IdempotencyKey},
     service::{Actor, Permission},
     state::AppState,
-    store::{MessageFilter, ResponseJson},
+    store::MessageFilter,
     wire::{problem::Problem, AttemptOut, Field, List, MessageIn, MessageOut, RescheduleIn},
 };
 
@@ -99,23 +99,6 @@ pub(super) fn schedule_request(
     }
 }
 
-fn created_response(status: u16, body: ResponseJson) -> Response {
-    #[derive(serde::Deserialize)]
-    struct Id<'a> {
-        #[serde(rename = "messageId", borrow)]
-        message_id: &'a str,
-    }
-    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::CREATED);
-    let location = serde_json::from_str::<Id>(body.get())
-        .ok()
-        .and_then(|b| HeaderValue::from_str(&format!("/messages/{}", b.message_id)).ok());
-    let mut response = (status, Json(body)).into_response();
-    if let Some(location) = location {
-        response.headers_mut().insert(header::LOCATION, location);
-    }
-    response
-}
-
 /// Schedule a message.
 ///
 /// With an `Idempotency-Key` header, the same key and body within 24 hours
@@ -138,16 +121,7 @@ pub async fn create(
 ) -> ApiResult<Response> {
     state.service.check(&actor, Permission::ChangeMessages)?;
     let mut errors = Vec::new();
-    let key = match headers.get("idempotency-key").map(|v| v.to_str()) {
-        None => None,
-        Some(Ok(k)) => IdempotencyKey::parse(k)
-            .map_err(|rule| errors.push(FieldError::new("Idempotency-Key", rule)))
-            .ok(),
-        Some(Err(_)) => {
-            errors.push(FieldError::new("Idempotency-Key", IdempotencyKey::RULE));
-            None
-        }
-    };
+    let key = super::extract::idempotency_key(&headers, &mut errors);
     let req = match schedule_request(body, key) {
         Ok(req) if errors.is_empty() => req,
         Ok(_) => return Err(ApiError::Validation(errors)),
@@ -157,13 +131,20 @@ pub async fn create(
         }
     };
     match state.service.schedule(&actor, req).await? {
-        Scheduled::Created { message } => Ok(created_response(201, MessageOut::text(&message))),
-        Scheduled::Replayed { status, response } => {
-            let mut r = created_response(status, response);
-            r.headers_mut()
-                .insert("idempotent-replayed", HeaderValue::from_static("true"));
-            Ok(r)
-        }
+        Scheduled::Created { message } => Ok(super::extract::created(
+            201,
+            MessageOut::text(&message),
+            "/messages",
+            "messageId",
+            false,
+        )),
+        Scheduled::Replayed { status, response } => Ok(super::extract::created(
+            status,
+            response,
+            "/messages",
+            "messageId",
+            true,
+        )),
     }
 }
 
