@@ -49,16 +49,7 @@ pub(super) fn schedule_request(
     idempotency_key: Option<IdempotencyKey>,
 ) -> Result<ScheduleRequest, Vec<FieldError>> {
     let mut errors = Vec::new();
-    let target_id =
-        m.target_id
-            .take("targetId", &mut errors)
-            .and_then(|id| match id.parse::<TargetId>() {
-                Ok(t) => Some(t),
-                Err(_) => {
-                    errors.push(FieldError::new("targetId", "is not a known target"));
-                    None
-                }
-            });
+    let target_id = m.target_id.take_target_id(&mut errors);
     let delivery_time = m
         .delivery_time
         .take("deliveryTime", &mut errors)

@@ -68,13 +68,6 @@ pub struct SubscriptionSpec {
     pub enabled: bool,
 }
 
-fn optional<T>(f: Field<T>, name: &str, errors: &mut Vec<FieldError>) -> Option<T> {
-    match f {
-        Field::Missing => None,
-        f => f.take(name, errors),
-    }
-}
-
 /// Every problem of a subscription's document, each named (`types[2]`).
 pub fn parse_subscription(doc: &Value) -> Result<SubscriptionSpec, Vec<FieldError>> {
     if !doc.is_object() {
@@ -83,28 +76,25 @@ pub fn parse_subscription(doc: &Value) -> Result<SubscriptionSpec, Vec<FieldErro
     let input: SubscriptionIn = serde_json::from_value(doc.clone())
         .map_err(|e| vec![FieldError::new("", e.to_string())])?;
     let mut errors = Vec::new();
-    let target_id = input
-        .target_id
-        .take("targetId", &mut errors)
-        .and_then(|id| match id.parse::<TargetId>() {
-            Ok(t) => Some(t),
-            Err(_) => {
-                errors.push(FieldError::new("targetId", "is not a known target"));
-                None
-            }
-        });
+    let target_id = input.target_id.take_target_id(&mut errors);
     let types = input
         .types
         .take("types", &mut errors)
         .and_then(|given| patterns(given, &mut errors));
-    let name = optional(input.name, "name", &mut errors).unwrap_or_default();
+    let name = input
+        .name
+        .take_optional("name", &mut errors)
+        .unwrap_or_default();
     if name.chars().count() > NAME_MAX_CHARS || name.chars().any(char::is_control) {
         errors.push(FieldError::new(
             "name",
             "must be at most 200 characters, none of them a control character",
         ));
     }
-    let enabled = optional(input.enabled, "enabled", &mut errors).unwrap_or(true);
+    let enabled = input
+        .enabled
+        .take_optional("enabled", &mut errors)
+        .unwrap_or(true);
     match (target_id, types) {
         (Some(target_id), Some(types)) if errors.is_empty() => Ok(SubscriptionSpec {
             target_id,
@@ -221,16 +211,22 @@ pub fn parse_event(input: EventIn) -> Result<EventSpec, Vec<FieldError>> {
                     None
                 }
             });
-    let delivery_time = optional(input.delivery_time, "deliveryTime", &mut errors).and_then(|t| {
-        time::parse_rfc3339(&t)
-            .map_err(|e| errors.push(FieldError::new("deliveryTime", e.to_string())))
-            .ok()
-    });
-    let ordering_key = optional(input.ordering_key, "orderingKey", &mut errors).and_then(|k| {
-        OrderingKey::parse(k)
-            .map_err(|rule| errors.push(FieldError::new("orderingKey", rule)))
-            .ok()
-    });
+    let delivery_time = input
+        .delivery_time
+        .take_optional("deliveryTime", &mut errors)
+        .and_then(|t| {
+            time::parse_rfc3339(&t)
+                .map_err(|e| errors.push(FieldError::new("deliveryTime", e.to_string())))
+                .ok()
+        });
+    let ordering_key = input
+        .ordering_key
+        .take_optional("orderingKey", &mut errors)
+        .and_then(|k| {
+            OrderingKey::parse(k)
+                .map_err(|rule| errors.push(FieldError::new("orderingKey", rule)))
+                .ok()
+        });
     match (ty, payload) {
         (Some(ty), Some(payload)) if errors.is_empty() => Ok(EventSpec {
             ty,
@@ -367,24 +363,21 @@ fn patterns(given: Vec<Value>, errors: &mut Vec<FieldError>) -> Option<Vec<Patte
 /// Every problem of a replay, each named.
 pub fn parse_replay(input: EventReplayIn) -> Result<EventReplaySpec, Vec<FieldError>> {
     let mut errors = Vec::new();
-    let target_id = input
-        .target_id
-        .take("targetId", &mut errors)
-        .and_then(|id| match id.parse::<TargetId>() {
-            Ok(t) => Some(t),
-            Err(_) => {
-                errors.push(FieldError::new("targetId", "is not a known target"));
-                None
-            }
-        });
+    let target_id = input.target_id.take_target_id(&mut errors);
     let from = required_instant(input.from, "from", &mut errors);
     let to = required_instant(input.to, "to", &mut errors);
-    let types = optional(input.types, "types", &mut errors).and_then(|t| patterns(t, &mut errors));
-    let delivery_time = optional(input.delivery_time, "deliveryTime", &mut errors).and_then(|t| {
-        time::parse_rfc3339(&t)
-            .map_err(|e| errors.push(FieldError::new("deliveryTime", e.to_string())))
-            .ok()
-    });
+    let types = input
+        .types
+        .take_optional("types", &mut errors)
+        .and_then(|t| patterns(t, &mut errors));
+    let delivery_time = input
+        .delivery_time
+        .take_optional("deliveryTime", &mut errors)
+        .and_then(|t| {
+            time::parse_rfc3339(&t)
+                .map_err(|e| errors.push(FieldError::new("deliveryTime", e.to_string())))
+                .ok()
+        });
     match (target_id, from, to) {
         (Some(target_id), Some(from), Some(to)) if errors.is_empty() => Ok(EventReplaySpec {
             target_id,

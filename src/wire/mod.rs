@@ -267,6 +267,32 @@ impl<T> Field<T> {
             }
         }
     }
+
+    /// As `take`, for a member that may be left out.
+    pub fn take_optional(self, name: &str, errors: &mut Vec<FieldError>) -> Option<T> {
+        match self {
+            Field::Missing => None,
+            f => f.take(name, errors),
+        }
+    }
+}
+
+impl Field<String> {
+    /// A required `targetId` in a target id's form; one that is not names
+    /// no target (the same 400 an unknown target gets).
+    pub fn take_target_id(
+        self,
+        errors: &mut Vec<FieldError>,
+    ) -> Option<crate::domain::ids::TargetId> {
+        self.take("targetId", errors)
+            .and_then(|id| match id.parse() {
+                Ok(t) => Some(t),
+                Err(_) => {
+                    errors.push(FieldError::new("targetId", "is not a known target"));
+                    None
+                }
+            })
+    }
 }
 
 #[derive(Debug, Serialize, ToSchema)]

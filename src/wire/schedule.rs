@@ -102,13 +102,6 @@ impl ScheduleSpec {
 
 const NAME_MAX_CHARS: usize = 200;
 
-fn optional<T>(f: Field<T>, name: &str, errors: &mut Vec<FieldError>) -> Option<T> {
-    match f {
-        Field::Missing => None,
-        f => f.take(name, errors),
-    }
-}
-
 fn instant(s: Option<String>, name: &str, errors: &mut Vec<FieldError>) -> Option<DateTime<Utc>> {
     s.and_then(|s| match time::parse_rfc3339(&s) {
         Ok(t) => Some(time::truncate_ms(t)),
@@ -127,25 +120,19 @@ pub fn parse(doc: &Value) -> Result<ScheduleSpec, Vec<FieldError>> {
     let input: ScheduleIn = serde_json::from_value(doc.clone())
         .map_err(|e| vec![FieldError::new("", e.to_string())])?;
     let mut errors = Vec::new();
-    let target_id = input
-        .target_id
-        .take("targetId", &mut errors)
-        .and_then(|id| match id.parse::<TargetId>() {
-            Ok(t) => Some(t),
-            Err(_) => {
-                errors.push(FieldError::new("targetId", "is not a known target"));
-                None
-            }
-        });
-    let name = optional(input.name, "name", &mut errors).unwrap_or_default();
+    let target_id = input.target_id.take_target_id(&mut errors);
+    let name = input
+        .name
+        .take_optional("name", &mut errors)
+        .unwrap_or_default();
     if name.chars().count() > NAME_MAX_CHARS || name.chars().any(char::is_control) {
         errors.push(FieldError::new(
             "name",
             "must be at most 200 characters, none of them a control character",
         ));
     }
-    let cron = optional(input.cron, "cron", &mut errors);
-    let every = optional(input.every, "every", &mut errors);
+    let cron = input.cron.take_optional("cron", &mut errors);
+    let every = input.every.take_optional("every", &mut errors);
     let recurrence = match (cron, every) {
         (Some(c), None) => match c.parse() {
             Ok(c) => Some(Recurrence::Cron(c)),
@@ -181,7 +168,7 @@ pub fn parse(doc: &Value) -> Result<ScheduleSpec, Vec<FieldError>> {
             None
         }
     };
-    let zone = match optional(input.time_zone, "timeZone", &mut errors) {
+    let zone = match input.time_zone.take_optional("timeZone", &mut errors) {
         None => Some(chrono_tz::Tz::UTC),
         Some(z) => match parse_zone(&z) {
             Ok(z) => Some(z),
@@ -202,21 +189,27 @@ pub fn parse(doc: &Value) -> Result<ScheduleSpec, Vec<FieldError>> {
                     None
                 }
             });
-    let ordering_key = optional(input.ordering_key, "orderingKey", &mut errors).and_then(|k| {
-        OrderingKey::parse(k)
-            .map_err(|rule| errors.push(FieldError::new("orderingKey", rule)))
-            .ok()
-    });
-    let start_at = optional(input.start_at, "startAt", &mut errors);
+    let ordering_key = input
+        .ordering_key
+        .take_optional("orderingKey", &mut errors)
+        .and_then(|k| {
+            OrderingKey::parse(k)
+                .map_err(|rule| errors.push(FieldError::new("orderingKey", rule)))
+                .ok()
+        });
+    let start_at = input.start_at.take_optional("startAt", &mut errors);
     let start_at = instant(start_at, "startAt", &mut errors);
-    let end_at = optional(input.end_at, "endAt", &mut errors);
+    let end_at = input.end_at.take_optional("endAt", &mut errors);
     let end_at = instant(end_at, "endAt", &mut errors);
     if let (Some(s), Some(e)) = (start_at, end_at) {
         if e < s {
             errors.push(FieldError::new("endAt", "must not be before startAt"));
         }
     }
-    let paused = optional(input.paused, "paused", &mut errors).unwrap_or(false);
+    let paused = input
+        .paused
+        .take_optional("paused", &mut errors)
+        .unwrap_or(false);
     match (target_id, recurrence, zone, payload) {
         (Some(target_id), Some(recurrence), Some(zone), Some(payload)) if errors.is_empty() => {
             Ok(ScheduleSpec {
