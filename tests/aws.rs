@@ -167,6 +167,70 @@ async fn a_message_made_from_an_event_carries_its_event_in_the_envelope_and_attr
     app.shutdown().await;
 }
 
+/// A payload an envelope would escape, sent as it is.
+const RAW_PAYLOAD: &str = "<order id=\"7\">\n\tcafé — 🎉</order>";
+
+#[tokio::test]
+async fn a_raw_queue_and_topic_get_the_payload_as_the_body_and_the_envelope_as_attributes() {
+    let aws = Aws::start().await;
+    let app = TestApp::spawn().await;
+    let api = app.api("acme").await;
+    let queue = aws.queue(false).await;
+    let mut config = aws.sqs_config(&queue, &aws.moto.url);
+    config["format"] = json!("raw");
+    let q = target(&api, "sqs", config).await;
+    let (topic, topic_queue) = sns_to_queue(&aws, true, false).await;
+    let mut config = sns_config(&topic, &aws.moto.url);
+    config["format"] = json!("raw");
+    let t = target(&api, "sns", config).await;
+    for target in [&q, &t] {
+        let r = api
+            .post(
+                "/subscriptions",
+                json!({"targetId": target, "types": ["order.created"]}),
+            )
+            .await;
+        assert_eq!(r.status(), 201);
+    }
+    let r = api
+        .post(
+            "/events",
+            json!({"type": "order.created", "payload": RAW_PAYLOAD, "orderingKey": "c-7"}),
+        )
+        .await;
+    assert_eq!(r.status(), 201);
+    let e: Value = r.json().await.unwrap();
+    let messages = e["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 2);
+    for (queue_url, target_id) in [(&queue, &q), (&topic_queue, &t)] {
+        let m = messages
+            .iter()
+            .find(|m| m["targetId"] == target_id.as_str())
+            .unwrap();
+        let id = m["messageId"].as_str().unwrap();
+        let m = api
+            .wait_for_state(id, "Delivered", Duration::from_secs(10))
+            .await;
+        let got = aws.receive_all(queue_url, 1).await;
+        assert_eq!(got.len(), 1, "{target_id}");
+        assert_eq!(got[0].body().unwrap(), RAW_PAYLOAD, "{target_id}");
+        assert_eq!(attr(&got[0], "messageId"), id);
+        assert_eq!(attr(&got[0], "targetId"), target_id.as_str());
+        assert_eq!(
+            attr(&got[0], "originalDeliveryTime"),
+            m["deliveryTime"].as_str().unwrap()
+        );
+        let at = chrono::DateTime::parse_from_rfc3339(&attr(&got[0], "deliveryTime")).unwrap();
+        let due =
+            chrono::DateTime::parse_from_rfc3339(m["deliveryTime"].as_str().unwrap()).unwrap();
+        assert!(at >= due, "attempted {at}, due {due}");
+        assert_eq!(attr(&got[0], "orderingKey"), "c-7");
+        assert_eq!(attr(&got[0], "eventId"), e["eventId"].as_str().unwrap());
+        assert_eq!(attr(&got[0], "type"), "order.created");
+    }
+    app.shutdown().await;
+}
+
 #[tokio::test]
 async fn fifo_queues_get_the_group_and_the_message_id_as_deduplication_id() {
     let aws = Aws::start().await;

@@ -6,6 +6,8 @@
 #[path = "delivery/claim_ahead.rs"]
 mod claim_ahead;
 mod common;
+#[path = "delivery/raw.rs"]
+mod raw;
 #[path = "delivery/secret_rotation.rs"]
 mod secret_rotation;
 

@@ -84,6 +84,8 @@ async fn fill(store: &dyn Store, n: usize) -> anyhow::Result<(Vec<TargetId>, Mes
                 signing_secret: dispatch::domain::target::generate_signing_secret(),
                 auth: None,
                 previous_signing_secret: None,
+                format: Default::default(),
+                content_type: None,
                 limits: Default::default(),
             }),
             created_at: now,

@@ -45,11 +45,14 @@ pub struct AwsClients {
     sns: Mutex<HashMap<ClientKey, aws_sdk_sns::Client>>,
 }
 
-/// One entry of an SQS batch: the message id and its envelope.
+/// One SQS or SNS message: its body (the envelope, or a raw payload) and
+/// the attributes that name it.
 pub struct SqsEntry<'a> {
     pub message_id: String,
     pub target_id: &'a str,
     pub original_delivery_time: &'a str,
+    /// Only for a raw body, whose envelope fields are all attributes.
+    pub delivery_time: Option<&'a str>,
     pub ordering_key: Option<&'a str>,
     pub event_id: Option<String>,
     pub event_type: Option<&'a str>,
@@ -352,6 +355,7 @@ fn attributes<'a>(entry: &'a SqsEntry<'a>) -> impl Iterator<Item = (&'static str
         ("originalDeliveryTime", entry.original_delivery_time),
     ]
     .into_iter()
+    .chain(entry.delivery_time.map(|t| ("deliveryTime", t)))
     .chain(entry.ordering_key.map(|k| ("orderingKey", k)))
     .chain(entry.event_id.as_deref().map(|e| ("eventId", e)))
     .chain(entry.event_type.map(|t| ("type", t)))

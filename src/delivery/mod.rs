@@ -19,7 +19,7 @@ use crate::{
     domain::{
         ids::{EventId, MessageId, TargetId},
         retry::AttemptOutcome,
-        target::TargetConfig,
+        target::{Format, TargetConfig, RAW_CONTENT_TYPE},
         time,
     },
 };
@@ -168,11 +168,27 @@ impl Deliverer {
         let envelope = Envelope::new(m, self.clock.now());
         match m.target {
             TargetConfig::Webhook(config) => {
+                let (body, raw) = match config.format {
+                    Format::Envelope => (envelope.to_bytes().into(), None),
+                    // The producer's characters exactly; the envelope's
+                    // fields go as headers.
+                    Format::Raw => (
+                        bytes::Bytes::copy_from_slice(m.payload.as_bytes()),
+                        Some(webhook::Raw {
+                            content_type: config
+                                .content_type
+                                .as_deref()
+                                .unwrap_or(RAW_CONTENT_TYPE),
+                            envelope: &envelope,
+                        }),
+                    ),
+                };
                 let letter = webhook::Letter {
                     id: m.id,
                     ordering_key: m.ordering_key,
                     event_type: m.event_type,
-                    body: envelope.to_bytes().into(),
+                    body,
+                    raw,
                 };
                 self.webhook.deliver(config, &letter).await
             }
@@ -203,15 +219,23 @@ impl Deliverer {
     }
 }
 
+/// An SQS or SNS message: the envelope as its body, or (raw) the payload,
+/// with `deliveryTime` joining the attributes the envelope's fields make.
 fn sqs_entry<'a>(m: &Outgoing<'a>, envelope: &'a Envelope<'a>) -> aws::SqsEntry<'a> {
+    let raw = m.target.format() == Format::Raw;
     aws::SqsEntry {
         message_id: m.id.to_string(),
         target_id: m.target_id.as_str(),
         original_delivery_time: &envelope.original_delivery_time,
+        delivery_time: raw.then_some(envelope.delivery_time.as_str()),
         ordering_key: m.ordering_key,
         event_id: m.event_id.map(ToString::to_string),
         event_type: m.event_type,
-        body: String::from_utf8(envelope.to_bytes()).expect("JSON is UTF-8"),
+        body: if raw {
+            m.payload.to_string()
+        } else {
+            String::from_utf8(envelope.to_bytes()).expect("JSON is UTF-8")
+        },
     }
 }
 

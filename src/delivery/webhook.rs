@@ -29,6 +29,14 @@ pub struct Letter<'a> {
     pub event_type: Option<&'a str>,
     /// Shared, not copied, by each request that sends it.
     pub body: Bytes,
+    /// Set when the body is the raw payload (docs/api.md#raw-format).
+    pub raw: Option<Raw<'a>>,
+}
+
+/// A raw body's `Content-Type`, and the envelope whose fields go as headers.
+pub struct Raw<'a> {
+    pub content_type: &'a str,
+    pub envelope: &'a super::Envelope<'a>,
 }
 
 const WEBHOOK_ID: header::HeaderName = header::HeaderName::from_static("webhook-id");
@@ -36,6 +44,15 @@ const WEBHOOK_TIMESTAMP: header::HeaderName = header::HeaderName::from_static("w
 const WEBHOOK_SIGNATURE: header::HeaderName = header::HeaderName::from_static("webhook-signature");
 const ORDERING_KEY: header::HeaderName = header::HeaderName::from_static("dispatch-ordering-key");
 const EVENT_TYPE: header::HeaderName = header::HeaderName::from_static("dispatch-event-type");
+const MESSAGE_ID: header::HeaderName = header::HeaderName::from_static("dispatch-message-id");
+const TARGET_ID: header::HeaderName = header::HeaderName::from_static("dispatch-target-id");
+const ORIGINAL_DELIVERY_TIME: header::HeaderName =
+    header::HeaderName::from_static("dispatch-original-delivery-time");
+const DELIVERY_TIME: header::HeaderName = header::HeaderName::from_static("dispatch-delivery-time");
+const EVENT_ID: header::HeaderName = header::HeaderName::from_static("dispatch-event-id");
+/// Headers of Dispatch's own that a target's custom header of the same name
+/// never doubles.
+const PREFIX: &str = "dispatch-";
 const JSON: header::HeaderValue = header::HeaderValue::from_static("application/json");
 
 pub struct WebhookClient {
@@ -250,13 +267,38 @@ fn request_for(
         )
     })?;
     let headers = request.headers_mut();
-    headers.insert(header::CONTENT_TYPE, JSON);
+    let text = |v: String| header::HeaderValue::try_from(v).expect("ASCII");
+    match &letter.raw {
+        None => {
+            headers.insert(header::CONTENT_TYPE, JSON);
+        }
+        Some(raw) => {
+            // Checked when the target was written (a media type in visible ASCII).
+            let content_type = header::HeaderValue::from_str(raw.content_type).map_err(|_| {
+                Delivered::failure(
+                    AttemptOutcome::NonRetryableFailure,
+                    "the contentType cannot be sent as a header",
+                )
+            })?;
+            headers.insert(header::CONTENT_TYPE, content_type);
+            let e = raw.envelope;
+            headers.insert(MESSAGE_ID, text(msg_id.clone()));
+            headers.insert(TARGET_ID, text(e.target_id.to_string()));
+            headers.insert(
+                ORIGINAL_DELIVERY_TIME,
+                text(e.original_delivery_time.clone()),
+            );
+            headers.insert(DELIVERY_TIME, text(e.delivery_time.clone()));
+            if let Some(event) = e.event_id {
+                headers.insert(EVENT_ID, text(event.to_string()));
+            }
+        }
+    }
     headers.insert(
         header::USER_AGENT,
         header::HeaderValue::from_static(USER_AGENT),
     );
     headers.insert(header::ACCEPT, header::HeaderValue::from_static("*/*"));
-    let text = |v: String| header::HeaderValue::try_from(v).expect("ASCII");
     headers.insert(WEBHOOK_ID, text(msg_id.clone()));
     headers.insert(WEBHOOK_TIMESTAMP, text(timestamp.to_string()));
     headers.insert(
@@ -292,6 +334,10 @@ fn request_for(
                 format!("the header {name} cannot be sent"),
             ));
         };
+        if name.as_str().starts_with(PREFIX) && headers.contains_key(&name) {
+            // Dispatch's value of its own header stands.
+            continue;
+        }
         headers.append(name, value);
     }
     if let Some(token) = bearer {
@@ -406,6 +452,7 @@ mod tests {
             ordering_key: None,
             event_type: None,
             body: Bytes::from_static(b"{}"),
+            raw: None,
         };
         let request = request_for(&url, &config, &[b"key".to_vec()], &letter, None).unwrap();
         assert_eq!(request.uri(), "/hook?x=1");

@@ -7,7 +7,9 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::{layout, session::Session};
-use crate::domain::target::{gate::period, FieldError, Target, TargetConfig, MASK};
+use crate::domain::target::{
+    gate::period, FieldError, Format, Target, TargetConfig, MASK, RAW_CONTENT_TYPE,
+};
 
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
@@ -35,6 +37,10 @@ pub struct TargetForm {
     pub access_key_id: String,
     pub secret_access_key: String,
     pub message_group_id: String,
+    /// `envelope` or `raw`; empty is the envelope.
+    pub format: String,
+    /// A raw webhook body's Content-Type; empty is the default.
+    pub content_type: String,
     /// `flowControl` and `circuitBreaker`: empty means not set.
     pub parallelism: String,
     pub rate: String,
@@ -77,6 +83,11 @@ impl TargetForm {
             enabled: t.enabled.then(|| "on".into()),
             ..Self::default()
         };
+        f.format = match t.config.format() {
+            Format::Envelope => "envelope",
+            Format::Raw => "raw",
+        }
+        .into();
         let limits = t.config.limits();
         if let Some(flow) = limits.flow {
             f.parallelism = flow.parallelism.map(|n| n.to_string()).unwrap_or_default();
@@ -104,6 +115,7 @@ impl TargetForm {
             TargetConfig::Webhook(w) => {
                 f.url = w.url.clone();
                 f.timeout_ms = w.timeout_ms.map(|t| t.to_string()).unwrap_or_default();
+                f.content_type = w.content_type.clone().unwrap_or_default();
                 f.headers = w
                     .headers
                     .keys()
@@ -180,6 +192,7 @@ impl TargetForm {
                     }
                 }
                 config.insert("headers".into(), Value::Object(headers));
+                config.insert("contentType".into(), opt(&self.content_type));
                 let signing = secret(&self.signing_secret, editing);
                 if !signing.is_null() {
                     config.insert("signingSecret".into(), signing);
@@ -223,6 +236,9 @@ impl TargetForm {
                 }
             }
             _ => errors.push(FieldError::new("type", "must be webhook, sqs or sns")),
+        }
+        if !self.format.trim().is_empty() {
+            config.insert("format".into(), json!(self.format.trim()));
         }
         self.limits_into(&mut config, &mut errors);
         if !errors.is_empty() {
@@ -340,6 +356,12 @@ pub(super) fn field(f: Field<'_>, errors: &[FieldError]) -> Markup {
     }
 }
 
+/// The formats a target may receive, as the form offers them.
+const FORMATS: [(&str, &str, &str); 2] = [
+    ("envelope", "JSON envelope", "(the message's fields around its payload)"),
+    ("raw", "Raw payload", "(the payload's characters alone; the fields go as dispatch-* headers or message attributes)"),
+];
+
 /// The fields of the form (inside a `<form>` the caller writes).
 pub fn fields(session: &Session, f: &TargetForm, errors: &[FieldError], editing: bool) -> Markup {
     let keep = if editing {
@@ -347,6 +369,7 @@ pub fn fields(session: &Session, f: &TargetForm, errors: &[FieldError], editing:
     } else {
         None
     };
+    let raw_hint = format!("Only for a raw body. Empty: {RAW_CONTENT_TYPE}.");
     let f_ = |name, label, value, hint, kind| {
         field(
             Field {
@@ -397,6 +420,8 @@ pub fn fields(session: &Session, f: &TargetForm, errors: &[FieldError], editing:
             (f_("url", "URL", &f.url, Some("http:// or https://; requests are POSTed here."), "url"))
             (f_("timeoutMs", "Timeout (ms)", &f.timeout_ms, Some("Empty: the server's default."), "number"))
             (f_("headers", "Custom headers", &f.headers, Some("One `Name: value` per line. Values are secrets: *** keeps a stored value."), "textarea"))
+            (f_("contentType", "Content-Type of a raw body", &f.content_type,
+                Some(&raw_hint), "text"))
             (f_("signingSecret", "Signing secret", &f.signing_secret,
                 Some(if editing { "Leave empty to keep the stored secret." } else { "Empty: one is generated and shown once." }), "password"))
             label.check {
@@ -425,6 +450,19 @@ pub fn fields(session: &Session, f: &TargetForm, errors: &[FieldError], editing:
             (f_("accessKeyId", "Access key id", &f.access_key_id, Some("Required, unless the operator lends this server's own AWS identity."), "text"))
             (f_("secretAccessKey", "Secret access key", &f.secret_access_key, keep, "password"))
             (f_("messageGroupId", "Message group id (FIFO)", &f.message_group_id, Some("Empty: the target id."), "text"))
+        }
+        fieldset {
+            legend { "Body" }
+            @for (value, label, hint) in FORMATS {
+                label.radio {
+                    input type="radio" name="format" value=(value)
+                        checked[f.format == value || (f.format.is_empty() && value == "envelope")];
+                    " " (label) " " small { (hint) }
+                }
+            }
+            @if let Some(e) = errors.iter().find(|e| e.field == "config.format") {
+                span.error { (e.message) }
+            }
         }
         fieldset {
             legend { "Limits" }

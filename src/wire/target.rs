@@ -16,7 +16,7 @@ use utoipa::ToSchema;
 
 use self::{
     read::err,
-    schema::{headers_schema, scopes_schema},
+    schema::{content_type_schema, headers_schema, scopes_schema},
 };
 use super::Field;
 use crate::domain::target::{rules, FieldError, TargetConfig, TargetSpec};
@@ -77,9 +77,34 @@ pub struct WebhookConfigIn {
     /// Dispatch fetches a token from `tokenUrl` and sends it as a bearer token.
     #[schema(value_type = Option<OAuthIn>)]
     pub auth: Field<OAuthIn>,
+    #[schema(value_type = Option<FormatIn>)]
+    pub format: Field<FormatIn>,
+    /// A raw body's `Content-Type` (`text/plain; charset=utf-8` when
+    /// absent): a media type, `type/subtype` and parameters, at most 255
+    /// characters. An envelope is always `application/json`.
+    #[schema(schema_with = content_type_schema, required = false)]
+    pub content_type: Field<String>,
     #[serde(flatten)]
     pub limits: LimitsIn,
 }
+
+/// What the target receives. `envelope` (the default): a JSON object with
+/// the message's fields around its payload. `raw`: the payload's characters
+/// exactly, the envelope's fields beside it as `dispatch-*` headers (a
+/// webhook, signed over that body) or as message attributes (SQS, SNS).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum FormatIn {
+    Envelope,
+    Raw,
+}
+
+/// What `rules::is_media_type` accepts, for the document.
+pub(super) const MEDIA_TYPE: &str = concat!(
+    "^[!#$%&'*+.^_`|~0-9A-Za-z-]+/[!#$%&'*+.^_`|~0-9A-Za-z-]+",
+    "([ \\t]*;[ \\t]*[!#$%&'*+.^_`|~0-9A-Za-z-]+=",
+    "([!#$%&'*+.^_`|~0-9A-Za-z-]+|\"[\\t !#-:<-\\[\\]-~]*\"))*$"
+);
 
 /// What any target's config may limit (docs/api.md#flow-control-and-fairness).
 #[derive(Debug, Default, Deserialize, ToSchema)]
@@ -192,6 +217,10 @@ pub struct AwsIn {
     /// The FIFO message group: 1 to 128 printable ASCII characters.
     #[schema(value_type = Option<String>, pattern = "^[!-~]{1,128}$")]
     pub message_group_id: Field<String>,
+    /// `raw`: the message body is the payload's characters exactly, and
+    /// every field of the envelope a message attribute.
+    #[schema(value_type = Option<FormatIn>)]
+    pub format: Field<FormatIn>,
     #[serde(flatten)]
     pub limits: LimitsIn,
 }

@@ -205,6 +205,8 @@ pub(crate) fn webhook_with_secrets(account: &AccountId, name: &str) -> Target {
             secret: SECRETS[5].into(),
             until: time::now() + chrono::TimeDelta::hours(1),
         }),
+        format: Default::default(),
+        content_type: None,
         limits: Default::default(),
     });
     t
@@ -221,6 +223,7 @@ pub(crate) fn sqs_with_secret(account: &AccountId) -> Target {
             secret_access_key: SECRETS[4].into(),
         }),
         message_group_id: None,
+        format: Default::default(),
         limits: Default::default(),
     });
     t

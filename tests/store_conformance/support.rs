@@ -79,6 +79,8 @@ pub(crate) fn webhook(url: &str) -> TargetConfig {
         signing_secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".into(),
         auth: None,
         previous_signing_secret: None,
+        format: Default::default(),
+        content_type: None,
         limits: Default::default(),
     })
 }

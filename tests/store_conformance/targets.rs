@@ -29,6 +29,7 @@ async fn an_inserted_target_reads_back_unchanged_and_a_duplicate_id_is_refused(
         endpoint_url: Some("http://127.0.0.1:5000".into()),
         credentials: None,
         message_group_id: Some("group-1".into()),
+        format: Default::default(),
         limits: Default::default(),
     });
     insert_target(&*store, &t).await;

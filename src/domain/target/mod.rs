@@ -57,10 +57,30 @@ pub struct WebhookConfig {
     /// until its time is up; never shown in a response.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub previous_signing_secret: Option<PreviousSecret>,
+    /// `envelope` or `raw` (docs/api.md#raw-format).
+    #[serde(default)]
+    pub format: Format,
+    /// A raw body's `Content-Type`; `text/plain; charset=utf-8` when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_type: Option<String>,
     /// `flowControl` and `circuitBreaker` (docs/api.md#flow-control-and-fairness).
     #[serde(flatten)]
     pub limits: Limits,
 }
+
+/// What a target receives: the JSON envelope around the payload, or the
+/// payload's characters alone with the envelope's fields beside them (as
+/// headers or message attributes).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Format {
+    #[default]
+    Envelope,
+    Raw,
+}
+
+/// A raw webhook body's `Content-Type` when the target names none.
+pub const RAW_CONTENT_TYPE: &str = "text/plain; charset=utf-8";
 
 /// A replaced signing secret and the end of its overlap.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -125,6 +145,9 @@ pub struct SqsConfig {
     pub credentials: Option<AwsCredentials>,
     #[serde(default)]
     pub message_group_id: Option<String>,
+    /// `envelope` or `raw` (docs/api.md#raw-format).
+    #[serde(default)]
+    pub format: Format,
     #[serde(flatten)]
     pub limits: Limits,
 }
@@ -140,6 +163,9 @@ pub struct SnsConfig {
     pub credentials: Option<AwsCredentials>,
     #[serde(default)]
     pub message_group_id: Option<String>,
+    /// `envelope` or `raw` (docs/api.md#raw-format).
+    #[serde(default)]
+    pub format: Format,
     #[serde(flatten)]
     pub limits: Limits,
 }
@@ -177,6 +203,15 @@ impl TargetConfig {
             TargetConfig::Webhook(c) => &c.limits,
             TargetConfig::Sqs(c) => &c.limits,
             TargetConfig::Sns(c) => &c.limits,
+        }
+    }
+
+    /// What its receiver is sent: the envelope, or the payload alone.
+    pub fn format(&self) -> Format {
+        match self {
+            TargetConfig::Webhook(c) => c.format,
+            TargetConfig::Sqs(c) => c.format,
+            TargetConfig::Sns(c) => c.format,
         }
     }
 

@@ -4,7 +4,7 @@
 
 use url::Url;
 
-pub use super::headers::{is_header_name, is_header_text};
+pub use super::headers::{is_header_name, is_header_text, is_media_type, MAX_MEDIA_TYPE};
 
 /// Headers a target may not set: Dispatch owns them.
 pub const RESERVED_HEADERS: &[&str] = &[

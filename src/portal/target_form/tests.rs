@@ -87,3 +87,64 @@ fn limits_become_flow_control_and_a_breaker_or_null_when_empty() {
     assert_eq!(errors[0].field, "config.flowControl.rate");
     assert_eq!(input_of(&errors[0].field), "rate");
 }
+
+#[test]
+fn an_edit_form_keeps_a_raw_format_and_its_content_type() {
+    let doc = serde_json::json!({"name": "raw", "type": "webhook", "config": {
+        "url": "https://example.com/hook", "format": "raw", "contentType": "application/xml",
+        "signingSecret": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}});
+    let spec = parse_spec(&doc).unwrap();
+    let now = chrono::Utc::now();
+    let target = Target {
+        id: crate::domain::ids::TargetId::new(),
+        account: crate::domain::ids::AccountId::from_trusted("acme"),
+        name: spec.name,
+        enabled: true,
+        config: spec.config,
+        created_at: now,
+        updated_at: now,
+        health: crate::domain::target::gate::Health::closed(None),
+    };
+    let form = TargetForm::from_target(&target);
+    assert_eq!(
+        (form.format.as_str(), form.content_type.as_str()),
+        ("raw", "application/xml")
+    );
+    // What the edit saves (its secret `***` stands for the stored one).
+    let doc = form.to_document(true).unwrap();
+    assert_eq!(doc["config"]["format"], "raw");
+    assert_eq!(doc["config"]["contentType"], "application/xml");
+    let typed = TargetForm {
+        signing_secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".into(),
+        ..form
+    };
+    let saved = parse_spec(&typed.to_document(true).unwrap()).unwrap();
+    assert_eq!(saved.config.format(), Format::Raw);
+    let TargetConfig::Webhook(w) = saved.config else {
+        unreachable!()
+    };
+    assert_eq!(w.content_type.as_deref(), Some("application/xml"));
+    // A new form's empty choice is the envelope, and an SQS target may be raw.
+    let blank = TargetForm {
+        name: "q".into(),
+        kind: "sqs".into(),
+        queue_url: "https://sqs.eu-north-1.amazonaws.com/123456789012/q".into(),
+        region: "eu-north-1".into(),
+        access_key_id: "AKIA".into(),
+        secret_access_key: "s".into(),
+        ..TargetForm::default()
+    };
+    let envelope = parse_spec(&blank.to_document(false).unwrap()).unwrap();
+    assert_eq!(envelope.config.format(), Format::Envelope);
+    let raw = TargetForm {
+        format: "raw".into(),
+        ..blank
+    };
+    assert_eq!(
+        parse_spec(&raw.to_document(false).unwrap())
+            .unwrap()
+            .config
+            .format(),
+        Format::Raw
+    );
+}

@@ -4,13 +4,13 @@
 use std::collections::BTreeMap;
 
 use super::{
-    AuthKindIn, AwsIn, CircuitBreakerIn, FlowControlIn, LimitsIn, OAuthIn, SnsConfigIn,
+    AuthKindIn, AwsIn, CircuitBreakerIn, FlowControlIn, FormatIn, LimitsIn, OAuthIn, SnsConfigIn,
     SqsConfigIn, WebhookConfigIn, NUL,
 };
 use crate::{
     domain::target::{
         gate::{self, period, CircuitBreaker, FlowControl, Limits},
-        generate_signing_secret, rules, signing_key, AwsCredentials, FieldError,
+        generate_signing_secret, rules, signing_key, AwsCredentials, FieldError, Format,
         OAuthClientCredentials, SnsConfig, SqsConfig, WebhookConfig,
     },
     wire::Field,
@@ -57,6 +57,31 @@ fn http_url(
     match rules::http_url_problem(&s) {
         None => (Some(s), true),
         Some(problem) => (err(e, field, &problem), false),
+    }
+}
+
+fn read_format(f: Field<FormatIn>, e: &mut Vec<FieldError>) -> Option<Format> {
+    match f {
+        Field::Missing => Some(Format::Envelope),
+        Field::Valid(FormatIn::Envelope) => Some(Format::Envelope),
+        Field::Valid(FormatIn::Raw) => Some(Format::Raw),
+        Field::Invalid(_) => err(e, "config.format", "must be envelope or raw"),
+    }
+}
+
+fn content_type(f: Field<String>, e: &mut Vec<FieldError>) -> Option<Option<String>> {
+    match f {
+        Field::Missing => Some(None),
+        Field::Valid(s) if rules::is_media_type(&s) => Some(Some(s)),
+        Field::Valid(s) if s.contains('\0') => err(e, "config.contentType", NUL),
+        _ => err(
+            e,
+            "config.contentType",
+            &format!(
+                "must be a media type such as application/json; charset=utf-8, at most {} characters",
+                rules::MAX_MEDIA_TYPE
+            ),
+        ),
     }
 }
 
@@ -110,6 +135,8 @@ impl WebhookConfigIn {
                 "must be null or an oauth2ClientCredentials object",
             ),
         };
+        let format = read_format(self.format, e);
+        let content_type = content_type(self.content_type, e);
         let limits = self.limits.read(e);
         let headers = headers?;
         if matches!(auth, Some(Some(_))) {
@@ -132,6 +159,8 @@ impl WebhookConfigIn {
             signing_secret: signing_secret?,
             auth: auth?,
             previous_signing_secret: None,
+            format: format?,
+            content_type: content_type?,
             limits: limits?,
         })
     }
@@ -248,12 +277,14 @@ struct Aws {
     endpoint_url: Option<String>,
     credentials: Option<AwsCredentials>,
     message_group_id: Option<String>,
+    format: Format,
     limits: Limits,
 }
 
 impl AwsIn {
     fn read(self, e: &mut Vec<FieldError>) -> Option<Aws> {
         let limits = self.limits.read(e);
+        let format = read_format(self.format, e);
         let (endpoint_url, endpoint_ok) =
             http_url(self.endpoint_url, "config.endpointUrl", false, e);
         let credentials = match self.credentials {
@@ -291,6 +322,7 @@ impl AwsIn {
             endpoint_url: endpoint_ok.then_some(endpoint_url)?,
             credentials: credentials?,
             message_group_id: group?,
+            format: format?,
             limits: limits?,
         })
     }
@@ -307,6 +339,7 @@ impl SqsConfigIn {
             endpoint_url: aws.endpoint_url,
             credentials: aws.credentials,
             message_group_id: aws.message_group_id,
+            format: aws.format,
             limits: aws.limits,
         })
     }
@@ -333,6 +366,7 @@ impl SnsConfigIn {
             endpoint_url: aws.endpoint_url,
             credentials: aws.credentials,
             message_group_id: aws.message_group_id,
+            format: aws.format,
             limits: aws.limits,
         })
     }

@@ -15,7 +15,7 @@ use utoipa::{
 
 use super::{
     SnsConfigIn, SqsConfigIn, TargetIn, TargetPatchIn, WebhookConfigIn, HEADER_NAME, HEADER_VALUE,
-    NAME, NO_NUL,
+    MEDIA_TYPE, NAME, NO_NUL,
 };
 use crate::domain::target::rules;
 
@@ -35,6 +35,17 @@ pub(super) fn headers_schema() -> Schema {
         .additional_properties(Some(AdditionalProperties::RefOr(RefOr::T(
             string_schema(HEADER_VALUE).build().into(),
         ))))
+        .build()
+        .into()
+}
+
+pub(super) fn content_type_schema() -> Schema {
+    ObjectBuilder::new()
+        .schema_type(SchemaType::from_iter([Type::String, Type::Null]))
+        .pattern(Some(MEDIA_TYPE))
+        .min_length(Some(3))
+        .max_length(Some(rules::MAX_MEDIA_TYPE))
+        .examples(["application/json; charset=utf-8"])
         .build()
         .into()
 }
