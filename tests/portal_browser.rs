@@ -8,6 +8,8 @@
 
 mod common;
 
+#[path = "portal_browser/events.rs"]
+mod events;
 #[path = "portal_browser/lists_and_targets.rs"]
 mod lists_and_targets;
 #[path = "portal_browser/people.rs"]
@@ -158,7 +160,14 @@ async fn a_person_signs_in_creates_a_webhook_target_and_watches_a_test_message_d
     assert_eq!(cookie.path(), Some("/portal"));
     assert_eq!(
         texts(&b, "header nav a").await,
-        ["Overview", "Targets", "Messages", "Schedules", "People"]
+        [
+            "Overview",
+            "Targets",
+            "Messages",
+            "Schedules",
+            "Events",
+            "People"
+        ]
     );
     assert_eq!(b.text("#delivered-24h").await, "0");
 

@@ -27,6 +27,7 @@ pub fn page(
                         (nav_item("/portal/targets", "Targets", current == Section::Targets))
                         (nav_item("/portal/messages", "Messages", current == Section::Messages))
                         (nav_item("/portal/schedules", "Schedules", current == Section::Schedules))
+                        (nav_item("/portal/events", "Events", current == Section::Events))
                         @if session.may(Permission::ManagePeople) {
                             (nav_item("/portal/people", "People", current == Section::People))
                         }
@@ -85,6 +86,7 @@ pub enum Section {
     Targets,
     Messages,
     Schedules,
+    Events,
     People,
     /// A page of no section (an error, the person's own account).
     Elsewhere,
@@ -205,6 +207,17 @@ pub fn notice(code: Option<&str>, n: Option<u64>) -> Option<String> {
         "redriven" => format!(
             "{n} dead {} rescheduled.",
             plural("letter was", "letters were")
+        ),
+        "subscribed" => "The subscription was added: matching events now reach this target.".into(),
+        "subscription-saved" => "The subscription was saved.".into(),
+        "subscription-enabled" => "The subscription is enabled.".into(),
+        "subscription-disabled" => {
+            "The subscription is disabled: events no longer reach this target through it.".into()
+        }
+        "subscription-deleted" => "The subscription was deleted.".into(),
+        "events-replayed" => format!(
+            "{n} {} made into messages to this target.",
+            plural("event was", "events were")
         ),
         "replayed" => format!(
             "{n} {} scheduled to be delivered again.",

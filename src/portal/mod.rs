@@ -10,6 +10,8 @@ mod account;
 mod actions;
 mod charts;
 mod error_page;
+mod event_replay;
+mod events;
 mod layout;
 mod list_query;
 mod message_list;
@@ -22,6 +24,7 @@ mod schedule_form;
 mod schedules;
 mod session;
 mod sign_in;
+mod subscriptions;
 mod target_actions;
 mod target_form;
 mod target_pages;
@@ -93,6 +96,29 @@ pub fn router(state: AppState) -> Router<AppState> {
             "/portal/targets/{id}/cancel-range",
             get(ranges::cancel_confirm).post(ranges::cancel),
         )
+        .route(
+            "/portal/targets/{id}/replay-events",
+            get(event_replay::confirm).post(event_replay::replay),
+        )
+        .route(
+            "/portal/targets/{id}/subscriptions",
+            post(subscriptions::create),
+        )
+        .route("/portal/subscriptions/{id}", post(subscriptions::update))
+        .route(
+            "/portal/subscriptions/{id}/enable",
+            post(subscriptions::enable),
+        )
+        .route(
+            "/portal/subscriptions/{id}/disable",
+            post(subscriptions::disable),
+        )
+        .route(
+            "/portal/subscriptions/{id}/delete",
+            post(subscriptions::delete),
+        )
+        .route("/portal/events", get(events::list))
+        .route("/portal/events/{id}", get(events::show))
         .route("/portal/messages", get(message_list::list))
         .route("/portal/messages/bulk", post(actions::bulk))
         .route(

@@ -207,8 +207,13 @@ pub async fn show(
         let reads = session.reads(&state);
         async move { reads.count_messages(&filter).await }
     };
-    let (scheduled, dead) =
-        tokio::try_join!(count(MsgState::Scheduled), count(MsgState::DeadLetter))?;
+    let (scheduled, dead, subs) = tokio::try_join!(
+        count(MsgState::Scheduled),
+        count(MsgState::DeadLetter),
+        session
+            .reads(&state)
+            .subscriptions(Some(&t.id), None, super::subscriptions::SHOWN)
+    )?;
     let notice = layout::notice(q.notice.as_deref(), q.n);
     let public = t.config.to_public_json();
     let body = html! {
@@ -281,7 +286,11 @@ pub async fn show(
                 li { a href={ "/portal/messages?target=" (t.id) } { "All messages of this target" } }
             }
         }
-        @if session.may(Permission::ChangeMessages) { (super::ranges::section(&t)) }
+        (super::subscriptions::section(&session, &t, &subs))
+        @if session.may(Permission::ChangeMessages) {
+            (super::ranges::section(&t))
+            (super::event_replay::section(&t))
+        }
     };
     Ok(Html(
         layout::page(&session, &t.name, Section::Targets, notice.as_deref(), body).into_string(),

@@ -201,23 +201,7 @@ impl Service {
     /// 400 and make nothing.
     pub async fn replay_events(&self, actor: &Actor, spec: EventReplaySpec) -> ServiceResult<u64> {
         let account = actor.allow(Permission::ChangeMessages)?;
-        if self
-            .store
-            .get_target(account, &spec.target_id)
-            .await?
-            .is_none()
-        {
-            return Err(ServiceError::field("targetId", "is not a known target"));
-        }
-        let patterns = match spec.types {
-            Some(p) => p,
-            None => self.subscribed(account, &spec.target_id).await?,
-        };
-        let range = EventRange {
-            from: spec.from,
-            to: spec.to,
-            patterns,
-        };
+        let range = self.replay_range(account, &spec).await?;
         let max = self.config.bulk.max;
         let matched = self
             .store
@@ -256,6 +240,45 @@ impl Service {
         }
         metrics::counter!(m::SCHEDULED).increment(made);
         Ok(made)
+    }
+
+    /// How many events a replay of `spec` would deliver, counted up to `cap`
+    /// (a page asks before it replays).
+    pub async fn count_replay(
+        &self,
+        actor: &Actor,
+        spec: &EventReplaySpec,
+        cap: u64,
+    ) -> ServiceResult<u64> {
+        let account = actor.allow(Permission::ChangeMessages)?;
+        let range = self.replay_range(account, spec).await?;
+        Ok(self.store.count_events(account, &range, cap).await?)
+    }
+
+    /// The events a replay takes: the target must be the account's, and
+    /// the patterns default to its enabled subscriptions'.
+    async fn replay_range(
+        &self,
+        account: &AccountId,
+        spec: &EventReplaySpec,
+    ) -> ServiceResult<EventRange> {
+        if self
+            .store
+            .get_target(account, &spec.target_id)
+            .await?
+            .is_none()
+        {
+            return Err(ServiceError::field("targetId", "is not a known target"));
+        }
+        let patterns = match &spec.types {
+            Some(p) => p.clone(),
+            None => self.subscribed(account, &spec.target_id).await?,
+        };
+        Ok(EventRange {
+            from: spec.from,
+            to: spec.to,
+            patterns,
+        })
     }
 
     /// The patterns of the target's enabled subscriptions.

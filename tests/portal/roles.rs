@@ -40,11 +40,17 @@ enum Action {
     NewScheduleForm,
     RedriveForm,
     ReplayForm,
+    Subscribe,
+    EditSubscription,
+    DisableSubscription,
+    DeleteSubscription,
+    ReplayEvents,
+    ReplayEventsForm,
 }
 
 use Action::*;
 
-const ACTIONS: [Action; 28] = [
+const ACTIONS: [Action; 34] = [
     CancelMessage,
     RescheduleMessage,
     BulkCancel,
@@ -73,6 +79,12 @@ const ACTIONS: [Action; 28] = [
     NewScheduleForm,
     RedriveForm,
     ReplayForm,
+    Subscribe,
+    EditSubscription,
+    DisableSubscription,
+    DeleteSubscription,
+    ReplayEvents,
+    ReplayEventsForm,
 ];
 
 impl Action {
@@ -80,12 +92,12 @@ impl Action {
         match self {
             CancelMessage | RescheduleMessage | BulkCancel | RedriveDeadLetters | ReplayRange
             | CancelRange | SendTestMessage | ResetBreaker | CreateSchedule | EditSchedule
-            | PauseSchedule | DeleteSchedule | NewScheduleForm | RedriveForm | ReplayForm => {
-                Role::Operator
-            }
+            | PauseSchedule | DeleteSchedule | NewScheduleForm | RedriveForm | ReplayForm
+            | ReplayEvents | ReplayEventsForm => Role::Operator,
             CreateTarget | EditTarget | DisableTarget | EnableTarget | DeleteTarget
             | RotateSecret | InvitePerson | ChangeRole | RemovePerson | RevokeInvitation
-            | NewTargetForm | EditTargetForm | PeoplePage => Role::Admin,
+            | NewTargetForm | EditTargetForm | PeoplePage | Subscribe | EditSubscription
+            | DisableSubscription | DeleteSubscription => Role::Admin,
         }
     }
 }
@@ -195,6 +207,28 @@ impl Ctx {
         };
         self.app.store().create_invitation(&i).await.unwrap();
         i.id
+    }
+
+    /// A subscription of the delivering target to `order.*`.
+    async fn subscription(&self) -> String {
+        let r = self
+            .api
+            .post(
+                "/subscriptions",
+                json!({"targetId": self.ok, "types": ["order.*"], "name": format!("s{}", self.next())}),
+            )
+            .await;
+        assert_eq!(r.status(), 201);
+        s(&r.json::<Value>().await.unwrap()["subscriptionId"]).to_string()
+    }
+
+    /// An event published now, of a type no subscription takes.
+    async fn event(&self) {
+        let r = self
+            .api
+            .post("/events", json!({"type": "audit.logged", "payload": "{}"}))
+            .await;
+        assert_eq!(r.status(), 201);
     }
 
     fn schedule_form(&self, name: &str) -> Vec<(&'static str, String)> {
@@ -346,6 +380,34 @@ impl Ctx {
                 ),
                 vec![],
             ),
+            Subscribe => post(
+                format!("/portal/targets/{}/subscriptions", self.ok),
+                vec![("types", "invoice.paid order.*".into()), ("name", "billing".into())],
+            ),
+            EditSubscription => post(
+                format!("/portal/subscriptions/{}", self.subscription().await),
+                vec![("types", "order.created".into()), ("name", "renamed".into())],
+            ),
+            DisableSubscription => post(
+                format!("/portal/subscriptions/{}/disable", self.subscription().await),
+                vec![],
+            ),
+            DeleteSubscription => post(
+                format!("/portal/subscriptions/{}/delete", self.subscription().await),
+                vec![],
+            ),
+            ReplayEvents => {
+                self.event().await;
+                post(
+                    format!("/portal/targets/{}/replay-events", self.ok),
+                    wide(vec![("types", "audit.*".into()), ("at", far())]),
+                )
+            }
+            ReplayEventsForm => get(format!(
+                "/portal/targets/{}/replay-events?from=2020-01-01T00%3A00%3A00&to={}-01-01T00%3A00%3A00&rangeTz=UTC&types=audit.*",
+                self.ok,
+                common::calendar::years_ahead(15)
+            )),
             NewTargetForm => get("/portal/targets/new".into()),
             EditTargetForm => get(format!("/portal/targets/{}/edit", self.ok)),
             PeoplePage => get("/portal/people".into()),
@@ -398,6 +460,7 @@ impl Ctx {
             "messages": messages,
             "targets": targets,
             "schedules": list("/schedules?limit=100").await,
+            "subscriptions": list("/subscriptions?limit=1000").await,
             "people": people,
             "invitations": invitations,
         })
