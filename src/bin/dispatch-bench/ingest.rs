@@ -128,7 +128,7 @@ pub(crate) async fn ingest_batch(
 type Running = (Service, tokio::task::JoinHandle<std::io::Result<()>>);
 
 #[allow(clippy::too_many_arguments)]
-async fn finish(
+pub(crate) async fn finish(
     args: &Args,
     scenario: &str,
     messages: usize,

@@ -15,7 +15,10 @@
 //! `--redrive` dead letters), `schedules` (`--schedules` schedules every
 //! second for `--schedule-seconds` runs, their starts spread over a second),
 //! `purge` (steady, while retention deletes `--purge` expired delivered
-//! messages). The ingest scenarios also measure PostgreSQL's own floor with
+//! messages), `fanout` (events due at one instant, each to every one of
+//! `--fanout-targets` subscribed targets), `publish`, `publish-none` and
+//! `publish-crowd` (POST /events matching `--publish-targets` targets, none,
+//! or those beside `--crowd` subscriptions of other types). The ingest scenarios also measure PostgreSQL's own floor with
 //! pgbench; the JSON and SVG charts of a run are written to `--out`. Lateness is arrival at the receiver (for SQS: the acknowledged send)
 //! minus the scheduled time. Every scenario checks that every message arrived
 //! and counts duplicates.
@@ -30,6 +33,7 @@ use std::{
 use anyhow::bail;
 
 mod charts;
+mod fanout;
 mod ingest;
 mod noisy;
 mod ordered;
@@ -62,7 +66,8 @@ struct Args {
     )]
     pg: String,
     /// Scenarios to run: burst, steady, backlog, ingest, batch, sqs, noisy,
-    /// token, ordered, redrive, schedules, purge (comma-separated).
+    /// token, ordered, redrive, schedules, purge, fanout, publish,
+    /// publish-none, publish-crowd (comma-separated).
     #[arg(long, default_value = "burst,steady,backlog,ingest,batch")]
     scenarios: String,
     /// The store Dispatch runs on: postgres or sqlite (the embedded store).
@@ -125,6 +130,18 @@ struct Args {
     /// Targets the schedules scenario's schedules share.
     #[arg(long, default_value_t = 10)]
     schedule_targets: usize,
+    /// Subscribed targets, and events due at one instant, of the fanout scenario.
+    #[arg(long, default_value_t = 100)]
+    fanout_targets: usize,
+    #[arg(long, default_value_t = 200)]
+    fanout_events: usize,
+    /// Targets each event of the publish scenarios reaches (their count
+    /// is `--ingest`).
+    #[arg(long, default_value_t = 10)]
+    publish_targets: usize,
+    /// Subscriptions of other types in the publish-crowd scenario.
+    #[arg(long, default_value_t = 10_000)]
+    crowd: usize,
     /// Runs of each scenario; the table shows the median.
     #[arg(long, default_value_t = 1)]
     runs: usize,
@@ -251,6 +268,9 @@ async fn run_scenario(args: &Args, scenario: &str, run: usize) -> anyhow::Result
     if scenario == "batch" {
         return ingest::ingest_batch(args, service, server, &target_id, run).await;
     }
+    if scenario.starts_with("publish") {
+        return fanout::publish(args, service, server, &target_id, &hook, scenario, run).await;
+    }
     if scenario == "backlog" {
         // Far-future messages that must not slow the due ones down.
         let far = Utc::now() + TimeDelta::days(30);
@@ -274,8 +294,12 @@ async fn run_scenario(args: &Args, scenario: &str, run: usize) -> anyhow::Result
     if scenario == "purge" {
         purge::expired(args, &service, &target_id).await?;
     }
+    if scenario == "fanout" {
+        fanout::subscribe(args, &service, &target_id, &hook).await?;
+    }
     let n_planned = match scenario {
         "burst" => args.burst,
+        "fanout" => args.fanout_events * args.fanout_targets,
         "steady" | "backlog" | "noisy" | "purge" => args.steady_rate * args.steady_seconds,
         "sqs" => args.sqs,
         other => bail!("unknown scenario {other}"),
@@ -298,7 +322,11 @@ async fn run_scenario(args: &Args, scenario: &str, run: usize) -> anyhow::Result
     };
     let n = times.len();
     let scheduling = Instant::now();
-    schedule(args, &service, &target_id, &times).await?;
+    if scenario == "fanout" {
+        fanout::fanout(args, &service, start).await?;
+    } else {
+        schedule(args, &service, &target_id, &times).await?;
+    }
     let scheduled_in = scheduling.elapsed();
     if Utc::now() > start {
         bail!(
