@@ -827,3 +827,108 @@ async fn events_outlive_their_messages_until_the_archive_forgets_them() {
     assert_eq!(p.events, 1);
     assert_problem(api.get(&path).await, 404).await;
 }
+
+#[tokio::test]
+async fn a_message_made_from_an_event_lives_as_any_message_retried_cancelled_rescheduled_and_bulk_cancelled(
+) {
+    let app = TestApp::spawn_with(common::fast_ladder).await;
+    let api = app.api("acme").await;
+    let flaky = Receiver::start().await;
+    flaky.fail_once_each();
+    let calm = Receiver::start().await;
+    let a = target(&api, &flaky).await;
+    let b = target(&api, &calm).await;
+    subscribe(&api, &a, &["order.*"]).await;
+    subscribe(&api, &b, &["order.created"]).await;
+    let later = in_ms(3_600_000);
+    let e = publish(
+        &api,
+        json!({"type": "order.created", "payload": "p", "deliveryTime": later}),
+    )
+    .await;
+    let of = |t: &str| -> String {
+        e["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["targetId"] == t)
+            .unwrap()["messageId"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let (on_a, on_b) = (of(&a), of(&b));
+
+    // Rescheduled to now, it goes through the ladder: a failure, then a success.
+    let r = api
+        .post(
+            &format!("/messages/{on_a}/reschedule"),
+            json!({"deliveryTime": in_ms(0)}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    let m = api.wait_for_state(&on_a, "Delivered", WAIT).await;
+    assert_eq!(m["attemptCount"], 2, "{m}");
+    assert_eq!(m["eventId"], e["eventId"]);
+    let got = flaky.received();
+    assert_eq!(got.len(), 2);
+    assert!(got.iter().all(|g| g.json()["eventId"] == e["eventId"]));
+
+    // Cancelled, it stays cancelled; the event says where each stands.
+    let r = api.post_empty(&format!("/messages/{on_b}/cancel")).await;
+    assert_eq!(r.status(), 200);
+    let read: Value = api
+        .get(&format!("/events/{}", e["eventId"].as_str().unwrap()))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let states: HashSet<(String, String)> = read["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            (
+                m["messageId"].as_str().unwrap().to_string(),
+                m["state"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        states,
+        HashSet::from([
+            (on_a.clone(), "Delivered".to_string()),
+            (on_b.clone(), "Cancelled".to_string())
+        ])
+    );
+
+    // A bulk cancel by target takes event messages as it takes any.
+    let second = publish(
+        &api,
+        json!({"type": "order.shipped", "payload": "q", "deliveryTime": later}),
+    )
+    .await;
+    let shipped = second["messages"][0]["messageId"].as_str().unwrap();
+    let r = api
+        .post(
+            "/messages/cancel",
+            json!({"targetId": a, "from": in_ms(-60_000), "to": in_ms(7_200_000)}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.json::<Value>().await.unwrap()["count"], 1);
+    assert_eq!(api.message(shipped).await["state"], "Cancelled");
+    let listed: Value = api
+        .get(&format!(
+            "/messages?eventId={}",
+            second["eventId"].as_str().unwrap()
+        ))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(listed["items"].as_array().unwrap().len(), 1, "{listed}");
+    assert_eq!(listed["items"][0]["state"], "Cancelled");
+    assert_eq!(calm.count(), 0, "the cancelled message was sent");
+    app.shutdown().await;
+}
