@@ -33,23 +33,6 @@ struct Common {
     ids: Option<Vec<MessageId>>,
 }
 
-fn optional<T>(field: Field<T>, name: &str, errors: &mut Vec<FieldError>) -> Option<T> {
-    match field {
-        Field::Missing => None,
-        f => f.take(name, errors),
-    }
-}
-
-fn target(s: Option<String>, errors: &mut Vec<FieldError>) -> Option<TargetId> {
-    s.and_then(|s| match s.parse::<TargetId>() {
-        Ok(t) => Some(t),
-        Err(_) => {
-            errors.push(FieldError::new("targetId", "is not a known target"));
-            None
-        }
-    })
-}
-
 fn instant(
     s: Option<String>,
     name: &str,
@@ -71,10 +54,10 @@ fn common(
     ids: Field<Vec<String>>,
     errors: &mut Vec<FieldError>,
 ) -> Common {
-    let target_id = target(optional(target_id, "targetId", errors), errors);
-    let from = instant(optional(from, "from", errors), "from", errors);
-    let to = instant(optional(to, "to", errors), "to", errors);
-    let ids = optional(ids, "messageIds", errors);
+    let target_id = target_id.take_optional_target_id(errors);
+    let from = instant(from.take_optional("from", errors), "from", errors);
+    let to = instant(to.take_optional("to", errors), "to", errors);
+    let ids = ids.take_optional("messageIds", errors);
     if ids.as_ref().is_some_and(|ids| ids.len() > BULK_IDS_MAX) {
         errors.push(FieldError::new("messageIds", "lists more than 1,000 ids"));
     }
@@ -127,7 +110,8 @@ pub async fn redrive(
         &mut errors,
     );
     let at = instant(
-        optional(body.delivery_time, "deliveryTime", &mut errors),
+        body.delivery_time
+            .take_optional("deliveryTime", &mut errors),
         "deliveryTime",
         &mut errors,
     );
@@ -172,13 +156,16 @@ pub async fn cancel(
         body.message_ids,
         &mut errors,
     );
-    let only = optional(body.state, "state", &mut errors).and_then(|s| match MsgState::parse(&s) {
-        Some(st @ (MsgState::Scheduled | MsgState::DeadLetter)) => Some(st),
-        _ => {
-            errors.push(FieldError::new("state", "must be Scheduled or DeadLetter"));
-            None
-        }
-    });
+    let only = body
+        .state
+        .take_optional("state", &mut errors)
+        .and_then(|s| match MsgState::parse(&s) {
+            Some(st @ (MsgState::Scheduled | MsgState::DeadLetter)) => Some(st),
+            _ => {
+                errors.push(FieldError::new("state", "must be Scheduled or DeadLetter"));
+                None
+            }
+        });
     if !errors.is_empty() {
         return Err(ApiError::Validation(errors));
     }
@@ -212,11 +199,12 @@ pub async fn replay(
 ) -> ApiResult<Json<CountOut>> {
     state.service.check(&actor, Permission::ChangeMessages)?;
     let mut errors = Vec::new();
-    let target_id = target(body.target_id.take("targetId", &mut errors), &mut errors);
+    let target_id = body.target_id.take_target_id(&mut errors);
     let from = instant(body.from.take("from", &mut errors), "from", &mut errors);
     let to = instant(body.to.take("to", &mut errors), "to", &mut errors);
     let at = instant(
-        optional(body.delivery_time, "deliveryTime", &mut errors),
+        body.delivery_time
+            .take_optional("deliveryTime", &mut errors),
         "deliveryTime",
         &mut errors,
     );

@@ -293,6 +293,17 @@ impl Field<String> {
                 }
             })
     }
+
+    /// As `take_target_id`, for a `targetId` that may be left out.
+    pub fn take_optional_target_id(
+        self,
+        errors: &mut Vec<FieldError>,
+    ) -> Option<crate::domain::ids::TargetId> {
+        match self {
+            Field::Missing => None,
+            f => f.take_target_id(errors),
+        }
+    }
 }
 
 #[derive(Debug, Serialize, ToSchema)]
