@@ -4,8 +4,8 @@
 
 use axum::{
     extract::{Path, State},
-    http::{header, HeaderMap, StatusCode},
-    response::{IntoResponse, Response},
+    http::{HeaderMap, StatusCode},
+    response::Response,
     Json,
 };
 
@@ -43,13 +43,9 @@ fn subscription_id(id: &str) -> ApiResult<SubscriptionId> {
 }
 
 fn respond(status: StatusCode, s: &Subscription) -> Response {
-    let out = SubscriptionOut::new(s);
-    if status == StatusCode::CREATED {
-        let location = format!("/subscriptions/{}", s.id);
-        (status, [(header::LOCATION, location)], Json(out)).into_response()
-    } else {
-        (status, Json(out)).into_response()
-    }
+    extract::resource(status, SubscriptionOut::new(s), || {
+        format!("/subscriptions/{}", s.id)
+    })
 }
 
 /// Subscribe a target to event types.

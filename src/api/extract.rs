@@ -239,6 +239,21 @@ pub fn idempotency_key(
     }
 }
 
+/// A resource's answer: `out` with `status`, and for a create (201) its
+/// `Location`.
+pub fn resource(
+    status: StatusCode,
+    out: impl serde::Serialize,
+    location: impl FnOnce() -> String,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    if status == StatusCode::CREATED {
+        (status, [(header::LOCATION, location())], axum::Json(out)).into_response()
+    } else {
+        (status, axum::Json(out)).into_response()
+    }
+}
+
 /// What a create under an idempotency key answers: `status` and `body` as
 /// first given, `Location: {collection}/{id}` with the id the body holds in
 /// `id_field`, and `Idempotent-Replayed: true` when it is given again.

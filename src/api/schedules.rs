@@ -3,8 +3,8 @@
 
 use axum::{
     extract::{Path, State},
-    http::{header, StatusCode},
-    response::{IntoResponse, Response},
+    http::StatusCode,
+    response::Response,
     Json,
 };
 
@@ -34,13 +34,9 @@ fn parse_id(id: &str) -> ApiResult<ScheduleId> {
 
 /// `nextRunAt` and `lastRunAt` as of `now`.
 fn respond(status: StatusCode, s: &Schedule, now: chrono::DateTime<chrono::Utc>) -> Response {
-    let out = ScheduleOut::new(s, now);
-    if status == StatusCode::CREATED {
-        let location = format!("/schedules/{}", s.id);
-        (status, [(header::LOCATION, location)], Json(out)).into_response()
-    } else {
-        (status, Json(out)).into_response()
-    }
+    super::extract::resource(status, ScheduleOut::new(s, now), || {
+        format!("/schedules/{}", s.id)
+    })
 }
 
 /// Create a schedule: `cron` or `every`, in `timeZone`, between `startAt`

@@ -3,8 +3,8 @@
 
 use axum::{
     extract::{Path, State},
-    http::{header, StatusCode},
-    response::{IntoResponse, Response},
+    http::StatusCode,
+    response::Response,
     Json,
 };
 use chrono::TimeDelta;
@@ -34,12 +34,7 @@ fn parse_id(id: &str) -> ApiResult<TargetId> {
 
 fn respond(status: StatusCode, t: &Target, show_generated_secret: bool) -> Response {
     let out = TargetOut::with_generated_secret(t, show_generated_secret);
-    let location = format!("/targets/{}", t.id);
-    if status == StatusCode::CREATED {
-        (status, [(header::LOCATION, location)], Json(out)).into_response()
-    } else {
-        (status, Json(out)).into_response()
-    }
+    super::extract::resource(status, out, || format!("/targets/{}", t.id))
 }
 
 /// Create a target.
