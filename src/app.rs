@@ -16,7 +16,7 @@ use crate::{
     domain::retry::RetryPolicy,
     limits::{ApiLimits, SignInLimits},
     metrics, portal, retention,
-    service::{Coalescer, Service},
+    service::{GroupCommits, Service},
     state::AppState,
     store::{postgres::PgStore, sqlite::SqliteStore, Store},
     sweeper::Sweeper,
@@ -213,19 +213,19 @@ pub async fn start_with(
     let held = Arc::new(crate::sweeper::ahead::Held::default());
     let shutdown = CancellationToken::new();
     let tasks = TaskTracker::new();
-    // Two transactions of single schedule requests at a time: what arrives
-    // meanwhile goes into the next one, so that under load each commits
-    // more messages. With four, 32 concurrent requests went about five to a
-    // transaction and PostgreSQL's time per message was what held them back
-    // (the ingest scenario: 8,100–8,400/s with four, 8,900–10,400/s with two).
-    let inserts = Coalescer::start(store.clone(), 2, 256, &tasks, shutdown.clone());
+    let commits = GroupCommits::start(
+        store.clone(),
+        &crate::service::events::render,
+        &tasks,
+        shutdown.clone(),
+    );
     let state = AppState {
         service: Service::new(
             store.clone(),
             config.clone(),
             wake.clone(),
             held.clone(),
-            Some(Arc::new(inserts)),
+            Some(Arc::new(commits)),
             clock.clone(),
         ),
         tokens: Arc::new(tokens),

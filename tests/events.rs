@@ -932,3 +932,73 @@ async fn a_message_made_from_an_event_lives_as_any_message_retried_cancelled_res
     assert_eq!(calm.count(), 0, "the cancelled message was sent");
     app.shutdown().await;
 }
+
+#[tokio::test]
+async fn concurrent_publishes_under_one_key_make_one_event_and_the_rest_answer_as_it_did() {
+    let app = TestApp::spawn().await;
+    let api = app.api("acme").await;
+    let receiver = Receiver::start().await;
+    let t = target(&api, &receiver).await;
+    subscribe(&api, &t, &["*"]).await;
+    let body = json!({"type": "order.created", "payload": "p", "orderingKey": "o-1"});
+    // Sent at once, most of them land in the same group commit.
+    let sends = (0..24).map(|i| {
+        let (key, body) = if i % 3 == 2 {
+            // Others' keys and bodies, in the same groups.
+            (
+                format!("solo-{i}"),
+                json!({"type": "order.paid", "payload": format!("{i}")}),
+            )
+        } else {
+            ("shared".to_string(), body.clone())
+        };
+        let req = api
+            .req(reqwest::Method::POST, "/events")
+            .header("idempotency-key", key)
+            .json(&body);
+        async move {
+            let r = req.send().await.unwrap();
+            let replayed = r.headers().contains_key("idempotent-replayed");
+            (
+                r.status().as_u16(),
+                replayed,
+                r.json::<Value>().await.unwrap(),
+            )
+        }
+    });
+    let answers = futures::future::join_all(sends).await;
+    let shared: Vec<_> = answers
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| i % 3 != 2)
+        .map(|(_, a)| a)
+        .collect();
+    assert!(
+        shared.iter().all(|(status, ..)| *status == 201),
+        "{shared:?}"
+    );
+    assert_eq!(
+        shared.iter().filter(|(_, replayed, _)| !replayed).count(),
+        1,
+        "one made the event: {shared:?}"
+    );
+    let first = &shared.iter().find(|(_, replayed, _)| !replayed).unwrap().2;
+    assert!(
+        shared.iter().all(|(_, _, body)| body == first),
+        "{shared:?}"
+    );
+    let events: Value = api.get("/events?limit=100").await.json().await.unwrap();
+    assert_eq!(events["items"].as_array().unwrap().len(), 1 + 8);
+    let messages: Value = api.get("/messages?limit=100").await.json().await.unwrap();
+    assert_eq!(messages["items"].as_array().unwrap().len(), 1 + 8);
+    // Another body under the shared key now: 409, nothing made.
+    let r = api
+        .req(reqwest::Method::POST, "/events")
+        .header("idempotency-key", "shared")
+        .json(&json!({"type": "order.created", "payload": "other"}))
+        .send()
+        .await
+        .unwrap();
+    assert_problem(r, 409).await;
+    app.shutdown().await;
+}

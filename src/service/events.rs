@@ -20,7 +20,10 @@ use crate::{
     },
     metrics as m,
     retention::IDEMPOTENCY_TTL,
-    store::{EventRange, EventView, IdempotencyInput, Published, ResponseJson, SubscriptionCursor},
+    store::{
+        EventRange, EventView, IdempotencyInput, PublishItem, Published, ResponseJson,
+        SubscriptionCursor,
+    },
     wire::event::{self as wire, EventReplaySpec, SubscriptionSpec},
 };
 
@@ -143,12 +146,17 @@ impl Service {
             response: ResponseJson::default(),
             ttl: IDEMPOTENCY_TTL,
         });
-        let render = |view: &EventView| wire::EventOut::text(view);
-        match self
-            .store
-            .publish_event(&event, key.as_ref(), &render)
-            .await?
-        {
+        let item = PublishItem { event, key };
+        let published = match &self.commits {
+            Some(commits) => commits.publishes.submit(item).await?,
+            None => self
+                .store
+                .publish_events(&[item], &render)
+                .await?
+                .pop()
+                .expect("one answer per item"),
+        };
+        match published {
             Published::Created(view) => {
                 if !view.messages.is_empty() {
                     metrics::counter!(m::SCHEDULED).increment(view.messages.len() as u64);
@@ -162,6 +170,12 @@ impl Service {
             Published::KeyConflict => Err(ServiceError::Conflict(super::Conflict::KeyReused)),
         }
     }
+}
+
+/// The answer a publish's idempotency key keeps: the event as `POST /events`
+/// answers it.
+pub fn render(view: &EventView) -> ResponseJson {
+    wire::EventOut::text(view)
 }
 
 /// What an idempotency key remembers of a publish: the request as given

@@ -73,8 +73,8 @@ impl Service {
         req: ScheduleRequest,
     ) -> ServiceResult<Scheduled> {
         let item = self.new_item(account, req, self.now());
-        let outcome = match &self.inserts {
-            Some(inserts) => inserts.insert(item).await?,
+        let outcome = match &self.commits {
+            Some(commits) => commits.inserts.submit(item).await?,
             None => insert_once(self.store.as_ref(), vec![item])
                 .await?
                 .pop()

@@ -36,7 +36,7 @@ use crate::{
 };
 
 pub use access::{Actor, Permission, Refusal};
-pub use coalesce::Coalescer;
+pub use coalesce::{Coalescer, GroupCommits};
 pub use idempotency::{insert_once, IdempotencyKey};
 pub use reads::Reads;
 
@@ -49,8 +49,9 @@ pub struct Service {
     /// The sweeper's messages claimed ahead of their time: a cancel or
     /// reschedule on this instance takes them back first.
     held: Arc<Held>,
-    /// Single schedule requests go through the group commit when there is one.
-    inserts: Option<Arc<Coalescer>>,
+    /// Single schedule requests and publishes go through the group commits
+    /// when there are.
+    commits: Option<Arc<GroupCommits>>,
     clock: Arc<dyn Clock>,
 }
 
@@ -60,7 +61,7 @@ impl Service {
         config: Arc<Config>,
         wake: Arc<Wake>,
         held: Arc<Held>,
-        inserts: Option<Arc<Coalescer>>,
+        commits: Option<Arc<GroupCommits>>,
         clock: Arc<dyn Clock>,
     ) -> Self {
         Self {
@@ -68,7 +69,7 @@ impl Service {
             config,
             wake,
             held,
-            inserts,
+            commits,
             clock,
         }
     }

@@ -18,8 +18,8 @@ use super::{
     Transition,
 };
 use super::{
-    EventCursor, EventQuery, EventRange, EventView, IdempotencyInput as EventKey, Published,
-    ReplayBatch, ResponseJson, SubscriptionCursor,
+    EventCursor, EventQuery, EventRange, EventView, IdempotencyInput as EventKey, PublishItem,
+    Published, Render, ReplayBatch, SubscriptionCursor,
 };
 use crate::domain::{
     event::{Event, Subscription},
@@ -524,16 +524,32 @@ pub trait SubscriptionStore: Send + Sync + 'static {
 /// archive keeps events for replay.
 #[async_trait]
 pub trait EventStore: Send + Sync + 'static {
-    /// Stores the event and makes one message per target with an enabled
-    /// subscription that matches its type (each target once). With a key,
-    /// the answer `render` makes of the event is kept with it, in the same
-    /// transaction.
+    /// Stores each event and makes one message per target with an enabled
+    /// subscription that matches its type (each target once), all in one
+    /// transaction (a group commit): one answer per item, in order. With a
+    /// key, the answer `render` makes of the event is kept with it; a key
+    /// already held, or held by an earlier item of the same call, answers as
+    /// that request did (or as a conflict, for another request).
+    async fn publish_events(
+        &self,
+        items: &[PublishItem],
+        render: &Render,
+    ) -> StoreResult<Vec<Published>>;
+
+    /// `publish_events` for one event.
     async fn publish_event(
         &self,
         event: &Event,
         key: Option<&EventKey>,
-        render: &(dyn for<'v> Fn(&'v EventView) -> ResponseJson + Send + Sync),
-    ) -> StoreResult<Published>;
+        render: &Render,
+    ) -> StoreResult<Published> {
+        let item = PublishItem {
+            event: event.clone(),
+            key: key.cloned(),
+        };
+        let mut answers = self.publish_events(&[item], render).await?;
+        Ok(answers.pop().expect("one answer per item"))
+    }
 
     async fn get_event(&self, account: &AccountId, id: &EventId) -> StoreResult<Option<EventView>>;
 

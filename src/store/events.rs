@@ -69,6 +69,16 @@ pub struct EventView {
     pub messages: Vec<Reached>,
 }
 
+/// One event to publish, with the idempotency key it came with.
+#[derive(Debug, Clone)]
+pub struct PublishItem {
+    pub event: Event,
+    pub key: Option<super::IdempotencyInput>,
+}
+
+/// What makes the answer an idempotency key keeps of a published event.
+pub type Render = dyn for<'v> Fn(&'v EventView) -> ResponseJson + Send + Sync;
+
 /// What a publish did.
 #[derive(Debug)]
 pub enum Published {

@@ -10,7 +10,7 @@ use dispatch::{
         event::{Event, EventType, Pattern, Subscription},
         ids::{EventId, SubscriptionId},
     },
-    store::{EventQuery, EventRange, EventView, Published, ResponseJson},
+    store::{EventQuery, EventRange, EventView, PublishItem, Published, ResponseJson},
 };
 
 use crate::support::*;
@@ -21,6 +21,7 @@ checks!(
     an_event_message_waits_behind_the_earlier_message_of_its_key,
     an_event_message_for_a_disabled_target_waits_until_it_is_enabled,
     one_key_makes_one_event_however_many_publish_it_at_once,
+    a_group_of_publishes_answers_each_as_if_published_alone_in_its_order,
     a_replay_makes_each_event_of_the_range_into_a_message_to_the_target,
     the_archive_forgets_events_past_their_time_but_not_their_messages,
 );
@@ -254,6 +255,106 @@ async fn one_key_makes_one_event_however_many_publish_it_at_once(store: Arc<dyn 
         .await
         .unwrap();
     assert!(matches!(answer, Published::KeyConflict), "{answer:?}");
+}
+
+async fn a_group_of_publishes_answers_each_as_if_published_alone_in_its_order(
+    store: Arc<dyn Store>,
+) {
+    let store = store.as_ref();
+    let ours = add_target(store, &ACME).await;
+    let theirs = add_target(store, &GLOBEX).await;
+    subscribe(store, &ours, &["order.*"]).await;
+    subscribe(store, &theirs, &["*"]).await;
+    let now = time::now();
+    // A key an earlier request holds.
+    let held = idem("held", b"request h", DAY, json!({}));
+    let first = event(&ACME, "order.a", None, now);
+    let Published::Created(earlier) = store
+        .publish_event(&first, Some(&held), &render)
+        .await
+        .unwrap()
+    else {
+        panic!("the first publish makes its event")
+    };
+    let same = idem("k", b"request 1", DAY, json!({}));
+    let other = idem("k", b"request 2", DAY, json!({}));
+    let item = |e: Event, key: Option<&dispatch::store::IdempotencyInput>| PublishItem {
+        event: e,
+        key: key.cloned(),
+    };
+    let at = |i: i64| now + ms(i + 1);
+    let items = vec![
+        item(
+            event(&ACME, "order.created", Some("o-1"), at(0)),
+            Some(&same),
+        ),
+        item(
+            event(&GLOBEX, "order.created", Some("o-1"), at(1)),
+            Some(&same),
+        ),
+        item(event(&ACME, "order.paid", Some("o-1"), at(2)), None),
+        item(event(&ACME, "order.created", None, at(3)), Some(&same)),
+        item(event(&ACME, "order.created", None, at(4)), Some(&other)),
+        item(event(&ACME, "order.a", None, at(5)), Some(&held)),
+        item(event(&ACME, "invoice.sent", None, at(6)), None),
+    ];
+    let answers = store.publish_events(&items, &render).await.unwrap();
+    assert_eq!(answers.len(), items.len());
+    let created = |i: usize| match &answers[i] {
+        Published::Created(v) => v.clone(),
+        other => panic!("item {i}: expected Created, got {other:?}"),
+    };
+    let (a0, g1, a2, none) = (created(0), created(1), created(2), created(6));
+    assert_eq!(targets_of(&a0), HashSet::from([ours.id.clone()]));
+    // The same key in another account is another key.
+    assert_eq!(targets_of(&g1), HashSet::from([theirs.id.clone()]));
+    assert_eq!(targets_of(&a2), HashSet::from([ours.id.clone()]));
+    assert!(none.messages.is_empty(), "no subscription takes invoice.*");
+    // The key an earlier item took answers its answer again, or a conflict.
+    match &answers[3] {
+        Published::Replayed { status, response } => {
+            assert_eq!(*status, 201);
+            assert_eq!(response.get(), render(&a0).get());
+        }
+        other => panic!("item 3: expected Replayed, got {other:?}"),
+    }
+    assert!(
+        matches!(answers[4], Published::KeyConflict),
+        "{:?}",
+        answers[4]
+    );
+    match &answers[5] {
+        Published::Replayed { response, .. } => {
+            assert_eq!(response.get(), render(&earlier).get())
+        }
+        other => panic!("item 5: expected Replayed, got {other:?}"),
+    }
+    // Only what was created exists: 1 + 4 events, 1 + 3 messages.
+    let events = store
+        .list_published_events(&ACME, &EventQuery::default(), None, 100)
+        .await
+        .unwrap();
+    assert_eq!(events.len(), 4, "ACME: the earlier one and items 0, 2, 6");
+    let kept = store.get_event(&ACME, &a0.event.id).await.unwrap().unwrap();
+    assert_eq!(kept.messages, a0.messages);
+    // A key's messages keep the order of their events: item 0's before 2's.
+    let (m0, m2) = (a0.messages[0].message_id, a2.messages[0].message_id);
+    assert!(m0 < m2, "{m0} before {m2}");
+    let later = now + secs(10);
+    let claimed = store.claim_due(later, 100, LEASE).await.unwrap();
+    let of_ours: Vec<_> = claimed
+        .iter()
+        .filter(|c| c.target_id == ours.id)
+        .map(|c| c.id)
+        .collect();
+    assert!(
+        of_ours.contains(&m0) && !of_ours.contains(&m2),
+        "{of_ours:?}"
+    );
+    // Each message is due at its own event's time, and made when it was.
+    let m = store.get_message(&ACME, &m2).await.unwrap().unwrap();
+    assert_eq!(m.delivery_time, a2.event.delivery_time);
+    assert_eq!(m.created_at, a2.event.created_at);
 }
 
 async fn a_replay_makes_each_event_of_the_range_into_a_message_to_the_target(

@@ -5,10 +5,7 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
-use super::{
-    publish::{held_key, keep_key, list_made, make_messages, PUBLISH_TRIES},
-    subscriptions::matching_targets,
-};
+use super::publish::{list_made, make_messages, publish_in, PUBLISH_TRIES};
 use crate::store::sql::{own::Own, rows::payload, At, Db, Stmt, Text, Uid};
 use crate::{
     domain::{
@@ -18,7 +15,7 @@ use crate::{
     },
     store::{
         ordering::distinct_keys, EventCursor, EventQuery, EventRange, EventStore, EventView,
-        IdempotencyInput, Published, ReplayBatch, ResponseJson, StoreError, StoreResult,
+        PublishItem, Published, Render, ReplayBatch, StoreError, StoreResult,
     },
 };
 
@@ -134,93 +131,23 @@ fn in_range<'q>(stmt: &mut Stmt<'q, '_>, account: &AccountId, range: &EventRange
 
 #[async_trait]
 impl<B: Own> EventStore for B {
-    async fn publish_event(
+    async fn publish_events(
         &self,
-        event: &Event,
-        key: Option<&IdempotencyInput>,
-        render: &(dyn for<'v> Fn(&'v EventView) -> ResponseJson + Send + Sync),
-    ) -> StoreResult<Published> {
+        items: &[PublishItem],
+        render: &Render,
+    ) -> StoreResult<Vec<Published>> {
         for _ in 0..PUBLISH_TRIES {
             let mut tx = self.db().begin().await?;
-            if let Some(key) = key {
-                if let Some(earlier) =
-                    held_key(&mut tx, &event.account, key, event.created_at).await?
-                {
-                    return Ok(earlier);
-                }
+            if let Some(answers) = publish_in(self, &mut tx, items, render).await? {
+                tx.commit().await?;
+                return Ok(answers);
             }
-            let targets = matching_targets(&mut tx, &event.account, event.ty.as_str()).await?;
-            tx.sql(
-                "INSERT INTO events (id, account, type, payload, delivery_time, ordering_key, created_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7)",
-            )
-            .bind(Uid(event.id.0))
-            .bind(&event.account)
-            .bind(event.ty.as_str())
-            .bind(Text(event.payload.as_str().to_string()))
-            .bind(At(event.delivery_time))
-            .bind(event.ordering_key.as_deref())
-            .bind(At(event.created_at))
-            .execute()
-            .await?;
-            let keys = distinct_keys(
-                event
-                    .ordering_key
-                    .as_deref()
-                    .into_iter()
-                    .flat_map(|k| targets.iter().map(move |t| (t.as_str(), k))),
-            );
-            self.lock_keys(&mut tx, &keys).await?;
-            let pairs: Vec<(EventId, &str)> =
-                targets.iter().map(|t| (event.id, t.as_str())).collect();
-            let made = make_messages(
-                &mut tx,
-                &event.account,
-                &pairs,
-                event.delivery_time,
-                event.created_at,
-            )
-            .await?;
-            self.settle_keys(&mut tx, &keys).await?;
-            list_made(&mut tx, &made).await?;
-            let view = EventView {
-                event: event.clone(),
-                messages: made
-                    .into_iter()
-                    .map(|(id, _, target)| Reached {
-                        message_id: id,
-                        target_id: TargetId::from_trusted(target),
-                        state: Some(State::Scheduled),
-                    })
-                    .collect(),
-            };
-            if let Some(key) = key {
-                if !keep_key(
-                    &mut tx,
-                    &event.account,
-                    key,
-                    &render(&view),
-                    event.created_at,
-                )
-                .await?
-                {
-                    // Another request with this key committed first: this
-                    // one made nothing; read its answer afresh.
-                    drop(tx);
-                    continue;
-                }
-            }
-            if !view.messages.is_empty() {
-                self.notify_if_soon(&mut tx, event.delivery_time, event.created_at)
-                    .await?;
-            }
-            tx.commit().await?;
-            return Ok(Published::Created(view));
+            // Another request with one of the keys committed first: this
+            // transaction made nothing; the next one reads its answer.
         }
-        Err(StoreError::Corrupt(format!(
-            "idempotency key of event {} kept changing hands",
-            event.id
-        )))
+        Err(StoreError::Corrupt(
+            "an idempotency key of a publish kept changing hands".into(),
+        ))
     }
 
     async fn get_event(&self, account: &AccountId, id: &EventId) -> StoreResult<Option<EventView>> {
@@ -350,7 +277,7 @@ impl<B: Own> EventStore for B {
             .iter()
             .map(|(id, _, _)| (EventId(id.0), target.as_str()))
             .collect();
-        let made = make_messages(&mut tx, account, &pairs, at, now).await?;
+        let made = make_messages(&mut tx, account, &pairs, Some(at), now).await?;
         self.settle_keys(&mut tx, &keys).await?;
         list_made(&mut tx, &made).await?;
         if !made.is_empty() {

@@ -1,13 +1,213 @@
 //! The steps of a publish: the messages it makes, the list of them, the
 //! idempotency key it holds.
 
+use std::collections::{hash_map::Entry, HashMap};
+
 use chrono::{DateTime, Utc};
 
-use crate::store::sql::{At, Tx, Uid};
+use super::subscriptions::matching_targets;
+use crate::store::sql::{own::Own, At, Text, Tx, Uid};
 use crate::{
-    domain::ids::{AccountId, EventId, MessageId},
-    store::{IdempotencyInput, Published, ResponseJson, StoreError, StoreResult},
+    domain::{
+        event::{Event, Reached},
+        ids::{AccountId, EventId, MessageId, TargetId},
+        message::State,
+    },
+    store::{
+        ordering::distinct_keys, EventView, IdempotencyInput, PublishItem, Published, Render,
+        ResponseJson, StoreError, StoreResult,
+    },
 };
+
+/// One transaction's work for `EventStore::publish_events`: the answers in
+/// the items' order, or None when another transaction took one of the keys
+/// meanwhile (the caller rolls back and tries again, and then reads that
+/// request's answer).
+pub(super) async fn publish_in<B: Own>(
+    store: &B,
+    tx: &mut Tx,
+    items: &[PublishItem],
+    render: &Render,
+) -> StoreResult<Option<Vec<Published>>> {
+    let mut answers: Vec<Option<Published>> = items.iter().map(|_| None).collect();
+    let (fresh, repeats) = sort_by_key_held(tx, items, &mut answers).await?;
+    // Whom each type reaches, looked up once per account and type.
+    let mut reach: HashMap<(&AccountId, &str), Vec<String>> = HashMap::new();
+    for &i in &fresh {
+        let e = &items[i].event;
+        if let Entry::Vacant(v) = reach.entry((&e.account, e.ty.as_str())) {
+            v.insert(matching_targets(tx, &e.account, e.ty.as_str()).await?);
+        }
+    }
+    let targets = |i: usize| &reach[&(&items[i].event.account, items[i].event.ty.as_str())];
+    insert_events(tx, fresh.iter().map(|&i| &items[i].event)).await?;
+    let keys = distinct_keys(fresh.iter().flat_map(|&i| {
+        let key = items[i].event.ordering_key.as_deref();
+        key.into_iter()
+            .flat_map(move |k| targets(i).iter().map(move |t| (t.as_str(), k)))
+    }));
+    store.lock_keys(tx, &keys).await?;
+    // One statement per account, the pairs in the items' order: a key's
+    // messages take ids in the order their events came.
+    let ids_at = fresh
+        .iter()
+        .map(|&i| items[i].event.created_at)
+        .max()
+        .unwrap_or_else(Utc::now);
+    let mut made = Vec::new();
+    let mut accounts: Vec<&AccountId> = Vec::new();
+    for &i in &fresh {
+        if !accounts.contains(&&items[i].event.account) {
+            accounts.push(&items[i].event.account);
+        }
+    }
+    for account in accounts {
+        let pairs: Vec<(EventId, &str)> = fresh
+            .iter()
+            .filter(|&&i| &items[i].event.account == account)
+            .flat_map(|&i| {
+                targets(i)
+                    .iter()
+                    .map(move |t| (items[i].event.id, t.as_str()))
+            })
+            .collect();
+        made.extend(make_messages(tx, account, &pairs, None, ids_at).await?);
+    }
+    store.settle_keys(tx, &keys).await?;
+    list_made(tx, &made).await?;
+    let mut reached: HashMap<EventId, Vec<Reached>> = HashMap::new();
+    for (id, event, target) in made {
+        reached.entry(event).or_default().push(Reached {
+            message_id: id,
+            target_id: TargetId::from_trusted(target),
+            state: Some(State::Scheduled),
+        });
+    }
+    let mut views: HashMap<usize, EventView> = fresh
+        .iter()
+        .map(|&i| {
+            let event = items[i].event.clone();
+            let messages = reached.remove(&event.id).unwrap_or_default();
+            (i, EventView { event, messages })
+        })
+        .collect();
+    // The keys, in one order for every transaction: two never wait on each
+    // other's.
+    let mut keyed: Vec<(usize, &IdempotencyInput)> = fresh
+        .iter()
+        .filter_map(|&i| items[i].key.as_ref().map(|k| (i, k)))
+        .collect();
+    keyed.sort_by(|(a, ka), (b, kb)| {
+        (&items[*a].event.account, &ka.key).cmp(&(&items[*b].event.account, &kb.key))
+    });
+    let mut rendered: HashMap<usize, ResponseJson> = HashMap::new();
+    for (i, key) in keyed {
+        let e = &items[i].event;
+        let answer = render(&views[&i]);
+        if !keep_key(tx, &e.account, key, &answer, e.created_at).await? {
+            return Ok(None);
+        }
+        rendered.insert(i, answer);
+    }
+    if let Some(soonest) = views
+        .values()
+        .filter(|v| !v.messages.is_empty())
+        .map(|v| &v.event)
+        .min_by_key(|e| e.delivery_time)
+    {
+        store
+            .notify_if_soon(tx, soonest.delivery_time, soonest.created_at)
+            .await?;
+    }
+    // An item whose key an earlier item of this call took answers as a
+    // later request with that key would.
+    for (i, first) in repeats {
+        let (mine, theirs) = (&items[i].key, &items[first].key);
+        answers[i] = Some(match (mine, theirs, rendered.get(&first)) {
+            (Some(m), Some(t), Some(response)) if m.request_hash == t.request_hash => {
+                Published::Replayed {
+                    status: t.status,
+                    response: response.clone(),
+                }
+            }
+            _ => Published::KeyConflict,
+        });
+    }
+    for i in fresh {
+        answers[i] = views.remove(&i).map(Published::Created);
+    }
+    Ok(Some(
+        answers
+            .into_iter()
+            .map(|a| a.expect("every item answered"))
+            .collect(),
+    ))
+}
+
+/// Answers the items whose key an earlier request holds; of the rest,
+/// which to publish (`fresh`) and which repeat the key of an earlier item
+/// of the call (`(item, that earlier item)`).
+async fn sort_by_key_held(
+    tx: &mut Tx,
+    items: &[PublishItem],
+    answers: &mut [Option<Published>],
+) -> StoreResult<(Vec<usize>, Vec<(usize, usize)>)> {
+    let mut first: HashMap<(&AccountId, &str), usize> = HashMap::new();
+    let mut fresh = Vec::with_capacity(items.len());
+    let mut repeats = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        if let Some(key) = &item.key {
+            let e = &item.event;
+            if let Some(earlier) = held_key(tx, &e.account, key, e.created_at).await? {
+                answers[i] = Some(earlier);
+                continue;
+            }
+            match first.entry((&e.account, key.key.as_str())) {
+                Entry::Occupied(taken) => {
+                    repeats.push((i, *taken.get()));
+                    continue;
+                }
+                Entry::Vacant(v) => {
+                    v.insert(i);
+                }
+            }
+        }
+        fresh.push(i);
+    }
+    Ok((fresh, repeats))
+}
+
+/// Inserts the events, many to a statement.
+async fn insert_events<'e>(
+    tx: &mut Tx,
+    events: impl Iterator<Item = &'e Event>,
+) -> StoreResult<()> {
+    let events: Vec<&Event> = events.collect();
+    for chunk in events.chunks(ROWS_PER_INSERT) {
+        let mut stmt = tx.sql(
+            "INSERT INTO events (id, account, type, payload, delivery_time, ordering_key, created_at) VALUES ",
+        );
+        for (i, e) in chunk.iter().enumerate() {
+            stmt.push(if i == 0 { "(" } else { ", (" })
+                .push_bind(Uid(e.id.0))
+                .push(", ")
+                .push_bind(e.account.to_string())
+                .push(", ")
+                .push_bind(e.ty.as_str().to_string())
+                .push(", ")
+                .push_bind(Text(e.payload.as_str().to_string()))
+                .push(", ")
+                .push_bind(At(e.delivery_time))
+                .push(", ")
+                .push_bind(e.ordering_key.as_deref().map(str::to_string))
+                .push(", ")
+                .push_bind(At(e.created_at))
+                .push(")");
+        }
+        stmt.execute().await?;
+    }
+    Ok(())
+}
 
 /// Rows per INSERT: well within SQLite's 32,766 bound values.
 pub(super) const ROWS_PER_INSERT: usize = 1000;
@@ -15,16 +215,18 @@ pub(super) const ROWS_PER_INSERT: usize = 1000;
 /// A message made of an event: its new id, the event and the target.
 type Made = (MessageId, EventId, String);
 
-/// Makes one message per (event, target) pair, Scheduled for `at`, of the
-/// event's payload, orderingKey and type (read from its row); a target that
-/// is no longer the account's gets none. Returns the messages made. The
-/// caller holds their ordering keys' locks, and made the pairs in the order
-/// their messages are to keep (ids rise with it).
+/// Makes one message per (event, target) pair, Scheduled for `at` and made
+/// `now` (without `at`: for its event's deliveryTime, made when its event
+/// was), of the event's payload, orderingKey and type (read from its row);
+/// a target that is no longer the account's gets none. Returns the
+/// messages made. The caller holds their ordering keys' locks, and made
+/// the pairs in the order their messages are to keep (ids, made for `now`,
+/// rise with it).
 pub(super) async fn make_messages(
     tx: &mut Tx,
     account: &AccountId,
     pairs: &[(EventId, &str)],
-    at: DateTime<Utc>,
+    at: Option<DateTime<Utc>>,
     now: DateTime<Utc>,
 ) -> StoreResult<Vec<Made>> {
     let lock = if tx.locks_rows() {
@@ -51,17 +253,28 @@ pub(super) async fn make_messages(
                next_attempt_at, claim_at, paused, gated, created_at, updated_at, ordering_key, held, \
                event_id, event_type) \
              SELECT v.id, t.account, t.id, 'Scheduled', e.payload, ",
-        )
-        .push_bind(At(at))
-        .push(", ")
-        .push_bind(At(at))
-        .push(", ")
-        .push_bind(At(at))
-        .push(", NOT t.enabled, t.gated, ")
-        .push_bind(At(now))
-        .push(", ")
-        .push_bind(At(now))
-        .push(
+        );
+        match at {
+            Some(at) => {
+                for (i, t) in [at, at, at].into_iter().enumerate() {
+                    if i > 0 {
+                        stmt.push(", ");
+                    }
+                    stmt.push_bind(At(t));
+                }
+                stmt.push(", NOT t.enabled, t.gated, ")
+                    .push_bind(At(now))
+                    .push(", ")
+                    .push_bind(At(now));
+            }
+            None => {
+                stmt.push(
+                    "e.delivery_time, e.delivery_time, e.delivery_time, NOT t.enabled, t.gated, \
+                     e.created_at, e.created_at",
+                );
+            }
+        }
+        stmt.push(
             ", e.ordering_key, e.ordering_key IS NOT NULL, e.id, e.type \
              FROM v JOIN events e ON e.id = v.event_id \
              JOIN targets t ON t.id = v.target_id AND t.account = ",
