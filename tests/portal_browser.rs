@@ -696,8 +696,8 @@ async fn error_pages_keep_the_navigation_and_filter_times_show_their_seconds() {
         assert_eq!(b.text("h1").await, "Not found", "{path}");
         assert_eq!(
             b.find_all("nav[aria-label=Main] a").await.len(),
-            5,
-            "the signed-in header and navigation (an admin's, with People): {path}"
+            6,
+            "the signed-in header and navigation (an admin's, with Events and People): {path}"
         );
         assert!(b.exists("form[action='/portal/logout']").await, "{path}");
     }
