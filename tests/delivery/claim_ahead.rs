@@ -309,6 +309,10 @@ mod postgres {
                 ("DISPATCH_WEBHOOK__TIMEOUT", "1s"),
                 ("DISPATCH_SWEEPER__LEASE", "2s"),
                 ("DISPATCH_SWEEPER__CLAIM_AHEAD", "30s"),
+                // A wake the worker misses (one sent before its LISTEN is
+                // up) is made good by its next look, well inside LEAD: not
+                // the 5 s backstop, after the survivor took the messages.
+                ("DISPATCH_SWEEPER__POLL_INTERVAL", "500ms"),
             ],
         )
         .await;
