@@ -4,8 +4,11 @@
 use std::collections::BTreeMap;
 
 use super::{
-    AuthKindIn, AwsIn, CircuitBreakerIn, FlowControlIn, FormatIn, LimitsIn, OAuthIn, SnsConfigIn,
-    SqsConfigIn, WebhookConfigIn, NUL,
+    forms::NUL,
+    types::{
+        AuthKindIn, AwsIn, CircuitBreakerIn, FlowControlIn, FormatIn, LimitsIn, OAuthIn,
+        SnsConfigIn, SqsConfigIn, WebhookConfigIn,
+    },
 };
 use crate::{
     domain::target::{

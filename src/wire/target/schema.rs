@@ -4,59 +4,17 @@
 
 use utoipa::{
     openapi::{
-        schema::{
-            AdditionalProperties, ArrayBuilder, ObjectBuilder, OneOfBuilder, Schema, SchemaFormat,
-            SchemaType, Type,
-        },
+        schema::{ObjectBuilder, OneOfBuilder, Schema, SchemaType, Type},
         Discriminator, Ref, RefOr,
     },
     PartialSchema, ToSchema,
 };
 
 use super::{
-    SnsConfigIn, SqsConfigIn, TargetIn, TargetPatchIn, WebhookConfigIn, HEADER_NAME, HEADER_VALUE,
-    MEDIA_TYPE, NAME, NO_NUL,
+    forms::{string_schema, NAME},
+    types::{SnsConfigIn, SqsConfigIn, TargetIn, TargetPatchIn, WebhookConfigIn},
 };
 use crate::domain::target::rules;
-
-fn string_schema(pattern: &str) -> ObjectBuilder {
-    ObjectBuilder::new()
-        .schema_type(Type::String)
-        .pattern(Some(pattern))
-}
-
-pub(super) fn headers_schema() -> Schema {
-    ObjectBuilder::new()
-        .schema_type(SchemaType::from_iter([Type::Object, Type::Null]))
-        .max_properties(Some(rules::MAX_HEADERS))
-        .property_names(Some(
-            string_schema(HEADER_NAME).format(Some(SchemaFormat::Custom("header-name".into()))),
-        ))
-        .additional_properties(Some(AdditionalProperties::RefOr(RefOr::T(
-            string_schema(HEADER_VALUE).build().into(),
-        ))))
-        .build()
-        .into()
-}
-
-pub(super) fn content_type_schema() -> Schema {
-    ObjectBuilder::new()
-        .schema_type(SchemaType::from_iter([Type::String, Type::Null]))
-        .pattern(Some(MEDIA_TYPE))
-        .min_length(Some(3))
-        .max_length(Some(rules::MAX_MEDIA_TYPE))
-        .examples(["application/json; charset=utf-8"])
-        .build()
-        .into()
-}
-
-pub(super) fn scopes_schema() -> Schema {
-    ArrayBuilder::new()
-        .schema_type(SchemaType::from_iter([Type::Array, Type::Null]))
-        .items(string_schema(NO_NUL).min_length(Some(1)))
-        .build()
-        .into()
-}
 
 /// One variant of the create body, for the document.
 fn variant(kind: &str, config: &str) -> Schema {
