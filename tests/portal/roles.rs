@@ -125,6 +125,16 @@ fn post(path: String, form: Vec<(&'static str, String)>) -> Request {
     }
 }
 
+/// A form's time, and the same in a query string.
+const TIME: &str = "%Y-%m-%dT%H:%M:%S";
+const QUERY_TIME: &str = "%Y-%m-%dT%H%%3A%M%%3A%S";
+
+/// A day before the test's clock, in `form`: the start of a range that
+/// holds everything the test made.
+fn since(form: &str) -> String {
+    (Utc::now() - TimeDelta::days(1)).format(form).to_string()
+}
+
 /// Far ahead of the test's clock, as a form takes a time.
 fn far() -> String {
     common::calendar::new_year_ahead(5)
@@ -259,7 +269,7 @@ impl Ctx {
     async fn prepare(&self, action: Action) -> Request {
         let wide = |extra: Vec<(&'static str, String)>| {
             let mut f = vec![
-                ("from", "2020-01-01T00:00:00".to_string()),
+                ("from", since(TIME)),
                 ("to", common::calendar::new_year_ahead(15)),
                 ("rangeTz", "UTC".to_string()),
                 ("tz", "UTC".to_string()),
@@ -404,8 +414,9 @@ impl Ctx {
                 )
             }
             ReplayEventsForm => get(format!(
-                "/portal/targets/{}/replay-events?from=2020-01-01T00%3A00%3A00&to={}-01-01T00%3A00%3A00&rangeTz=UTC&types=audit.*",
+                "/portal/targets/{}/replay-events?from={}&to={}-01-01T00%3A00%3A00&rangeTz=UTC&types=audit.*",
                 self.ok,
+                since(QUERY_TIME),
                 common::calendar::years_ahead(15)
             )),
             NewTargetForm => get("/portal/targets/new".into()),
@@ -417,8 +428,9 @@ impl Ctx {
                 self.dead
             )),
             ReplayForm => get(format!(
-                "/portal/targets/{}/replay?from=2020-01-01T00%3A00%3A00&to={}-01-01T00%3A00%3A00&rangeTz=UTC",
+                "/portal/targets/{}/replay?from={}&to={}-01-01T00%3A00%3A00&rangeTz=UTC",
                 self.ok,
+                since(QUERY_TIME),
                 common::calendar::years_ahead(15)
             )),
         }
