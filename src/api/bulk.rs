@@ -12,7 +12,6 @@ use crate::{
         ids::{MessageId, TargetId},
         message::State as MsgState,
         target::FieldError,
-        time,
     },
     service::bulk::BULK_IDS_MAX,
     service::{Actor, Permission},
@@ -33,20 +32,6 @@ struct Common {
     ids: Option<Vec<MessageId>>,
 }
 
-fn instant(
-    s: Option<String>,
-    name: &str,
-    errors: &mut Vec<FieldError>,
-) -> Option<chrono::DateTime<chrono::Utc>> {
-    s.and_then(|s| match time::parse_rfc3339(&s) {
-        Ok(t) => Some(t),
-        Err(e) => {
-            errors.push(FieldError::new(name, e.to_string()));
-            None
-        }
-    })
-}
-
 fn common(
     target_id: Field<String>,
     from: Field<String>,
@@ -55,8 +40,8 @@ fn common(
     errors: &mut Vec<FieldError>,
 ) -> Common {
     let target_id = target_id.take_optional_target_id(errors);
-    let from = instant(from.take_optional("from", errors), "from", errors);
-    let to = instant(to.take_optional("to", errors), "to", errors);
+    let from = from.take_optional_instant("from", errors);
+    let to = to.take_optional_instant("to", errors);
     let ids = ids.take_optional("messageIds", errors);
     if ids.as_ref().is_some_and(|ids| ids.len() > BULK_IDS_MAX) {
         errors.push(FieldError::new("messageIds", "lists more than 1,000 ids"));
@@ -109,12 +94,9 @@ pub async fn redrive(
         body.message_ids,
         &mut errors,
     );
-    let at = instant(
-        body.delivery_time
-            .take_optional("deliveryTime", &mut errors),
-        "deliveryTime",
-        &mut errors,
-    );
+    let at = body
+        .delivery_time
+        .take_optional_instant("deliveryTime", &mut errors);
     if !errors.is_empty() {
         return Err(ApiError::Validation(errors));
     }
@@ -200,14 +182,11 @@ pub async fn replay(
     state.service.check(&actor, Permission::ChangeMessages)?;
     let mut errors = Vec::new();
     let target_id = body.target_id.take_target_id(&mut errors);
-    let from = instant(body.from.take("from", &mut errors), "from", &mut errors);
-    let to = instant(body.to.take("to", &mut errors), "to", &mut errors);
-    let at = instant(
-        body.delivery_time
-            .take_optional("deliveryTime", &mut errors),
-        "deliveryTime",
-        &mut errors,
-    );
+    let from = body.from.take_instant("from", &mut errors);
+    let to = body.to.take_instant("to", &mut errors);
+    let at = body
+        .delivery_time
+        .take_optional_instant("deliveryTime", &mut errors);
     if !errors.is_empty() {
         return Err(ApiError::Validation(errors));
     }

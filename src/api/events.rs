@@ -19,7 +19,6 @@ use crate::{
         event::Subscription,
         ids::{EventId, SubscriptionId, TargetId},
         target::FieldError,
-        time,
     },
     service::{
         events::{PublishOutcome, PublishRequest},
@@ -286,11 +285,8 @@ pub async fn list_events(
             .ok()
     });
     let mut instant = |name: &str| {
-        q.sent(name).and_then(|s| {
-            time::parse_rfc3339(s)
-                .map_err(|e| errors.push(FieldError::new(name, e.to_string())))
-                .ok()
-        })
+        q.sent(name)
+            .and_then(|s| crate::wire::instant(s, name, &mut errors))
     };
     let from = instant("from");
     let to = instant("to");

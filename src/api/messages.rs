@@ -19,7 +19,6 @@ use crate::{
         message::{OrderingKey, State as MsgState},
         payload::Payload,
         target::FieldError,
-        time,
     },
     service::{messages::ScheduleRequest, messages::Scheduled, IdempotencyKey},
     service::{Actor, Permission},
@@ -30,16 +29,6 @@ use crate::{
 
 fn parse_id(id: &str) -> ApiResult<MessageId> {
     id.parse().map_err(|_| ApiError::NotFound)
-}
-
-fn delivery_time(s: &str, errors: &mut Vec<FieldError>) -> Option<chrono::DateTime<chrono::Utc>> {
-    match time::parse_rfc3339(s) {
-        Ok(t) => Some(t),
-        Err(e) => {
-            errors.push(FieldError::new("deliveryTime", e.to_string()));
-            None
-        }
-    }
 }
 
 /// What `MessageIn` holds beyond its types: a target id's form, an
@@ -53,7 +42,7 @@ pub(super) fn schedule_request(
     let delivery_time = m
         .delivery_time
         .take("deliveryTime", &mut errors)
-        .and_then(|t| delivery_time(&t, &mut errors));
+        .and_then(|t| crate::wire::instant(&t, "deliveryTime", &mut errors));
     let payload = m
         .payload
         .take("payload", &mut errors)
@@ -335,7 +324,7 @@ pub async fn reschedule(
     let at = body
         .delivery_time
         .take("deliveryTime", &mut errors)
-        .and_then(|t| delivery_time(&t, &mut errors));
+        .and_then(|t| crate::wire::instant(&t, "deliveryTime", &mut errors));
     let Some(at) = at else {
         return Err(ApiError::Validation(errors));
     };

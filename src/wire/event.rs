@@ -15,7 +15,7 @@ use crate::{
         message::OrderingKey,
         payload::Payload,
         target::FieldError,
-        time::{self, serde_ts},
+        time::serde_ts,
     },
     store::{EventView, ResponseJson},
 };
@@ -213,12 +213,7 @@ pub fn parse_event(input: EventIn) -> Result<EventSpec, Vec<FieldError>> {
             });
     let delivery_time = input
         .delivery_time
-        .take_optional("deliveryTime", &mut errors)
-        .and_then(|t| {
-            time::parse_rfc3339(&t)
-                .map_err(|e| errors.push(FieldError::new("deliveryTime", e.to_string())))
-                .ok()
-        });
+        .take_optional_instant("deliveryTime", &mut errors);
     let ordering_key = input
         .ordering_key
         .take_optional("orderingKey", &mut errors)
@@ -331,18 +326,6 @@ pub struct EventReplaySpec {
     pub delivery_time: Option<DateTime<Utc>>,
 }
 
-fn required_instant(
-    f: Field<String>,
-    name: &str,
-    errors: &mut Vec<FieldError>,
-) -> Option<DateTime<Utc>> {
-    f.take(name, errors).and_then(|t| {
-        time::parse_rfc3339(&t)
-            .map_err(|e| errors.push(FieldError::new(name, e.to_string())))
-            .ok()
-    })
-}
-
 /// Each pattern of `types`, or its problems, each named (`types[1]`).
 fn patterns(given: Vec<Value>, errors: &mut Vec<FieldError>) -> Option<Vec<Pattern>> {
     if given.is_empty() || given.len() > MAX_PATTERNS {
@@ -364,20 +347,15 @@ fn patterns(given: Vec<Value>, errors: &mut Vec<FieldError>) -> Option<Vec<Patte
 pub fn parse_replay(input: EventReplayIn) -> Result<EventReplaySpec, Vec<FieldError>> {
     let mut errors = Vec::new();
     let target_id = input.target_id.take_target_id(&mut errors);
-    let from = required_instant(input.from, "from", &mut errors);
-    let to = required_instant(input.to, "to", &mut errors);
+    let from = input.from.take_instant("from", &mut errors);
+    let to = input.to.take_instant("to", &mut errors);
     let types = input
         .types
         .take_optional("types", &mut errors)
         .and_then(|t| patterns(t, &mut errors));
     let delivery_time = input
         .delivery_time
-        .take_optional("deliveryTime", &mut errors)
-        .and_then(|t| {
-            time::parse_rfc3339(&t)
-                .map_err(|e| errors.push(FieldError::new("deliveryTime", e.to_string())))
-                .ok()
-        });
+        .take_optional_instant("deliveryTime", &mut errors);
     match (target_id, from, to) {
         (Some(target_id), Some(from), Some(to)) if errors.is_empty() => Ok(EventReplaySpec {
             target_id,

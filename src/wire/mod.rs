@@ -277,7 +277,30 @@ impl<T> Field<T> {
     }
 }
 
+/// An RFC 3339 instant, or its problem added to `errors` under `name`.
+pub fn instant(s: &str, name: &str, errors: &mut Vec<FieldError>) -> Option<DateTime<Utc>> {
+    crate::domain::time::parse_rfc3339(s)
+        .map_err(|e| errors.push(FieldError::new(name, e.to_string())))
+        .ok()
+}
+
 impl Field<String> {
+    /// A required RFC 3339 instant.
+    pub fn take_instant(self, name: &str, errors: &mut Vec<FieldError>) -> Option<DateTime<Utc>> {
+        self.take(name, errors)
+            .and_then(|s| instant(&s, name, errors))
+    }
+
+    /// An RFC 3339 instant that may be left out.
+    pub fn take_optional_instant(
+        self,
+        name: &str,
+        errors: &mut Vec<FieldError>,
+    ) -> Option<DateTime<Utc>> {
+        self.take_optional(name, errors)
+            .and_then(|s| instant(&s, name, errors))
+    }
+
     /// A required `targetId` in a target id's form; one that is not names
     /// no target (the same 400 an unknown target gets).
     pub fn take_target_id(

@@ -102,14 +102,10 @@ impl ScheduleSpec {
 
 const NAME_MAX_CHARS: usize = 200;
 
+/// An instant to the millisecond, as a schedule keeps it.
 fn instant(s: Option<String>, name: &str, errors: &mut Vec<FieldError>) -> Option<DateTime<Utc>> {
-    s.and_then(|s| match time::parse_rfc3339(&s) {
-        Ok(t) => Some(time::truncate_ms(t)),
-        Err(e) => {
-            errors.push(FieldError::new(name, e.to_string()));
-            None
-        }
-    })
+    s.and_then(|s| super::instant(&s, name, errors))
+        .map(time::truncate_ms)
 }
 
 /// Every problem of a schedule's document, each named.
