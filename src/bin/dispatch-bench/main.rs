@@ -25,13 +25,13 @@
 
 use std::{
     collections::HashMap,
-    path::PathBuf,
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
 use anyhow::bail;
 
+mod args;
 mod charts;
 mod fanout;
 mod ingest;
@@ -43,6 +43,7 @@ mod schedules;
 mod service;
 mod token;
 
+use args::Args;
 use axum::{body::Bytes, extract::State, routing::post, Router};
 use chrono::{DateTime, TimeDelta, Utc};
 use clap::Parser;
@@ -54,118 +55,6 @@ use service::{
     Timing,
 };
 use sqlx::{Connection, PgConnection};
-
-#[derive(Debug, Clone, Parser)]
-#[command(about = "Dispatch load benchmark")]
-struct Args {
-    /// A PostgreSQL server where the benchmark may create and drop databases.
-    #[arg(
-        long,
-        env = "DISPATCH_BENCH_PG_URL",
-        default_value = "postgres://postgres@127.0.0.1:5432/postgres"
-    )]
-    pg: String,
-    /// Scenarios to run: burst, steady, backlog, ingest, batch, sqs, noisy,
-    /// token, ordered, redrive, schedules, purge, fanout, publish,
-    /// publish-none, publish-crowd (comma-separated).
-    #[arg(long, default_value = "burst,steady,backlog,ingest,batch")]
-    scenarios: String,
-    /// The store Dispatch runs on: postgres or sqlite (the embedded store).
-    #[arg(long, default_value = "postgres")]
-    store: String,
-    /// How messages are scheduled: `store` (directly, so only delivery is
-    /// measured; PostgreSQL only) or `api` (POST /messages, 32 at a time).
-    #[arg(long, default_value = "store")]
-    via: String,
-    /// Far-future messages scheduled (directly in PostgreSQL) before the
-    /// steady run of the backlog scenario.
-    #[arg(long, default_value_t = 1_000_000)]
-    backlog: usize,
-    /// In the backlog scenario, VACUUM ANALYZE after the bulk insert, as
-    /// autovacuum would have done for a backlog that grew over time.
-    #[arg(long, default_value_t = false)]
-    analyze: bool,
-    /// Schedule requests sent in the ingest scenario (32 at a time).
-    #[arg(long, default_value_t = 20_000)]
-    ingest: usize,
-    /// Messages scheduled through POST /messages/batch in the batch scenario
-    /// (1,000 a request, 4 requests at a time).
-    #[arg(long, default_value_t = 200_000)]
-    batch: usize,
-    /// Messages due at one instant for one SQS queue in the sqs scenario.
-    #[arg(long, default_value_t = 5_000)]
-    sqs: usize,
-    /// Send SQS messages with SendMessageBatch (the default) or one by one.
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
-    sqs_batch: bool,
-    /// A moto server (or LocalStack) for the sqs scenario.
-    #[arg(long, env = "DISPATCH_BENCH_MOTO_URL")]
-    moto: Option<String>,
-    /// Messages due at one instant in the burst scenario.
-    #[arg(long, default_value_t = 20_000)]
-    burst: usize,
-    /// Messages per second, and seconds, of the steady scenario.
-    #[arg(long, default_value_t = 1_000)]
-    steady_rate: usize,
-    #[arg(long, default_value_t = 20)]
-    steady_seconds: usize,
-    /// Messages due at once for another account's hanging target in the
-    /// noisy scenario (which is otherwise the steady one).
-    #[arg(long, default_value_t = 10_000)]
-    noisy: usize,
-    /// Keys, and messages per key, of the ordered scenario.
-    #[arg(long, default_value_t = 10_000)]
-    ordered_keys: usize,
-    #[arg(long, default_value_t = 10)]
-    ordered_per_key: usize,
-    /// Dead letters redriven with one call in the redrive scenario (at most
-    /// the service's bulk.max, 100,000 by default).
-    #[arg(long, default_value_t = 100_000)]
-    redrive: usize,
-    /// Schedules, and runs of each (one a second), of the schedules scenario.
-    #[arg(long, default_value_t = 10_000)]
-    schedules: usize,
-    #[arg(long, default_value_t = 30)]
-    schedule_seconds: usize,
-    /// Targets the schedules scenario's schedules share.
-    #[arg(long, default_value_t = 10)]
-    schedule_targets: usize,
-    /// Subscribed targets, and events due at one instant, of the fanout scenario.
-    #[arg(long, default_value_t = 100)]
-    fanout_targets: usize,
-    #[arg(long, default_value_t = 200)]
-    fanout_events: usize,
-    /// Targets each event of the publish scenarios reaches (their count
-    /// is `--ingest`).
-    #[arg(long, default_value_t = 10)]
-    publish_targets: usize,
-    /// Subscriptions of other types in the publish-crowd scenario.
-    #[arg(long, default_value_t = 10_000)]
-    crowd: usize,
-    /// Runs of each scenario; the table shows the median.
-    #[arg(long, default_value_t = 1)]
-    runs: usize,
-    /// Seconds the token scenario asks for tokens with a valid client.
-    #[arg(long, default_value_t = 5)]
-    token_seconds: u64,
-    /// The dispatch binary (default: beside this one).
-    #[arg(long)]
-    dispatch: Option<PathBuf>,
-    /// Delivered messages, expired a day ago, that retention purges while
-    /// the steady run of the purge scenario goes on (PostgreSQL only).
-    #[arg(long, default_value_t = 1_000_000)]
-    purge: usize,
-    /// Measure PostgreSQL's own floor (pgbench) beside the ingest scenarios.
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
-    floor: bool,
-    /// Where the run's JSON and its SVG charts are written.
-    #[arg(long, default_value = "target/bench")]
-    out: PathBuf,
-    /// Also write each run's deliveries (due time and lateness in ms, in
-    /// order of due time) to `<scenario>-<run>.csv` in `--out`.
-    #[arg(long)]
-    timings: bool,
-}
 
 /// (messageId, arrival, scheduled time) of one request.
 type Arrival = (String, DateTime<Utc>, DateTime<Utc>);
