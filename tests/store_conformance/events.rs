@@ -13,7 +13,9 @@ use dispatch::{
     store::{EventQuery, EventRange, EventView, PublishItem, Published, ResponseJson},
 };
 
-use crate::support::*;
+use crate::{sealing::Db, support::*};
+
+checks!(sealed: a_purged_event_takes_its_list_of_messages_with_it);
 
 checks!(
     an_event_reaches_each_matching_target_once_and_lists_its_messages,
@@ -429,6 +431,30 @@ async fn a_replay_makes_each_event_of_the_range_into_a_message_to_the_target(
         .await
         .unwrap();
     assert_eq!(foreign.made, 0);
+}
+
+/// The purge deletes an event's list of messages with the event (no
+/// foreign key does it on PostgreSQL) and leaves every other list.
+async fn a_purged_event_takes_its_list_of_messages_with_it(db: Db) {
+    let store = db.open(None).await;
+    let store = store.as_ref();
+    for _ in 0..2 {
+        let t = add_target(store, &ACME).await;
+        subscribe(store, &t, &["*"]).await;
+    }
+    let now = time::now();
+    publish(store, &event(&ACME, "a", None, now - days(40))).await;
+    let kept = publish(store, &event(&ACME, "a", None, now)).await;
+    let listed = "SELECT count(*) FROM event_messages";
+    assert_eq!(db.raw_count(listed).await, 4);
+    assert_eq!(store.purge_events(now - days(30), 1000).await.unwrap(), 1);
+    assert_eq!(db.raw_count(listed).await, 2);
+    let got = store
+        .get_event(&ACME, &kept.event.id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(got.messages.len(), 2);
 }
 
 async fn the_archive_forgets_events_past_their_time_but_not_their_messages(store: Arc<dyn Store>) {

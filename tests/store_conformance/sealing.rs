@@ -1,4 +1,5 @@
-//! The harness of the secrets-at-rest checks (in `secrets`): one database,
+//! The harness of the checks that read the database raw (the secrets at
+//! rest, in `secrets`; what a purge leaves, in `events`): one database,
 //! opened several times with different keys, whose raw columns show what
 //! the database really holds; and the targets and keys those checks use.
 
@@ -121,6 +122,21 @@ impl Db {
                 sqlx::query_as(sql).fetch_all(&mut c).await.unwrap()
             }
         }
+    }
+
+    /// What a query of one count answers, read beside the store.
+    pub(crate) async fn raw_count(&self, sql: &str) -> i64 {
+        let (n,): (i64,) = match self {
+            Db::Postgres(db) => {
+                let mut c = PgConnection::connect(&db.url).await.unwrap();
+                sqlx::query_as(sql).fetch_one(&mut c).await.unwrap()
+            }
+            Db::Sqlite(dir) => {
+                let mut c = self.sqlite_connection(dir).await;
+                sqlx::query_as(sql).fetch_one(&mut c).await.unwrap()
+            }
+        };
+        n
     }
 
     /// Puts one target's sealed secrets onto another, as someone with write

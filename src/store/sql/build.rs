@@ -8,7 +8,7 @@ use std::fmt::Write;
 
 use sqlx::{Encode, Postgres, Sqlite, Type};
 
-use super::{add, Run, Stmt, Value};
+use super::{add, dialect::Dialect, Run, Stmt, Value};
 
 impl<'q> Stmt<'q, '_> {
     /// Appends SQL text.
@@ -19,6 +19,52 @@ impl<'q> Stmt<'q, '_> {
 
     /// Appends the next placeholder, `$n`, and binds `value` to it.
     pub fn push_bind<T: Value<'q>>(&mut self, value: T) -> &mut Self {
+        self.push_placeholder();
+        match &mut self.run {
+            Run::Postgres(_, args) => add(args, value),
+            Run::Sqlite(_, args) => add(args, value),
+        }
+        self
+    }
+
+    /// The database the statement runs on.
+    pub fn dialect(&self) -> Dialect {
+        match &self.run {
+            Run::Postgres(..) => Dialect::Postgres,
+            Run::Sqlite(..) => Dialect::Sqlite,
+        }
+    }
+
+    /// Appends the next `$n` and binds a value that only PostgreSQL's form
+    /// of the statement takes (`bind_pg`).
+    pub fn push_bind_pg<T>(&mut self, value: T) -> &mut Self
+    where
+        T: 'q + Encode<'q, Postgres> + Type<Postgres> + Send,
+    {
+        self.push_placeholder();
+        match &mut self.run {
+            Run::Postgres(_, args) => add(args, value),
+            Run::Sqlite(_, args) => *args = Err("a PostgreSQL value bound on SQLite".into()),
+        }
+        self
+    }
+
+    /// Appends the next `$n` and binds a value that only SQLite's form of
+    /// the statement takes (`bind_sqlite`).
+    pub fn push_bind_sqlite<T>(&mut self, value: T) -> &mut Self
+    where
+        T: 'q + Encode<'q, Sqlite> + Type<Sqlite> + Send,
+    {
+        self.push_placeholder();
+        match &mut self.run {
+            Run::Postgres(_, args) => *args = Err("a SQLite value bound on PostgreSQL".into()),
+            Run::Sqlite(_, args) => add(args, value),
+        }
+        self
+    }
+
+    /// Appends `$n` for the value to be bound next.
+    fn push_placeholder(&mut self) {
         // A value that failed to encode fails the statement: its numbers no
         // longer matter.
         let bound = match &self.run {
@@ -27,11 +73,6 @@ impl<'q> Stmt<'q, '_> {
             _ => 0,
         };
         let _ = write!(self.sql.to_mut(), "${}", bound + 1);
-        match &mut self.run {
-            Run::Postgres(_, args) => add(args, value),
-            Run::Sqlite(_, args) => add(args, value),
-        }
-        self
     }
 
     /// Binds the next `$n` of a statement written for PostgreSQL alone (its

@@ -45,6 +45,7 @@ mod portal;
 pub(crate) mod rows;
 mod schedules;
 mod secrets;
+pub(crate) mod table;
 mod targets;
 mod values;
 

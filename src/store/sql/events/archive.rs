@@ -6,7 +6,12 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use super::publish::{list_made, make_messages, publish_in, PUBLISH_TRIES};
-use crate::store::sql::{own::Own, rows::payload, At, Db, Stmt, Text, Uid};
+use crate::store::sql::{
+    own::Own,
+    rows::payload,
+    table::{Col, Table},
+    At, Db, Stmt, Text, Uid,
+};
 use crate::{
     domain::{
         event::{Event, EventType, Pattern, Reached, OWN_PREFIX},
@@ -293,16 +298,28 @@ impl<B: Own> EventStore for B {
 
     async fn purge_events(&self, before: DateTime<Utc>, limit: u32) -> StoreResult<u64> {
         let mut tx = self.db().begin().await?;
-        let purged = tx
+        let purged: Vec<(Uid,)> = tx
             .sql(
                 "DELETE FROM events WHERE id IN \
-                 (SELECT id FROM events WHERE created_at < $1 ORDER BY created_at LIMIT $2)",
+                 (SELECT id FROM events WHERE created_at < $1 ORDER BY created_at LIMIT $2) \
+                 RETURNING id",
             )
             .bind(At(before))
             .bind(i64::from(limit))
-            .execute()
+            .fetch_all()
             .await?;
+        // Their lists of messages go with them (no foreign key does it: it
+        // checked each listed message's event again, row by row, as a
+        // publish wrote the list).
+        let ids = Table::new(vec![(
+            "id",
+            Col::Uuid(purged.iter().map(|(id,)| id.0).collect()),
+        )]);
+        let mut stmt = tx.sql("DELETE FROM event_messages WHERE event_id IN (SELECT id FROM ");
+        ids.push_from(&mut stmt, "p");
+        stmt.push(")");
+        stmt.execute().await?;
         tx.commit().await?;
-        Ok(purged)
+        Ok(purged.len() as u64)
     }
 }

@@ -6,7 +6,11 @@ use std::collections::{hash_map::Entry, HashMap};
 use chrono::{DateTime, Utc};
 
 use super::subscriptions::matching_targets;
-use crate::store::sql::{own::Own, At, Text, Tx, Uid};
+use crate::store::sql::{
+    own::Own,
+    table::{Col, Table},
+    At, Tx, Uid,
+};
 use crate::{
     domain::{
         event::{Event, Reached},
@@ -184,32 +188,54 @@ async fn insert_events<'e>(
 ) -> StoreResult<()> {
     let events: Vec<&Event> = events.collect();
     for chunk in events.chunks(ROWS_PER_INSERT) {
+        let rows = Table::new(vec![
+            ("id", Col::Uuid(chunk.iter().map(|e| e.id.0).collect())),
+            (
+                "account",
+                Col::Text(chunk.iter().map(|e| e.account.to_string()).collect()),
+            ),
+            (
+                "type",
+                Col::Text(chunk.iter().map(|e| e.ty.as_str().to_string()).collect()),
+            ),
+            (
+                "payload",
+                Col::Payload(
+                    chunk
+                        .iter()
+                        .map(|e| e.payload.as_str().to_string())
+                        .collect(),
+                ),
+            ),
+            (
+                "delivery_time",
+                Col::At(chunk.iter().map(|e| e.delivery_time).collect()),
+            ),
+            (
+                "ordering_key",
+                Col::OptText(
+                    chunk
+                        .iter()
+                        .map(|e| e.ordering_key.as_deref().map(str::to_string))
+                        .collect(),
+                ),
+            ),
+            (
+                "created_at",
+                Col::At(chunk.iter().map(|e| e.created_at).collect()),
+            ),
+        ]);
         let mut stmt = tx.sql(
-            "INSERT INTO events (id, account, type, payload, delivery_time, ordering_key, created_at) VALUES ",
+            "INSERT INTO events (id, account, type, payload, delivery_time, ordering_key, created_at) \
+             SELECT v.id, v.account, v.type, v.payload, v.delivery_time, v.ordering_key, v.created_at FROM ",
         );
-        for (i, e) in chunk.iter().enumerate() {
-            stmt.push(if i == 0 { "(" } else { ", (" })
-                .push_bind(Uid(e.id.0))
-                .push(", ")
-                .push_bind(e.account.to_string())
-                .push(", ")
-                .push_bind(e.ty.as_str().to_string())
-                .push(", ")
-                .push_bind(Text(e.payload.as_str().to_string()))
-                .push(", ")
-                .push_bind(At(e.delivery_time))
-                .push(", ")
-                .push_bind(e.ordering_key.as_deref().map(str::to_string))
-                .push(", ")
-                .push_bind(At(e.created_at))
-                .push(")");
-        }
+        rows.push_from(&mut stmt, "v");
         stmt.execute().await?;
     }
     Ok(())
 }
 
-/// Rows per INSERT: well within SQLite's 32,766 bound values.
+/// Rows per INSERT: a bound on one statement's arrays.
 pub(super) const ROWS_PER_INSERT: usize = 1000;
 
 /// A message made of an event: its new id, the event and the target.
@@ -236,20 +262,23 @@ pub(super) async fn make_messages(
     };
     let mut out = Vec::with_capacity(pairs.len());
     for chunk in pairs.chunks(ROWS_PER_INSERT) {
-        // The new rows' ids, events and targets as a list of values, named
-        // by a common table expression both databases read.
-        let mut stmt = tx.sql("WITH v (id, event_id, target_id) AS (VALUES ");
-        for (i, (event, target)) in chunk.iter().enumerate() {
-            stmt.push(if i == 0 { "(" } else { ", (" })
-                .push_bind(Uid(MessageId::at(now).0))
-                .push(", ")
-                .push_bind(Uid(event.0))
-                .push(", ")
-                .push_bind(target.to_string())
-                .push(")");
-        }
-        stmt.push(
-            ") INSERT INTO messages (id, account, target_id, state, payload, delivery_time, \
+        // The new rows' ids, events and targets.
+        let rows = Table::new(vec![
+            (
+                "id",
+                Col::Uuid(chunk.iter().map(|_| MessageId::at(now).0).collect()),
+            ),
+            (
+                "event_id",
+                Col::Uuid(chunk.iter().map(|(e, _)| e.0).collect()),
+            ),
+            (
+                "target_id",
+                Col::Text(chunk.iter().map(|(_, t)| t.to_string()).collect()),
+            ),
+        ]);
+        let mut stmt = tx.sql(
+            "INSERT INTO messages (id, account, target_id, state, payload, delivery_time, \
                next_attempt_at, claim_at, paused, gated, created_at, updated_at, ordering_key, held, \
                event_id, event_type) \
              SELECT v.id, t.account, t.id, 'Scheduled', e.payload, ",
@@ -274,9 +303,10 @@ pub(super) async fn make_messages(
                 );
             }
         }
+        stmt.push(", e.ordering_key, e.ordering_key IS NOT NULL, e.id, e.type FROM ");
+        rows.push_from(&mut stmt, "v");
         stmt.push(
-            ", e.ordering_key, e.ordering_key IS NOT NULL, e.id, e.type \
-             FROM v JOIN events e ON e.id = v.event_id \
+            " JOIN events e ON e.id = v.event_id \
              JOIN targets t ON t.id = v.target_id AND t.account = ",
         )
         .push_bind(account.to_string())
@@ -296,17 +326,25 @@ pub(super) async fn make_messages(
 /// Remembers which message each target got of which event.
 pub(super) async fn list_made(tx: &mut Tx, made: &[Made]) -> StoreResult<()> {
     for chunk in made.chunks(ROWS_PER_INSERT) {
-        let mut stmt =
-            tx.sql("INSERT INTO event_messages (event_id, message_id, target_id) VALUES ");
-        for (i, (id, event, target)) in chunk.iter().enumerate() {
-            stmt.push(if i == 0 { "(" } else { ", (" })
-                .push_bind(Uid(event.0))
-                .push(", ")
-                .push_bind(Uid(id.0))
-                .push(", ")
-                .push_bind(target.clone())
-                .push(")");
-        }
+        let rows = Table::new(vec![
+            (
+                "event_id",
+                Col::Uuid(chunk.iter().map(|(_, e, _)| e.0).collect()),
+            ),
+            (
+                "message_id",
+                Col::Uuid(chunk.iter().map(|(m, _, _)| m.0).collect()),
+            ),
+            (
+                "target_id",
+                Col::Text(chunk.iter().map(|(_, _, t)| t.clone()).collect()),
+            ),
+        ]);
+        let mut stmt = tx.sql(
+            "INSERT INTO event_messages (event_id, message_id, target_id) \
+             SELECT v.event_id, v.message_id, v.target_id FROM ",
+        );
+        rows.push_from(&mut stmt, "v");
         stmt.execute().await?;
     }
     Ok(())
