@@ -44,7 +44,12 @@ fn conditions<'q>(q: &mut Stmt<'q, '_>, account: &'q AccountId, f: &'q MessageFi
         q.push(" AND schedule_id = ").push_bind(s.as_str());
     }
     if let Some(e) = &f.event_id {
-        q.push(" AND event_id = ").push_bind(Uid(e.0));
+        // The event's own list of the messages it made (its primary key
+        // leads with the event): messages keep no index by event, one
+        // fewer for every message a publish writes.
+        q.push(" AND id IN (SELECT message_id FROM event_messages WHERE event_id = ")
+            .push_bind(Uid(e.0))
+            .push(")");
     }
     if let Some(t) = &f.event_type {
         q.push(" AND event_type = ").push_bind(t.as_str());
