@@ -71,15 +71,6 @@ impl GroupCommits {
     /// concurrent schedule requests went about five to a transaction and
     /// PostgreSQL's time per message was what held them back (the ingest
     /// scenario: 8,100–8,400/s with four, 8,900–10,400/s with two).
-    ///
-    /// Publishes, three at a time of at most 12 events each: an event writes
-    /// a message per target, so a group is heavier, and with two of up to
-    /// 64 the groups alternated between one event and thirty (the idle
-    /// worker took the first arrival alone while the rest queued behind the
-    /// big group), leaving a core idle a third of the time. 32 connections
-    /// publishing to ten targets: 3,408–3,572 events/s with two of 64,
-    /// 3,842–4,055/s with three of 12 (the publish scenario, alternating).
-    ///
     /// `render` makes the answer a publish's idempotency key keeps.
     pub fn start(
         store: Arc<dyn Store>,
@@ -105,8 +96,8 @@ impl GroupCommits {
                 let store = store.clone();
                 Box::pin(async move { store.publish_events(&items, render).await })
             }),
-            3,
-            12,
+            2,
+            64,
             tasks,
             shutdown,
         );
