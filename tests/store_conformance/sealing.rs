@@ -111,7 +111,24 @@ impl Db {
 
     /// (kid, secret column, key_id column) of every signing key.
     pub(crate) async fn raw_signing_keys(&self) -> Vec<(String, Vec<u8>, Option<String>)> {
-        let sql = "SELECT kid, secret, key_id FROM signing_keys ORDER BY kid";
+        self.raw_rows("SELECT kid, secret, key_id FROM signing_keys ORDER BY kid")
+            .await
+    }
+
+    /// What a query of one count answers, read beside the store.
+    pub(crate) async fn raw_count(&self, sql: &str) -> i64 {
+        let rows: Vec<(i64,)> = self.raw_rows(sql).await;
+        rows[0].0
+    }
+
+    /// The rows a query reads, beside the store.
+    async fn raw_rows<R>(&self, sql: &str) -> Vec<R>
+    where
+        R: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow>
+            + for<'r> sqlx::FromRow<'r, sqlx::sqlite::SqliteRow>
+            + Send
+            + Unpin,
+    {
         match self {
             Db::Postgres(db) => {
                 let mut c = PgConnection::connect(&db.url).await.unwrap();
@@ -122,21 +139,6 @@ impl Db {
                 sqlx::query_as(sql).fetch_all(&mut c).await.unwrap()
             }
         }
-    }
-
-    /// What a query of one count answers, read beside the store.
-    pub(crate) async fn raw_count(&self, sql: &str) -> i64 {
-        let (n,): (i64,) = match self {
-            Db::Postgres(db) => {
-                let mut c = PgConnection::connect(&db.url).await.unwrap();
-                sqlx::query_as(sql).fetch_one(&mut c).await.unwrap()
-            }
-            Db::Sqlite(dir) => {
-                let mut c = self.sqlite_connection(dir).await;
-                sqlx::query_as(sql).fetch_one(&mut c).await.unwrap()
-            }
-        };
-        n
     }
 
     /// Puts one target's sealed secrets onto another, as someone with write
