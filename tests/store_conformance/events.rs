@@ -19,6 +19,7 @@ checks!(sealed: a_purged_event_takes_its_list_of_messages_with_it);
 
 checks!(
     an_event_reaches_each_matching_target_once_and_lists_its_messages,
+    an_event_keeps_its_payload_and_key_exactly_in_its_messages,
     a_changed_or_disabled_subscription_matches_by_what_it_says_now,
     an_event_message_waits_behind_the_earlier_message_of_its_key,
     an_event_message_for_a_disabled_target_waits_until_it_is_enabled,
@@ -431,6 +432,39 @@ async fn a_replay_makes_each_event_of_the_range_into_a_message_to_the_target(
         .await
         .unwrap();
     assert_eq!(foreign.made, 0);
+}
+
+/// An event's payload and key reach its row and its messages character
+/// for character, whatever they hold: U+0000, quotes, backslashes, JSON
+/// escapes, characters outside the BMP, text that reads as a number or a
+/// time (the rows travel as arrays or as JSON text).
+async fn an_event_keeps_its_payload_and_key_exactly_in_its_messages(store: Arc<dyn Store>) {
+    let store = store.as_ref();
+    let t = add_target(store, &ACME).await;
+    subscribe(store, &t, &["*"]).await;
+    let now = time::now();
+    for payload in [
+        "a\u{0}b\u{0}",
+        "\"quoted\" \\ back\\slash \\u0041 \\n",
+        "\u{1F600} caf\u{e9} \u{10FFFF}",
+        "12345",
+        "null",
+        "  leading and trailing  ",
+        "",
+    ] {
+        let mut e = event(&ACME, "a", Some("k\u{1F600}\"\\"), now);
+        e.payload = Payload::parse(payload.to_string()).unwrap();
+        let made = publish(store, &e).await;
+        let got = store.get_event(&ACME, &e.id).await.unwrap().unwrap();
+        assert_eq!(got.event.payload.as_str(), payload);
+        let m = store
+            .get_message(&ACME, &made.messages[0].message_id)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(m.payload.as_str(), payload, "{payload:?}");
+        assert_eq!(m.ordering_key.as_deref(), Some("k\u{1F600}\"\\"));
+    }
 }
 
 /// The purge deletes an event's list of messages with the event (no
