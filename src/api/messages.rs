@@ -39,10 +39,7 @@ pub(super) fn schedule_request(
 ) -> Result<ScheduleRequest, Vec<FieldError>> {
     let mut errors = Vec::new();
     let target_id = m.target_id.take_target_id(&mut errors);
-    let delivery_time = m
-        .delivery_time
-        .take("deliveryTime", &mut errors)
-        .and_then(|t| crate::wire::instant(&t, "deliveryTime", &mut errors));
+    let delivery_time = m.delivery_time.take_instant("deliveryTime", &mut errors);
     let payload = m
         .payload
         .take("payload", &mut errors)
@@ -321,10 +318,7 @@ pub async fn reschedule(
     state.service.check(&actor, Permission::ChangeMessages)?;
     let id = parse_id(&id)?;
     let mut errors = Vec::new();
-    let at = body
-        .delivery_time
-        .take("deliveryTime", &mut errors)
-        .and_then(|t| crate::wire::instant(&t, "deliveryTime", &mut errors));
+    let at = body.delivery_time.take_instant("deliveryTime", &mut errors);
     let Some(at) = at else {
         return Err(ApiError::Validation(errors));
     };
