@@ -42,10 +42,7 @@ impl<'q> Stmt<'q, '_> {
         T: 'q + Encode<'q, Postgres> + Type<Postgres> + Send,
     {
         self.push_placeholder();
-        match &mut self.run {
-            Run::Postgres(_, args) => add(args, value),
-            Run::Sqlite(_, args) => *args = Err("a PostgreSQL value bound on SQLite".into()),
-        }
+        self.add_pg(value);
         self
     }
 
@@ -56,10 +53,7 @@ impl<'q> Stmt<'q, '_> {
         T: 'q + Encode<'q, Sqlite> + Type<Sqlite> + Send,
     {
         self.push_placeholder();
-        match &mut self.run {
-            Run::Postgres(_, args) => *args = Err("a SQLite value bound on PostgreSQL".into()),
-            Run::Sqlite(_, args) => add(args, value),
-        }
+        self.add_sqlite(value);
         self
     }
 
@@ -81,10 +75,7 @@ impl<'q> Stmt<'q, '_> {
     where
         T: 'q + Encode<'q, Postgres> + Type<Postgres> + Send,
     {
-        match &mut self.run {
-            Run::Postgres(_, args) => add(args, value),
-            Run::Sqlite(_, args) => *args = Err("a PostgreSQL value bound on SQLite".into()),
-        }
+        self.add_pg(value);
         self
     }
 
@@ -94,10 +85,31 @@ impl<'q> Stmt<'q, '_> {
     where
         T: 'q + Encode<'q, Sqlite> + Type<Sqlite> + Send,
     {
+        self.add_sqlite(value);
+        self
+    }
+
+    /// Adds a value only PostgreSQL's form of the statement takes; on
+    /// SQLite the statement fails as it runs.
+    fn add_pg<T>(&mut self, value: T)
+    where
+        T: 'q + Encode<'q, Postgres> + Type<Postgres> + Send,
+    {
+        match &mut self.run {
+            Run::Postgres(_, args) => add(args, value),
+            Run::Sqlite(_, args) => *args = Err("a PostgreSQL value bound on SQLite".into()),
+        }
+    }
+
+    /// Adds a value only SQLite's form of the statement takes; on
+    /// PostgreSQL the statement fails as it runs.
+    fn add_sqlite<T>(&mut self, value: T)
+    where
+        T: 'q + Encode<'q, Sqlite> + Type<Sqlite> + Send,
+    {
         match &mut self.run {
             Run::Postgres(_, args) => *args = Err("a SQLite value bound on PostgreSQL".into()),
             Run::Sqlite(_, args) => add(args, value),
         }
-        self
     }
 }
