@@ -311,14 +311,16 @@ impl<B: Own> EventStore for B {
         // Their lists of messages go with them (no foreign key does it: it
         // checked each listed message's event again, row by row, as a
         // publish wrote the list).
-        let ids = Table::new(vec![(
-            "id",
-            Col::Uuid(purged.iter().map(|(id,)| id.0).collect()),
-        )]);
-        let mut stmt = tx.sql("DELETE FROM event_messages WHERE event_id IN (SELECT id FROM ");
-        ids.push_from(&mut stmt, "p");
-        stmt.push(")");
-        stmt.execute().await?;
+        if !purged.is_empty() {
+            let ids = Table::new(vec![(
+                "id",
+                Col::Uuid(purged.iter().map(|(id,)| id.0).collect()),
+            )]);
+            let mut stmt = tx.sql("DELETE FROM event_messages WHERE event_id IN (SELECT id FROM ");
+            ids.push_from(&mut stmt, "p");
+            stmt.push(")");
+            stmt.execute().await?;
+        }
         tx.commit().await?;
         Ok(purged.len() as u64)
     }
