@@ -1,7 +1,7 @@
 //! Ordering keys (docs/api.md#ordering-keys) once for both databases: the
 //! keys of messages, and settling each key's head (what to flip is
 //! `ordering::settle`). What differs is named: how a list is bound
-//! (`Keys`, `Ids`), and that only PostgreSQL locks.
+//! (`key_rows`, a `Table`; `Ids`), and that only PostgreSQL locks.
 //!
 //! In PostgreSQL a key's head changes only under a transaction-level
 //! advisory lock on the key, which every writer takes before it touches a
@@ -15,7 +15,11 @@
 
 use uuid::Uuid;
 
-use super::{dialect::Dialect, Conn, Stmt, Uid};
+use super::{
+    dialect::Dialect,
+    table::{Col, Table},
+    Conn, Stmt, Uid,
+};
 use crate::store::{
     ordering::{settle, Current, Key},
     StoreResult,
@@ -24,51 +28,19 @@ use crate::store::{
 /// The advisory locks' class ("DISP"), beside the key's hash.
 const LOCK_CLASS: i32 = 0x4449_5350;
 
-/// A list of keys as a statement takes it, the FROM item `u(t, k)`:
-/// PostgreSQL binds two arrays (`$1` targets, `$2` names) and unnests them;
-/// SQLite binds no arrays, and reads the list from JSON text (`$1`).
-enum Keys<'k> {
-    Arrays(Vec<&'k str>, Vec<&'k str>),
-    Json(String),
-}
-
-impl<'k> Keys<'k> {
-    fn new(dialect: Dialect, keys: &'k [Key]) -> Self {
-        match dialect {
-            Dialect::Postgres => {
-                let (targets, names) = keys.iter().map(|(t, k)| (t.as_str(), k.as_str())).unzip();
-                Keys::Arrays(targets, names)
-            }
-            Dialect::Sqlite => Keys::Json(
-                serde_json::Value::from(
-                    keys.iter()
-                        .map(|(t, k)| serde_json::json!([t, k]))
-                        .collect::<Vec<_>>(),
-                )
-                .to_string(),
-            ),
-        }
-    }
-
-    /// The FROM item.
-    fn from(&self) -> &'static str {
-        match self {
-            Keys::Arrays(..) => "unnest($1::text[], $2::text[]) AS u(t, k)",
-            Keys::Json(_) => {
-                "(SELECT json_extract(value, '$[0]') AS t, json_extract(value, '$[1]') AS k \
-                 FROM json_each($1)) u"
-            }
-        }
-    }
-
-    /// A statement whose only values are the list's, written around
-    /// `from()`.
-    fn bind<'q, 'c>(&'q self, stmt: Stmt<'q, 'c>) -> Stmt<'q, 'c> {
-        match self {
-            Keys::Arrays(targets, names) => stmt.bind_pg(targets).bind_pg(names),
-            Keys::Json(json) => stmt.bind_sqlite(json.as_str()),
-        }
-    }
+/// The keys as rows `u(t, k)` of a statement (`Table`: arrays on
+/// PostgreSQL, JSON text on SQLite).
+fn key_rows(keys: &[Key]) -> Table {
+    Table::new(vec![
+        (
+            "t",
+            Col::Text(keys.iter().map(|(t, _)| t.clone()).collect()),
+        ),
+        (
+            "k",
+            Col::Text(keys.iter().map(|(_, k)| k.clone()).collect()),
+        ),
+    ])
 }
 
 /// A list of message ids as a statement takes it, the n-th value:
@@ -117,16 +89,12 @@ pub(in crate::store) async fn lock_keys(conn: Conn<'_>, keys: &[Key]) -> StoreRe
     if keys.is_empty() || conn.dialect() == Dialect::Sqlite {
         return Ok(());
     }
-    let keys = Keys::new(conn.dialect(), keys);
-    keys.bind(conn.sql(format!(
-        "SELECT pg_advisory_xact_lock($3, h) FROM ( \
-           SELECT DISTINCT hashtext(t || chr(31) || k) AS h FROM {} \
-           ORDER BY 1) s",
-        keys.from()
-    )))
-    .bind(LOCK_CLASS)
-    .execute()
-    .await?;
+    let mut stmt = conn.sql("SELECT pg_advisory_xact_lock(");
+    stmt.push_bind(LOCK_CLASS)
+        .push(", h) FROM (SELECT DISTINCT hashtext(t || chr(31) || k) AS h FROM ");
+    key_rows(keys).push_from(&mut stmt, "u");
+    stmt.push(" ORDER BY 1) s");
+    stmt.execute().await?;
     Ok(())
 }
 
@@ -152,46 +120,42 @@ pub(in crate::store) async fn settle_keys(mut conn: Conn<'_>, keys: &[Key]) -> S
         return Ok(());
     }
     let dialect = conn.dialect();
-    let list = Keys::new(dialect, keys);
     // Where writers run side by side, the head is read locked (see above).
     let lock = match dialect {
         Dialect::Postgres => " FOR UPDATE OF m",
         Dialect::Sqlite => "",
     };
-    let current: Vec<(String, String, Uid, bool)> = list
-        .bind(conn.reborrow().sql(format!(
-            "SELECT m.target_id, m.ordering_key, m.id, m.lease_token IS NOT NULL \
-             FROM {} \
-             JOIN messages m ON m.target_id = u.t AND m.ordering_key = u.k \
-             WHERE m.state = 'Scheduled' AND m.ordering_key IS NOT NULL AND {}{lock}",
-            list.from(),
-            dialect.is_false("m.held"),
-        )))
-        .fetch_all()
-        .await?;
+    let mut stmt = conn
+        .reborrow()
+        .sql("SELECT m.target_id, m.ordering_key, m.id, m.lease_token IS NOT NULL FROM ");
+    key_rows(keys).push_from(&mut stmt, "u");
+    stmt.push(&format!(
+        " JOIN messages m ON m.target_id = u.t AND m.ordering_key = u.k \
+         WHERE m.state = 'Scheduled' AND m.ordering_key IS NOT NULL AND {}{lock}",
+        dialect.is_false("m.held"),
+    ));
+    let current: Vec<(String, String, Uid, bool)> = stmt.fetch_all().await?;
     // Each key's first message: PostgreSQL joins it LATERAL, which SQLite
     // lacks; SQLite asks a subquery per key (NULL where the key has none).
-    let first = match dialect {
-        Dialect::Postgres => format!(
-            "SELECT u.t, u.k, w.id FROM {} \
-             CROSS JOIN LATERAL (SELECT m.id FROM messages m \
-               WHERE m.target_id = u.t AND m.ordering_key = u.k AND m.state = 'Scheduled' \
-               ORDER BY m.delivery_time, m.id LIMIT 1) w",
-            list.from()
-        ),
-        Dialect::Sqlite => format!(
-            "SELECT u.t, u.k, (SELECT m.id FROM messages m \
-               WHERE m.target_id = u.t AND m.ordering_key = u.k AND m.state = 'Scheduled' \
-               ORDER BY m.delivery_time, m.id LIMIT 1) \
-             FROM {}",
-            list.from()
-        ),
+    let first_of = "(SELECT m.id FROM messages m \
+       WHERE m.target_id = u.t AND m.ordering_key = u.k AND m.state = 'Scheduled' \
+       ORDER BY m.delivery_time, m.id LIMIT 1)";
+    let stmt = match dialect {
+        Dialect::Postgres => {
+            let mut stmt = conn.reborrow().sql("SELECT u.t, u.k, w.id FROM ");
+            key_rows(keys).push_from(&mut stmt, "u");
+            stmt.push(&format!(" CROSS JOIN LATERAL {first_of} w"));
+            stmt
+        }
+        Dialect::Sqlite => {
+            let mut stmt = conn
+                .reborrow()
+                .sql(format!("SELECT u.t, u.k, {first_of} FROM "));
+            key_rows(keys).push_from(&mut stmt, "u");
+            stmt
+        }
     };
-    let wanted: Vec<(String, String, Option<Uid>)> = list
-        .bind(conn.reborrow().sql(first))
-        .replanned()
-        .fetch_all()
-        .await?;
+    let wanted: Vec<(String, String, Option<Uid>)> = stmt.replanned().fetch_all().await?;
     let current: Vec<Current<Uid>> = current
         .into_iter()
         .map(|(t, k, id, leased)| Current {
