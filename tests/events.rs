@@ -221,6 +221,12 @@ async fn another_accounts_subscriptions_and_events_answer_404() {
     assert_eq!(theirs["items"], json!([]));
     let theirs: Value = globex.get("/events").await.json().await.unwrap();
     assert_eq!(theirs["items"], json!([]));
+    // Acme's event lists its message to acme, and none to globex.
+    let by_event = format!("/messages?eventId={}", e["eventId"].as_str().unwrap());
+    let mine: Value = acme.get(&by_event).await.json().await.unwrap();
+    assert_eq!(mine["items"].as_array().unwrap().len(), 1, "{mine}");
+    let theirs: Value = globex.get(&by_event).await.json().await.unwrap();
+    assert_eq!(theirs["items"], json!([]));
     // Their event reaches none of acme's targets, whatever acme subscribed.
     let mine = publish(&globex, json!({"type": "a", "payload": "p"})).await;
     assert_eq!(mine["messages"], json!([]));
