@@ -288,14 +288,31 @@ pub async fn start_with(
     ));
     if config.sweeper.enabled {
         tasks.spawn(sweeper.clone().run(shutdown.clone()));
-        if let Some(pool) = pool {
-            tasks.spawn(crate::store::postgres::listen::forward_wakeups(
-                pool,
-                wake,
-                shutdown.clone(),
-            ));
-        }
     }
+    // Other instances' announcements wake this sweeper and the consumers
+    // waiting here on pull targets.
+    if let Some(pool) = pool {
+        tasks.spawn(crate::store::postgres::listen::forward_wakeups(
+            pool,
+            wake.clone(),
+            shutdown.clone(),
+        ));
+    }
+    let pulls = state.service.pull_watch().clone();
+    tasks.spawn(pulls.clone().run(
+        store.clone(),
+        wake.clone(),
+        clock.clone(),
+        config.sweeper.poll_interval,
+        shutdown.clone(),
+    ));
+    tasks.spawn(pulls.janitor(
+        store.clone(),
+        wake.clone(),
+        clock.clone(),
+        config.sweeper.poll_interval,
+        shutdown.clone(),
+    ));
     tasks.spawn(retention::run(
         store.clone(),
         clock,

@@ -15,6 +15,9 @@ pub const PURGED: &str = "dispatch_retention_purged_total";
 pub const BREAKER: &str = "dispatch_circuit_breaker_transitions_total";
 pub const SCHEDULE_RUNS: &str = "dispatch_schedule_runs_total";
 pub const GIVEN_BACK: &str = "dispatch_claims_given_back_total";
+pub const PULL_RECEIVED: &str = "dispatch_pull_received_total";
+pub const PULL_ACKED: &str = "dispatch_pull_acked_total";
+pub const PULL_DEPTH: &str = "dispatch_pull_depth";
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
@@ -68,8 +71,16 @@ fn describe() {
         BREAKER,
         "Circuit breaker state changes, by the state entered (open, halfOpen, closed)"
     );
+    metrics::describe_counter!(PULL_RECEIVED, "Messages handed to consumers of pull targets");
+    metrics::describe_counter!(PULL_ACKED, "Messages of pull targets acknowledged");
+    metrics::describe_gauge!(
+        PULL_DEPTH,
+        "Messages of pull targets receivable now (state=due) and received and hidden (state=hidden)"
+    );
     // Make the counters visible at zero before the first event.
     metrics::counter!(SCHEDULED).increment(0);
     metrics::counter!(DELIVERED).increment(0);
     metrics::counter!(DEAD_LETTERED).increment(0);
+    metrics::counter!(PULL_RECEIVED).increment(0);
+    metrics::counter!(PULL_ACKED).increment(0);
 }

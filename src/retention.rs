@@ -37,6 +37,17 @@ pub async fn purge_as_of(
     clock: &dyn Clock,
 ) -> StoreResult<Purged> {
     let mut total = Purged::default();
+    // Pull targets' messages not received within their target's retention
+    // are dead letters (docs/api.md#pull-targets).
+    loop {
+        let expired = store
+            .expire_unreceived(clock.now(), config.batch_size)
+            .await?;
+        if expired == 0 {
+            break;
+        }
+        metrics::counter!(m::DEAD_LETTERED).increment(expired);
+    }
     loop {
         let now = clock.now();
         let mut p = store

@@ -22,6 +22,8 @@ use tokio::sync::Notify;
 const AWAKE: i64 = i64::MAX;
 /// Nothing announced during the look.
 const NOTHING: i64 = i64::MAX;
+/// No consumer of a pull target waits on this instance.
+const NOT_WATCHING: i64 = i64::MIN;
 
 pub struct Wake {
     notify: Notify,
@@ -32,6 +34,13 @@ pub struct Wake {
     /// The earliest due time announced while the sweeper looks, in
     /// milliseconds since the epoch.
     announced_ms: AtomicI64,
+    /// The watch of consumers waiting on pull targets (`service::pull`)
+    /// looks again at `pull_plan_ms` (`NOT_WATCHING` while none wait); an
+    /// announcement due before then wakes it, and the earliest is kept in
+    /// `pull_announced_ms` until it looks.
+    pull: Notify,
+    pull_plan_ms: AtomicI64,
+    pull_announced_ms: AtomicI64,
 }
 
 impl Default for Wake {
@@ -41,6 +50,9 @@ impl Default for Wake {
             schedules: Notify::new(),
             sleeps_until_ms: AtomicI64::new(AWAKE),
             announced_ms: AtomicI64::new(NOTHING),
+            pull: Notify::new(),
+            pull_plan_ms: AtomicI64::new(NOT_WATCHING),
+            pull_announced_ms: AtomicI64::new(NOTHING),
         }
     }
 }
@@ -50,6 +62,7 @@ impl Wake {
     /// sleep past that.
     pub fn due(&self, at: DateTime<Utc>) {
         let at = at.timestamp_millis();
+        self.pull_due(at);
         let mut until = self.sleeps_until_ms.load(Ordering::SeqCst);
         if until == AWAKE {
             // Looking: its end compares this with the next look. If it went
@@ -69,7 +82,42 @@ impl Wake {
     /// Something may be due now (a target was enabled, another instance
     /// said so): look at once.
     pub fn now(&self) {
+        self.pull_due(i64::MIN + 1);
         self.notify.notify_one();
+    }
+
+    /// Something of some target may be receivable at `at` (milliseconds).
+    fn pull_due(&self, at: i64) {
+        let plan = self.pull_plan_ms.load(Ordering::SeqCst);
+        if plan == NOT_WATCHING {
+            return;
+        }
+        self.pull_announced_ms.fetch_min(at, Ordering::SeqCst);
+        if at <= plan {
+            self.pull.notify_one();
+        }
+    }
+
+    /// The pull watch looks next at `plan`, or watches nothing (`None`).
+    /// While it looks (`Some(MAX)`), every announcement is kept for after.
+    pub(crate) fn pull_plan(&self, plan: Option<DateTime<Utc>>) {
+        let ms = plan.map_or(NOT_WATCHING, |p| p.timestamp_millis());
+        self.pull_plan_ms.store(ms, Ordering::SeqCst);
+        if plan.is_none() {
+            self.pull_announced_ms.store(NOTHING, Ordering::SeqCst);
+        }
+    }
+
+    /// The earliest instant announced since the last call, if any.
+    pub(crate) fn take_pull_announced(&self) -> Option<DateTime<Utc>> {
+        match self.pull_announced_ms.swap(NOTHING, Ordering::SeqCst) {
+            NOTHING => None,
+            ms => Some(DateTime::<Utc>::from_timestamp_millis(ms).unwrap_or(DateTime::<Utc>::MIN_UTC)),
+        }
+    }
+
+    pub(crate) async fn pull_notified(&self) {
+        self.pull.notified().await;
     }
 
     /// A schedule was created, changed or resumed: its first runs may be

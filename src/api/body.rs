@@ -23,6 +23,29 @@ impl<T: DeserializeOwned> FromRequest<AppState> for Body<T> {
     }
 }
 
+/// As `Body`, for a body whose members may all be left out: a request
+/// without a body (and without a `Content-Type`) reads as `{}`.
+pub struct OptionalBody<T>(pub T);
+
+impl<T: DeserializeOwned> FromRequest<AppState> for OptionalBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
+        let empty = !req.headers().contains_key(axum::http::header::CONTENT_TYPE)
+            && req
+                .headers()
+                .get(axum::http::header::CONTENT_LENGTH)
+                .is_none_or(|l| l.as_bytes() == b"0");
+        if empty {
+            return parse(Value::Object(Default::default()))
+                .map(OptionalBody)
+                .map_err(|e| ApiError::Validation(vec![e]));
+        }
+        let Body(body) = Body::from_request(req, state).await?;
+        Ok(OptionalBody(body))
+    }
+}
+
 /// Deserializes a JSON value into `T`; the first problem, as a field error.
 pub fn parse<T: DeserializeOwned>(value: Value) -> Result<T, FieldError> {
     serde_path_to_error::deserialize(value).map_err(|e| {

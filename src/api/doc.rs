@@ -59,6 +59,7 @@ impl Modify for BearerAuth {
         super::events::create_subscription, super::events::list_subscriptions, super::events::get_subscription,
         super::events::patch_subscription, super::events::delete_subscription,
         super::events::publish, super::events::get_event, super::events::list_events, super::events::replay,
+        super::pull::receive, super::pull::ack, super::pull::nack, super::pull::visibility,
         super::ops::live, super::ops::ready, super::ops::metrics, openapi,
     ),
     components(schemas(crate::wire::batch::BatchMessageIn)),
@@ -69,6 +70,7 @@ impl Modify for BearerAuth {
         (name = "messages", description = "What is delivered, and when"),
         (name = "schedules", description = "Recurring schedules: one message per run"),
         (name = "events", description = "Events by type, and the subscriptions that fan them out to targets"),
+        (name = "pull", description = "Pull targets: consumers receive, ack and nack their messages"),
         (name = "operations", description = "Health, metrics, this document"),
     )
 )]

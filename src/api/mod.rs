@@ -10,6 +10,7 @@ pub mod extract;
 pub mod messages;
 pub mod oauth;
 pub mod ops;
+pub mod pull;
 pub mod schedules;
 pub mod targets;
 
@@ -34,6 +35,10 @@ pub fn routes() -> Router<AppState> {
         .route("/targets/{id}/enable", post(targets::enable))
         .route("/targets/{id}/disable", post(targets::disable))
         .route("/targets/{id}/rotate-secret", post(targets::rotate_secret))
+        .route("/targets/{id}/receive", post(pull::receive))
+        .route("/targets/{id}/ack", post(pull::ack))
+        .route("/targets/{id}/nack", post(pull::nack))
+        .route("/targets/{id}/visibility", post(pull::visibility))
         .route("/messages", get(messages::list).post(messages::create))
         .route("/messages/batch", post(batch::create))
         .route("/messages/redrive", post(bulk::redrive))

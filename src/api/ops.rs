@@ -33,6 +33,8 @@ pub async fn ready(State(state): State<AppState>) -> Response {
 #[utoipa::path(get, path = "/metrics", tag = "operations",
     responses((status = 200, description = "Prometheus text format", content_type = "text/plain")))]
 pub async fn metrics(State(state): State<AppState>) -> Response {
+    // The pull targets' depth is read when it is asked for.
+    state.service.measure_pull_depth().await;
     (
         [(
             header::CONTENT_TYPE,

@@ -151,6 +151,7 @@ impl Deliverer {
             TargetConfig::Webhook(c) if c.auth.is_some() => 4 * self.webhook.timeout_for(c),
             TargetConfig::Webhook(c) => self.webhook.timeout_for(c),
             TargetConfig::Sqs(_) | TargetConfig::Sns(_) => self.aws.timeout(),
+            TargetConfig::Pull(_) => Duration::ZERO,
         }
     }
 
@@ -161,6 +162,7 @@ impl Deliverer {
             TargetConfig::Webhook(c) if c.auth.is_none() => Some(self.webhook.timeout_for(c)),
             TargetConfig::Webhook(_) => Some(self.webhook.max_timeout()),
             TargetConfig::Sqs(_) | TargetConfig::Sns(_) => None,
+            TargetConfig::Pull(_) => Some(Duration::ZERO),
         }
     }
 
@@ -196,6 +198,11 @@ impl Deliverer {
             TargetConfig::Sns(config) => {
                 self.aws.publish_sns(config, &sqs_entry(m, &envelope)).await
             }
+            // Its consumers receive its messages; the sweeper never claims them.
+            TargetConfig::Pull(_) => Delivered::failure(
+                AttemptOutcome::NonRetryableFailure,
+                "a pull target's messages are received by its consumers, not sent".to_string(),
+            ),
         }
     }
 

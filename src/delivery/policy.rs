@@ -34,6 +34,8 @@ impl OutboundPolicy {
                 addresses.extend(c.endpoint_url.as_deref().map(|u| ("config.endpointUrl", u)));
                 self.check_credentials(c.credentials.is_some(), &mut errors);
             }
+            // Dispatch connects nowhere for a pull target.
+            TargetConfig::Pull(_) => {}
         }
         if !self.allow_private_networks {
             for (field, url) in addresses {

@@ -5,6 +5,7 @@ pub mod ids;
 pub mod lateness;
 pub mod message;
 pub mod payload;
+pub mod receipt;
 pub mod retry;
 pub mod schedule;
 pub mod scope;

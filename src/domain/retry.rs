@@ -27,6 +27,8 @@ pub enum AttemptOutcome {
     Success,
     RetryableFailure,
     NonRetryableFailure,
+    /// A consumer of a pull target received the message (docs/api.md#pull-targets).
+    Received,
 }
 
 impl AttemptOutcome {
@@ -35,6 +37,7 @@ impl AttemptOutcome {
             Self::Success => "Success",
             Self::RetryableFailure => "RetryableFailure",
             Self::NonRetryableFailure => "NonRetryableFailure",
+            Self::Received => "Received",
         }
     }
 
@@ -43,6 +46,7 @@ impl AttemptOutcome {
             "Success" => Some(Self::Success),
             "RetryableFailure" => Some(Self::RetryableFailure),
             "NonRetryableFailure" => Some(Self::NonRetryableFailure),
+            "Received" => Some(Self::Received),
             _ => None,
         }
     }
@@ -76,7 +80,9 @@ impl RetryPolicy {
     /// `outcome` at `finished_at`.
     pub fn next(&self, attempt: u32, outcome: AttemptOutcome, finished_at: DateTime<Utc>) -> Next {
         match outcome {
-            AttemptOutcome::Success => Next::Delivered,
+            // A receive is never judged by the ladder (an ack ends it); the
+            // consumer has the message.
+            AttemptOutcome::Success | AttemptOutcome::Received => Next::Delivered,
             AttemptOutcome::NonRetryableFailure => Next::DeadLetter,
             AttemptOutcome::RetryableFailure => match self.delay_after(attempt) {
                 Some(delay) => Next::Retry(finished_at + delay),
@@ -251,6 +257,7 @@ mod tests {
             AttemptOutcome::Success,
             AttemptOutcome::RetryableFailure,
             AttemptOutcome::NonRetryableFailure,
+            AttemptOutcome::Received,
         ] {
             assert_eq!(AttemptOutcome::parse(o.as_str()), Some(o));
         }

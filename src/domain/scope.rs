@@ -11,14 +11,17 @@ pub enum Scope {
     MessagesWrite,
     TargetsRead,
     TargetsWrite,
+    /// Receive, ack, nack and hide messages of pull targets, and nothing else.
+    MessagesReceive,
 }
 
 impl Scope {
-    pub const ALL: [Scope; 4] = [
+    pub const ALL: [Scope; 5] = [
         Scope::MessagesRead,
         Scope::MessagesWrite,
         Scope::TargetsRead,
         Scope::TargetsWrite,
+        Scope::MessagesReceive,
     ];
 
     pub const fn as_str(self) -> &'static str {
@@ -27,6 +30,7 @@ impl Scope {
             Scope::MessagesWrite => "messages:write",
             Scope::TargetsRead => "targets:read",
             Scope::TargetsWrite => "targets:write",
+            Scope::MessagesReceive => "messages:receive",
         }
     }
 }
@@ -57,11 +61,12 @@ impl FromStr for Scope {
 }
 
 /// Every scope's name, in the order of `Scope::ALL`.
-pub const SCOPES: [&str; 4] = [
+pub const SCOPES: [&str; 5] = [
     Scope::ALL[0].as_str(),
     Scope::ALL[1].as_str(),
     Scope::ALL[2].as_str(),
     Scope::ALL[3].as_str(),
+    Scope::ALL[4].as_str(),
 ];
 
 /// Splits a space-separated scope string into scopes, each once, in the

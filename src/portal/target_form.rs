@@ -47,6 +47,10 @@ pub struct TargetForm {
     pub period: String,
     pub failures: String,
     pub cooldown: String,
+    /// A pull target's (docs/api.md#pull-targets); empty is the default.
+    pub visibility_timeout: String,
+    pub max_receive_count: String,
+    pub retention: String,
 }
 
 fn opt(s: &str) -> Value {
@@ -149,6 +153,11 @@ impl TargetForm {
                     &s.message_group_id,
                 );
             }
+            TargetConfig::Pull(p) => {
+                f.visibility_timeout = p.visibility_timeout.as_str().to_string();
+                f.max_receive_count = p.max_receive_count.to_string();
+                f.retention = p.retention.as_str().to_string();
+            }
         }
         f
     }
@@ -235,12 +244,35 @@ impl TargetForm {
                     );
                 }
             }
-            _ => errors.push(FieldError::new("type", "must be webhook, sqs or sns")),
+            "pull" => {
+                for (key, value) in [
+                    ("visibilityTimeout", &self.visibility_timeout),
+                    ("retention", &self.retention),
+                ] {
+                    config.insert(key.into(), opt(value));
+                }
+                match self.max_receive_count.trim() {
+                    "" => {}
+                    n => match n.parse::<u64>() {
+                        Ok(n) => {
+                            config.insert("maxReceiveCount".into(), json!(n));
+                        }
+                        Err(_) => errors.push(FieldError::new(
+                            "config.maxReceiveCount",
+                            "must be a whole number",
+                        )),
+                    },
+                }
+            }
+            _ => errors.push(FieldError::new("type", "must be webhook, sqs, sns or pull")),
         }
-        if !self.format.trim().is_empty() {
-            config.insert("format".into(), json!(self.format.trim()));
+        // A pull target sends nothing: neither a format nor limits.
+        if self.kind != "pull" {
+            if !self.format.trim().is_empty() {
+                config.insert("format".into(), json!(self.format.trim()));
+            }
+            self.limits_into(&mut config, &mut errors);
         }
-        self.limits_into(&mut config, &mut errors);
         if !errors.is_empty() {
             return Err(errors);
         }

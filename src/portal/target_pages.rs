@@ -36,6 +36,7 @@ fn kind_label(config: &TargetConfig) -> &'static str {
         TargetConfig::Webhook(_) => "Webhook",
         TargetConfig::Sqs(_) => "SQS",
         TargetConfig::Sns(_) => "SNS",
+        TargetConfig::Pull(_) => "Pull",
     }
 }
 

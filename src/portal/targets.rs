@@ -45,6 +45,7 @@ pub fn destination(config: &TargetConfig) -> &str {
         TargetConfig::Webhook(w) => &w.url,
         TargetConfig::Sqs(s) => &s.queue_url,
         TargetConfig::Sns(s) => &s.topic_arn,
+        TargetConfig::Pull(_) => "received by its consumers",
     }
 }
 

@@ -11,6 +11,7 @@
 //! | `OperateTargets`   | `targets:write`  | operator    | yes          |
 //! | `ConfigureTargets` | `targets:write`  | admin       | yes          |
 //! | `ManagePeople`     | (none)           | admin       | yes          |
+//! | `ReceiveMessages`  | `messages:receive` or `messages:write` | operator | yes |
 //!
 //! Schedules are the account's messages to come, and events are messages:
 //! they need the message permissions. Subscriptions are a target's
@@ -41,16 +42,19 @@ pub enum Permission {
     ConfigureTargets,
     /// The people of the account and their invitations.
     ManagePeople,
+    /// Receive, ack, nack and hide the messages of a pull target.
+    ReceiveMessages,
 }
 
 impl Permission {
-    pub const ALL: [Permission; 6] = [
+    pub const ALL: [Permission; 7] = [
         Permission::ReadMessages,
         Permission::ChangeMessages,
         Permission::ReadTargets,
         Permission::OperateTargets,
         Permission::ConfigureTargets,
         Permission::ManagePeople,
+        Permission::ReceiveMessages,
     ];
 
     /// The scope an API client needs; None: no client may.
@@ -61,14 +65,24 @@ impl Permission {
             Permission::ReadTargets => Some(Scope::TargetsRead),
             Permission::OperateTargets | Permission::ConfigureTargets => Some(Scope::TargetsWrite),
             Permission::ManagePeople => None,
+            Permission::ReceiveMessages => Some(Scope::MessagesReceive),
         }
+    }
+
+    /// Whether a client with `scopes` may: its scope, or for receiving a
+    /// pull target's messages also `messages:write` (which may do more).
+    fn granted_by(self, scopes: &[Scope]) -> bool {
+        self.scope().is_some_and(|s| scopes.contains(&s))
+            || (self == Permission::ReceiveMessages && scopes.contains(&Scope::MessagesWrite))
     }
 
     /// The least role a person needs.
     pub const fn role(self) -> Role {
         match self {
             Permission::ReadMessages | Permission::ReadTargets => Role::Viewer,
-            Permission::ChangeMessages | Permission::OperateTargets => Role::Operator,
+            Permission::ChangeMessages
+            | Permission::OperateTargets
+            | Permission::ReceiveMessages => Role::Operator,
             Permission::ConfigureTargets | Permission::ManagePeople => Role::Admin,
         }
     }
@@ -137,7 +151,7 @@ impl Actor {
 
     pub fn may(&self, permission: Permission) -> bool {
         match &self.who {
-            Who::Client { scopes, .. } => permission.scope().is_some_and(|s| scopes.contains(&s)),
+            Who::Client { scopes, .. } => permission.granted_by(scopes),
             Who::Person { role, .. } => *role >= permission.role(),
             Who::Operator => true,
         }
@@ -211,6 +225,7 @@ mod tests {
             (OperateTargets, false, true, true),
             (ConfigureTargets, false, false, true),
             (ManagePeople, false, false, true),
+            (ReceiveMessages, false, true, true),
         ];
         assert_eq!(expect.len(), Permission::ALL.len());
         for (p, viewer, operator, admin) in expect {
@@ -222,9 +237,10 @@ mod tests {
                 "the CLI operator {p:?}"
             );
             for scope in Scope::ALL {
+                let receives_by_write = p == ReceiveMessages && scope == Scope::MessagesWrite;
                 assert_eq!(
                     client(&[scope]).may(p),
-                    p.scope() == Some(scope),
+                    p.scope() == Some(scope) || receives_by_write,
                     "a client with only {scope} and {p:?}"
                 );
             }

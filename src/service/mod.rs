@@ -17,6 +17,7 @@ mod idempotency;
 pub mod identities;
 pub mod messages;
 pub mod people;
+pub mod pull;
 mod reads;
 pub mod schedules;
 pub mod sessions;
@@ -53,6 +54,8 @@ pub struct Service {
     /// when there are.
     commits: Option<Arc<GroupCommits>>,
     clock: Arc<dyn Clock>,
+    /// Consumers waiting on pull targets, and the ends of last receives.
+    pull: Arc<pull::PullWatch>,
 }
 
 impl Service {
@@ -71,7 +74,13 @@ impl Service {
             held,
             commits,
             clock,
+            pull: Arc::default(),
         }
+    }
+
+    /// The watch of consumers waiting on pull targets: `app` runs its tasks.
+    pub fn pull_watch(&self) -> &Arc<pull::PullWatch> {
+        &self.pull
     }
 
     /// For the admin commands: the system clock, no group commit, and no
@@ -176,6 +185,15 @@ pub enum Conflict {
         "the schedule was being changed by other requests at the same time; send the change again"
     )]
     ChangedMeanwhile,
+    /// Receive, ack, nack and visibility are a pull target's.
+    #[error("this target is not a pull target: Dispatch delivers its messages itself")]
+    NotPull,
+    /// The receipt handle is not the message's latest receive.
+    #[error(
+        "the receipt handle is stale: the message was received again, acked, nacked, \
+         cancelled or rescheduled since, or it is not this target's"
+    )]
+    StaleHandle,
 }
 
 pub type ServiceResult<T> = Result<T, ServiceError>;

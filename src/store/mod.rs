@@ -24,6 +24,7 @@ mod gates;
 pub(crate) mod ordering;
 pub mod portal;
 mod portal_reads;
+pub mod pull;
 pub mod postgres;
 pub mod prelude;
 mod rules;

@@ -3,5 +3,6 @@
 
 pub use super::capability::{
     ActionStore, DeliveryStore, EventStore, GateStore, HealthCheck, IdentityStore, MessageStore,
-    PeopleStore, PortalReads, ScheduleStore, SecretStore, Store, SubscriptionStore, TargetStore,
+    PeopleStore, PortalReads, PullStore, ScheduleStore, SecretStore, Store, SubscriptionStore,
+    TargetStore,
 };

@@ -9,6 +9,7 @@ pub mod batch;
 pub mod bulk;
 pub mod event;
 pub mod problem;
+pub mod pull;
 pub mod schedule;
 pub mod target;
 

@@ -15,6 +15,7 @@ use super::Field;
 use crate::domain::target::{rules, FieldError, TargetConfig, TargetSpec};
 
 mod forms;
+mod pull;
 mod read;
 mod schema;
 #[cfg(test)]
@@ -58,8 +59,8 @@ impl TargetIn {
         };
         let kind = match self.kind {
             Field::Valid(kind) => Some(kind),
-            Field::Missing => err(e, "type", "is required: webhook, sqs or sns"),
-            Field::Invalid(_) => err(e, "type", "must be one of webhook, sqs, sns"),
+            Field::Missing => err(e, "type", "is required: webhook, sqs, sns or pull"),
+            Field::Invalid(_) => err(e, "type", "must be one of webhook, sqs, sns, pull"),
         };
         let config = match self.config {
             Field::Valid(map) => Value::Object(map),
@@ -87,6 +88,7 @@ impl TargetIn {
                     .unwrap_or_default()
                     .read(e)
                     .map(TargetConfig::Sns),
+                TargetKindIn::Pull => pull::read(&config, e).map(TargetConfig::Pull),
             }
         });
         match (name, config) {

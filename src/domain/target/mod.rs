@@ -8,11 +8,12 @@ use rand::Rng;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use self::gate::Limits;
+use self::{gate::Limits, pull::PullConfig};
 use super::ids::{AccountId, TargetId};
 
 pub mod gate;
 mod headers;
+pub mod pull;
 pub mod rules;
 mod secrets;
 mod split;
@@ -40,6 +41,8 @@ pub enum TargetConfig {
     Webhook(WebhookConfig),
     Sqs(SqsConfig),
     Sns(SnsConfig),
+    /// A queue its consumers read (docs/api.md#pull-targets): nothing is sent.
+    Pull(PullConfig),
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -199,10 +202,16 @@ pub struct TargetSpec {
 impl TargetConfig {
     /// What the owner limited (docs/api.md#flow-control-and-fairness).
     pub fn limits(&self) -> &Limits {
+        // A pull target's consumers set their own pace: it has no limits.
+        static NONE: Limits = Limits {
+            flow: None,
+            breaker: None,
+        };
         match self {
             TargetConfig::Webhook(c) => &c.limits,
             TargetConfig::Sqs(c) => &c.limits,
             TargetConfig::Sns(c) => &c.limits,
+            TargetConfig::Pull(_) => &NONE,
         }
     }
 
@@ -212,6 +221,15 @@ impl TargetConfig {
             TargetConfig::Webhook(c) => c.format,
             TargetConfig::Sqs(c) => c.format,
             TargetConfig::Sns(c) => c.format,
+            TargetConfig::Pull(_) => Format::Envelope,
+        }
+    }
+
+    /// A pull target's config: its consumers receive its messages.
+    pub fn pull(&self) -> Option<&PullConfig> {
+        match self {
+            TargetConfig::Pull(c) => Some(c),
+            _ => None,
         }
     }
 
@@ -220,6 +238,7 @@ impl TargetConfig {
             TargetConfig::Webhook(_) => "webhook",
             TargetConfig::Sqs(_) => "sqs",
             TargetConfig::Sns(_) => "sns",
+            TargetConfig::Pull(_) => "pull",
         }
     }
 
@@ -229,6 +248,7 @@ impl TargetConfig {
             TargetConfig::Webhook(c) => serde_json::to_value(c),
             TargetConfig::Sqs(c) => serde_json::to_value(c),
             TargetConfig::Sns(c) => serde_json::to_value(c),
+            TargetConfig::Pull(c) => serde_json::to_value(c),
         }
         .expect("target configs serialize")
     }
@@ -237,6 +257,7 @@ impl TargetConfig {
         Ok(match kind {
             "sqs" => TargetConfig::Sqs(serde_json::from_value(v)?),
             "sns" => TargetConfig::Sns(serde_json::from_value(v)?),
+            "pull" => TargetConfig::Pull(serde_json::from_value(v)?),
             _ => TargetConfig::Webhook(serde_json::from_value(v)?),
         })
     }
@@ -270,6 +291,7 @@ pub(crate) fn pointer<'a>(v: &'a Value, path: &[&str]) -> Option<&'a Value> {
 pub(crate) fn secret_paths(kind: &str) -> &'static [&'static [&'static str]] {
     match kind {
         "webhook" => &[&["signingSecret"], &["auth", "clientSecret"]],
+        "pull" => &[],
         _ => &[&["credentials", "secretAccessKey"]],
     }
 }

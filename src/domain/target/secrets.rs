@@ -69,6 +69,8 @@ pub fn keep_secrets(
             let token_url_kept = same_origin(merged, stored, &["auth", "tokenUrl"]);
             keep(merged, &["auth", "clientSecret"], token_url_kept);
         }
+        // A pull target keeps no secret.
+        "pull" => {}
         _ => {
             // A merge patch removes a key sent as null: absent and null are the same.
             let value = |v: &Value, key: &str| pointer(v, &[key]).filter(|v| !v.is_null()).cloned();

@@ -9,6 +9,7 @@ mod access;
 mod delivery;
 mod events;
 mod messages;
+mod pull;
 
 use async_trait::async_trait;
 
@@ -18,6 +19,7 @@ pub use access::*;
 pub use delivery::*;
 pub use events::*;
 pub use messages::*;
+pub use pull::*;
 
 /// Whether the database answers (the readiness probe).
 #[async_trait]
@@ -41,6 +43,7 @@ pub trait Store:
     + PortalReads
     + SubscriptionStore
     + EventStore
+    + PullStore
 {
 }
 
@@ -58,5 +61,6 @@ impl<T> Store for T where
         + PortalReads
         + SubscriptionStore
         + EventStore
+    + PullStore
 {
 }

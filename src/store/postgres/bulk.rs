@@ -31,7 +31,7 @@ fn matching(bulk: &Bulk, columns: &str, ordered: bool) -> String {
                  AND ($2::text IS NULL OR target_id = $2) \
                  AND ($3::uuid[] IS NULL OR id = ANY($3)) \
                  AND ($4::timestamptz IS NULL OR {col} >= $4) AND ($5::timestamptz IS NULL OR {col} < $5) \
-                 AND NOT (lease_token IS NOT NULL AND claim_at > $6) \
+                 AND (pull OR NOT (lease_token IS NOT NULL AND claim_at > $6)) \
                  AND ($7::uuid IS NULL OR id > $7){order} LIMIT $8)",
                 state.as_str()
             )
@@ -147,7 +147,7 @@ impl PgStore {
                UPDATE messages m SET {set} \
                FROM unnest($1::uuid[], $2::text[]) AS c(id, was), targets t \
                WHERE m.id = c.id AND m.state = c.was AND t.id = m.target_id \
-                 AND NOT (m.lease_token IS NOT NULL AND m.claim_at > $4) \
+                 AND (m.pull OR NOT (m.lease_token IS NOT NULL AND m.claim_at > $4)) \
                RETURNING m.id, c.was, m.account) \
              INSERT INTO message_events (message_id, at, kind, from_state, delivery_time, account) \
              SELECT id, $4, '{kind}', was, $3, account FROM changed"

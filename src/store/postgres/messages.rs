@@ -71,8 +71,8 @@ impl MessageStore for PgStore {
         // enable/disable (which takes FOR UPDATE), so `paused` is always right.
         let inserted = sqlx::query(
             "INSERT INTO messages (id, account, target_id, state, payload, delivery_time, next_attempt_at, \
-               claim_at, paused, gated, created_at, updated_at, ordering_key, held) \
-             SELECT $1, $2, t.id, 'Scheduled', $4, $5, $5, $5, NOT t.enabled, t.gated, $6, $6, $7, $7 IS NOT NULL \
+               claim_at, paused, gated, pull, created_at, updated_at, ordering_key, held) \
+             SELECT $1, $2, t.id, 'Scheduled', $4, $5, $5, $5, NOT t.enabled, t.gated, t.kind = 'pull', $6, $6, $7, $7 IS NOT NULL \
              FROM targets t WHERE t.id = $3 AND t.account = $2 FOR KEY SHARE",
         )
         .bind(m.id.0)
@@ -172,8 +172,8 @@ impl MessageStore for PgStore {
         ordering::lock_keys(&mut tx, &keys).await?;
         let inserted: Vec<(Uuid,)> = sqlx::query_as(
             "INSERT INTO messages (id, account, target_id, state, payload, delivery_time, next_attempt_at, \
-               claim_at, paused, gated, created_at, updated_at, ordering_key, held) \
-             SELECT i.id, $1, t.id, 'Scheduled', i.payload, i.at, i.at, i.at, NOT t.enabled, t.gated, $6, $6, \
+               claim_at, paused, gated, pull, created_at, updated_at, ordering_key, held) \
+             SELECT i.id, $1, t.id, 'Scheduled', i.payload, i.at, i.at, i.at, NOT t.enabled, t.gated, t.kind = 'pull', $6, $6, \
                i.okey, i.okey IS NOT NULL \
              FROM unnest($2::uuid[], $3::text[], $4::bytea[], $5::timestamptz[], $7::text[]) \
                AS i(id, target_id, payload, at, okey) \
@@ -404,8 +404,8 @@ async fn insert_items(
     let m = |i: usize| &items[i].message;
     let rows: Vec<(Uuid,)> = sqlx::query_as(
         "INSERT INTO messages (id, account, target_id, state, payload, delivery_time, next_attempt_at, \
-           claim_at, paused, gated, created_at, updated_at, ordering_key, held) \
-         SELECT i.id, i.account, t.id, 'Scheduled', i.payload, i.at, i.at, i.at, NOT t.enabled, t.gated, \
+           claim_at, paused, gated, pull, created_at, updated_at, ordering_key, held) \
+         SELECT i.id, i.account, t.id, 'Scheduled', i.payload, i.at, i.at, i.at, NOT t.enabled, t.gated, t.kind = 'pull', \
            i.now, i.now, i.okey, i.okey IS NOT NULL \
          FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bytea[], $5::timestamptz[], $6::timestamptz[], \
            $7::text[]) AS i(id, account, target_id, payload, at, now, okey) \

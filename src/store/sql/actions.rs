@@ -61,7 +61,7 @@ impl<B: Own> ActionStore for B {
                 "UPDATE messages SET state = 'Cancelled', cancelled_at = $3, next_attempt_at = NULL, \
                    claim_at = NULL, lease_token = NULL, held = false, updated_at = $3 \
                  WHERE id = $1 AND account = $2 AND state IN ('Scheduled', 'DeadLetter') \
-                   AND (lease_token IS NULL OR claim_at <= $3 OR lease_token = $4) \
+                   AND (pull OR lease_token IS NULL OR claim_at <= $3 OR lease_token = $4) \
                  RETURNING {MESSAGE_COLUMNS}"
             ))
             .bind(Uid(id.0))
@@ -116,7 +116,7 @@ impl<B: Own> ActionStore for B {
                    gated = (SELECT gated FROM targets t WHERE t.id = m.target_id), \
                    held = m.ordering_key IS NOT NULL \
                  WHERE id = $1 AND account = $2 AND state IN ('Scheduled', 'DeadLetter') \
-                   AND (lease_token IS NULL OR claim_at <= $4 OR lease_token = $5) \
+                   AND (pull OR lease_token IS NULL OR claim_at <= $4 OR lease_token = $5) \
                  RETURNING {MESSAGE_COLUMNS}"
             ))
             .bind(Uid(id.0))

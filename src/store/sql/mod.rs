@@ -42,6 +42,7 @@ pub(super) mod ordering;
 pub(crate) mod own;
 pub(super) mod people;
 mod portal;
+mod pull;
 pub(crate) mod rows;
 mod schedules;
 mod secrets;

@@ -17,7 +17,7 @@ fn matching(bulk: &Bulk) -> String {
          AND (?3 IS NULL OR target_id = ?3) \
          AND (?4 IS NULL OR id IN (SELECT value FROM json_each(?4))) \
          AND (?5 IS NULL OR {col} >= ?5) AND (?6 IS NULL OR {col} < ?6) \
-         AND NOT (lease_token IS NOT NULL AND claim_at > ?7) \
+         AND (pull = 1 OR NOT (lease_token IS NOT NULL AND claim_at > ?7)) \
          AND (?8 IS NULL OR id > ?8)"
     )
 }
@@ -119,7 +119,7 @@ impl SqliteStore {
         };
         let update = format!(
             "UPDATE messages SET {set} WHERE id = ?1 AND state = ?2 \
-               AND NOT (lease_token IS NOT NULL AND claim_at > ?4)"
+               AND (pull = 1 OR NOT (lease_token IS NOT NULL AND claim_at > ?4))"
         );
         let kind = match bulk.action {
             BulkAction::Cancel { .. } => "Cancelled",

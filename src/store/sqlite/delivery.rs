@@ -59,7 +59,7 @@ impl DeliveryStore for SqliteStore {
                SELECT id FROM ( \
                  SELECT id, claim_at, row_number() OVER (PARTITION BY target_id ORDER BY claim_at) AS rn \
                  FROM (SELECT id, target_id, claim_at FROM messages \
-                   WHERE state = 'Scheduled' AND paused = 0 AND gated = 0 AND held = 0 AND lease_token IS NULL \
+                   WHERE state = 'Scheduled' AND paused = 0 AND gated = 0 AND held = 0 AND pull = 0 AND lease_token IS NULL \
                      AND ordering_key IS NULL AND claim_at > ?1 AND claim_at <= ?5 \
                      AND target_id NOT IN (SELECT value FROM json_each(?6)) \
                    ORDER BY claim_at LIMIT ?7)) \
@@ -85,7 +85,7 @@ impl DeliveryStore for SqliteStore {
     async fn next_due_except(&self, full: &[TargetId]) -> StoreResult<Option<DateTime<Utc>>> {
         let full: Vec<&str> = full.iter().map(TargetId::as_str).collect();
         let (next,): (Option<i64>,) = sqlx::query_as(
-            "SELECT min(claim_at) FROM messages WHERE state = 'Scheduled' AND paused = 0 AND gated = 0 AND held = 0 \
+            "SELECT min(claim_at) FROM messages WHERE state = 'Scheduled' AND paused = 0 AND gated = 0 AND held = 0 AND pull = 0 \
                AND target_id NOT IN (SELECT value FROM json_each(?1))",
         )
         .bind(serde_json::to_string(&full).expect("ids serialize"))
@@ -97,7 +97,7 @@ impl DeliveryStore for SqliteStore {
 
     async fn next_due(&self) -> StoreResult<Option<DateTime<Utc>>> {
         let (next,): (Option<i64>,) = sqlx::query_as(
-            "SELECT min(claim_at) FROM messages WHERE state = 'Scheduled' AND paused = 0 AND gated = 0 AND held = 0",
+            "SELECT min(claim_at) FROM messages WHERE state = 'Scheduled' AND paused = 0 AND gated = 0 AND held = 0 AND pull = 0",
         )
         .fetch_one(&self.reader)
         .await
@@ -230,7 +230,7 @@ impl DeliveryStore for SqliteStore {
         }
         let attempts = sqlx::query(
             "DELETE FROM attempts WHERE (message_id, attempt) IN (SELECT message_id, attempt FROM attempts \
-             WHERE outcome <> 'Success' AND finished_at < ? LIMIT ?)",
+             WHERE outcome <> 'Success' AND outcome <> 'Received' AND finished_at < ? LIMIT ?)",
         )
         .bind(ms(c.failed_attempts_before))
         .bind(batch)
@@ -281,7 +281,7 @@ impl SqliteStore {
         };
         let rows: Vec<ClaimRow> = match shares {
             None => sqlx::query_as(&update(
-                "SELECT id FROM messages WHERE state = 'Scheduled' AND paused = 0 AND gated = 0 AND held = 0 AND claim_at <= ?1 \
+                "SELECT id FROM messages WHERE state = 'Scheduled' AND paused = 0 AND gated = 0 AND held = 0 AND pull = 0 AND claim_at <= ?1 \
                  ORDER BY claim_at LIMIT ?4",
             ))
             .bind(ms(now))
@@ -301,7 +301,7 @@ impl SqliteStore {
                     .collect();
                 sqlx::query_as(&update(
                     "WITH oldest AS MATERIALIZED (SELECT id, target_id, claim_at FROM messages \
-                       WHERE state = 'Scheduled' AND paused = 0 AND gated = 0 AND held = 0 AND claim_at <= ?1 \
+                       WHERE state = 'Scheduled' AND paused = 0 AND gated = 0 AND held = 0 AND pull = 0 AND claim_at <= ?1 \
                          AND target_id NOT IN (SELECT value FROM json_each(?5)) \
                        ORDER BY claim_at LIMIT ?7) \
                      SELECT id FROM ( \
@@ -310,13 +310,13 @@ impl SqliteStore {
                        FROM (SELECT * FROM oldest \
                              UNION \
                              SELECT * FROM (SELECT id, target_id, claim_at FROM messages \
-                             WHERE state = 'Scheduled' AND paused = 0 AND gated = 0 AND held = 0 AND claim_at <= ?1 \
+                             WHERE state = 'Scheduled' AND paused = 0 AND gated = 0 AND held = 0 AND pull = 0 AND claim_at <= ?1 \
                                AND target_id NOT IN (SELECT value FROM json_each(?5)) \
                                AND claim_at > (SELECT max(claim_at) FROM oldest) \
                              ORDER BY claim_at LIMIT ?4) \
                              UNION \
                              SELECT * FROM (SELECT id, target_id, claim_at FROM messages \
-                             WHERE state = 'Scheduled' AND paused = 0 AND gated = 0 AND held = 0 AND claim_at <= ?1 \
+                             WHERE state = 'Scheduled' AND paused = 0 AND gated = 0 AND held = 0 AND pull = 0 AND claim_at <= ?1 \
                                AND target_id NOT IN (SELECT value FROM json_each(?5)) \
                              ORDER BY claim_at DESC LIMIT ?4)) c \
                        LEFT JOIN json_each(?8) r ON r.key = c.target_id) \

@@ -153,9 +153,9 @@ async fn insert_rows(
     }
     let mut q = sqlx::QueryBuilder::new(
         "INSERT INTO messages (id, account, target_id, state, payload, delivery_time, \
-         next_attempt_at, claim_at, paused, gated, created_at, updated_at, ordering_key, held) \
+         next_attempt_at, claim_at, paused, gated, pull, created_at, updated_at, ordering_key, held) \
          SELECT v.column1, v.column2, t.id, 'Scheduled', v.column4, v.column5, v.column5, v.column5, \
-         NOT t.enabled, t.gated, v.column6, v.column6, v.column7, v.column7 IS NOT NULL FROM (",
+         NOT t.enabled, t.gated, t.kind = 'pull', v.column6, v.column6, v.column7, v.column7 IS NOT NULL FROM (",
     );
     q.push_values(messages, |mut row, m| {
         row.push_bind(id_text(&m.id))

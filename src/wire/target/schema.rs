@@ -12,7 +12,7 @@ use utoipa::{
 
 use super::{
     forms::{string_schema, NAME},
-    types::{SnsConfigIn, SqsConfigIn, TargetIn, TargetPatchIn, WebhookConfigIn},
+    types::{PullConfigIn, SnsConfigIn, SqsConfigIn, TargetIn, TargetPatchIn, WebhookConfigIn},
 };
 use crate::domain::target::rules;
 
@@ -47,10 +47,11 @@ fn variant(kind: &str, config: &str) -> Schema {
 }
 
 /// The create body's variants, one component each: `type` says which.
-const VARIANTS: [(&str, &str, &str); 3] = [
+const VARIANTS: [(&str, &str, &str); 4] = [
     ("webhook", "WebhookTargetIn", "WebhookConfigIn"),
     ("sqs", "SqsTargetIn", "SqsConfigIn"),
     ("sns", "SnsTargetIn", "SnsConfigIn"),
+    ("pull", "PullTargetIn", "PullConfigIn"),
 ];
 
 fn component(name: &str) -> String {
@@ -83,12 +84,14 @@ impl ToSchema for TargetIn {
             ("WebhookConfigIn", WebhookConfigIn::schema()),
             ("SqsConfigIn", SqsConfigIn::schema()),
             ("SnsConfigIn", SnsConfigIn::schema()),
+            ("PullConfigIn", PullConfigIn::schema()),
         ] {
             schemas.push((name.into(), schema));
         }
         WebhookConfigIn::schemas(schemas);
         SqsConfigIn::schemas(schemas);
         SnsConfigIn::schemas(schemas);
+        PullConfigIn::schemas(schemas);
     }
 }
 

@@ -29,6 +29,7 @@ pub enum TargetKindIn {
     Webhook,
     Sqs,
     Sns,
+    Pull,
 }
 
 /// A webhook: Dispatch POSTs each message to `url`, signed (Standard Webhooks).
@@ -125,6 +126,27 @@ pub struct CircuitBreakerIn {
     /// above `1h` it waits 1 h.
     #[schema(value_type = Option<String>, pattern = "^[1-9][0-9]{0,5}(ms|s|m|h)$", example = "1m")]
     pub cooldown: Field<String>,
+}
+
+/// A queue its consumers read over HTTPS (`receive`, `ack`, `nack`,
+/// `visibility`): Dispatch sends nothing. `flowControl` and
+/// `circuitBreaker` do not apply (400).
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PullConfigIn {
+    /// How long a received message stays hidden from other receives: 1 s
+    /// to 12 h, a whole number and a unit (`ms`, `s`, `m`, `h`, `d`); `60s`
+    /// when absent.
+    #[schema(value_type = Option<String>, pattern = "^[0-9]{1,9}(ms|s|m|h|d)$", example = "60s")]
+    pub visibility_timeout: Field<String>,
+    /// Receives without an ack after which the message is a dead letter
+    /// (when the last visibility runs out): 1 to 1000; 5 when absent.
+    #[schema(value_type = Option<u32>, minimum = 1, maximum = 1000)]
+    pub max_receive_count: Field<f64>,
+    /// How long a message may wait to be received after its delivery time
+    /// before it is a dead letter: 1 min to 14 d; `14d` when absent.
+    #[schema(value_type = Option<String>, pattern = "^[0-9]{1,9}(ms|s|m|h|d)$", example = "14d")]
+    pub retention: Field<String>,
 }
 
 /// OAuth 2 client credentials for a webhook.

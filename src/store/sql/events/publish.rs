@@ -279,7 +279,7 @@ pub(super) async fn make_messages(
         ]);
         let mut stmt = tx.sql(
             "INSERT INTO messages (id, account, target_id, state, payload, delivery_time, \
-               next_attempt_at, claim_at, paused, gated, created_at, updated_at, ordering_key, held, \
+               next_attempt_at, claim_at, paused, gated, pull, created_at, updated_at, ordering_key, held, \
                event_id, event_type) \
              SELECT v.id, t.account, t.id, 'Scheduled', e.payload, ",
         );
@@ -291,14 +291,14 @@ pub(super) async fn make_messages(
                     }
                     stmt.push_bind(At(t));
                 }
-                stmt.push(", NOT t.enabled, t.gated, ")
+                stmt.push(", NOT t.enabled, t.gated, t.kind = 'pull', ")
                     .push_bind(At(now))
                     .push(", ")
                     .push_bind(At(now));
             }
             None => {
                 stmt.push(
-                    "e.delivery_time, e.delivery_time, e.delivery_time, NOT t.enabled, t.gated, \
+                    "e.delivery_time, e.delivery_time, e.delivery_time, NOT t.enabled, t.gated, t.kind = 'pull', \
                      e.created_at, e.created_at",
                 );
             }

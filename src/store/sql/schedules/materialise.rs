@@ -143,8 +143,8 @@ async fn insert_runs_postgres(
     let sids: Vec<&str> = runs.iter().map(|(s, _)| s.id.as_str()).collect();
     let created: Vec<(Uuid,)> = sqlx::query_as(
         "INSERT INTO messages (id, account, target_id, state, payload, delivery_time, next_attempt_at, \
-           claim_at, paused, gated, created_at, updated_at, ordering_key, held, schedule_id, schedule_run) \
-         SELECT i.id, i.account, t.id, 'Scheduled', i.payload, i.at, i.at, i.at, NOT t.enabled, t.gated, \
+           claim_at, paused, gated, pull, created_at, updated_at, ordering_key, held, schedule_id, schedule_run) \
+         SELECT i.id, i.account, t.id, 'Scheduled', i.payload, i.at, i.at, i.at, NOT t.enabled, t.gated, t.kind = 'pull', \
            $8, $8, i.okey, i.okey IS NOT NULL, i.sid, i.at \
          FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bytea[], $5::timestamptz[], $6::text[], $7::text[]) \
            AS i(id, account, target_id, payload, at, okey, sid) \
@@ -185,10 +185,10 @@ async fn insert_runs_sqlite(
     for chunk in runs.chunks(RUNS_PER_INSERT) {
         let mut q = sqlx::QueryBuilder::new(
             "INSERT INTO messages (id, account, target_id, state, payload, delivery_time, \
-             next_attempt_at, claim_at, paused, gated, created_at, updated_at, ordering_key, held, \
+             next_attempt_at, claim_at, paused, gated, pull, created_at, updated_at, ordering_key, held, \
              schedule_id, schedule_run) \
              SELECT v.column1, v.column2, t.id, 'Scheduled', v.column4, v.column5, v.column5, v.column5, \
-             NOT t.enabled, t.gated, v.column6, v.column6, v.column7, v.column7 IS NOT NULL, \
+             NOT t.enabled, t.gated, t.kind = 'pull', v.column6, v.column6, v.column7, v.column7 IS NOT NULL, \
              v.column8, v.column5 FROM (",
         );
         q.push_values(chunk, |mut row, (s, at)| {

@@ -1,0 +1,29 @@
+-- Pull targets (docs/api.md#pull-targets): a queue its consumers read over
+-- HTTPS. A pull target's messages are never claimed by the sweeper: `pull`
+-- keeps them out of its index, and `receive` reads them by this target's
+-- own index. A received message stays Scheduled, hidden until `claim_at`
+-- (the end of its visibility), with the receive's token in `lease_token`
+-- (the receipt handle names both); `ladder_attempts` counts its receives
+-- since the ladder last started; `next_attempt_at` is NULL after the last
+-- receive it is allowed, so that the end of that visibility dead-letters it.
+ALTER TABLE targets DROP CONSTRAINT targets_kind_check;
+ALTER TABLE targets ADD CONSTRAINT targets_kind_check CHECK (kind IN ('webhook', 'sqs', 'sns', 'pull'));
+
+ALTER TABLE attempts DROP CONSTRAINT attempts_outcome_check;
+ALTER TABLE attempts ADD CONSTRAINT attempts_outcome_check
+    CHECK (outcome IN ('Success', 'RetryableFailure', 'NonRetryableFailure', 'Received'));
+
+ALTER TABLE messages ADD COLUMN pull boolean NOT NULL DEFAULT false;
+
+DROP INDEX messages_due;
+CREATE INDEX messages_due ON messages (claim_at)
+    WHERE state = 'Scheduled' AND NOT paused AND NOT gated AND NOT held AND NOT pull;
+-- What a pull target's consumers can receive, earliest first.
+CREATE INDEX messages_pull ON messages (target_id, claim_at)
+    WHERE state = 'Scheduled' AND NOT paused AND NOT held AND pull;
+-- Received for the last time: dead when the visibility runs out.
+CREATE INDEX messages_pull_last ON messages (claim_at)
+    WHERE state = 'Scheduled' AND pull AND lease_token IS NOT NULL AND next_attempt_at IS NULL;
+-- Not received within the target's retention.
+CREATE INDEX messages_pull_expiry ON messages (target_id, delivery_time)
+    WHERE state = 'Scheduled' AND pull;
