@@ -431,11 +431,12 @@ pub fn fields(session: &Session, f: &TargetForm, errors: &[FieldError], editing:
                 p { "Fields for: "
                     a href="/portal/targets/new?type=webhook" { "a webhook" } ", "
                     a href="/portal/targets/new?type=sqs" { "an SQS queue" } ", "
-                    a href="/portal/targets/new?type=sns" { "an SNS topic" } "." }
+                    a href="/portal/targets/new?type=sns" { "an SNS topic" } ", "
+                    a href="/portal/targets/new?type=pull" { "a pull queue" } "." }
             }
             fieldset.types {
                 legend { "Type" }
-                @for (value, label) in [("webhook", "Webhook"), ("sqs", "Amazon SQS queue"), ("sns", "Amazon SNS topic")] {
+                @for (value, label) in [("webhook", "Webhook"), ("sqs", "Amazon SQS queue"), ("sns", "Amazon SNS topic"), ("pull", "Pull queue (consumers receive over the API)")] {
                     label.radio {
                         input type="radio" name="type" value=(value) checked[f.kind == value] data-switch="type";
                         " " (label)
@@ -483,7 +484,13 @@ pub fn fields(session: &Session, f: &TargetForm, errors: &[FieldError], editing:
             (f_("secretAccessKey", "Secret access key", &f.secret_access_key, keep, "password"))
             (f_("messageGroupId", "Message group id (FIFO)", &f.message_group_id, Some("Empty: the target id."), "text"))
         }
-        fieldset {
+        fieldset data-type="pull" hidden[f.kind != "pull"] {
+            legend { "Pull queue" }
+            (f_("visibilityTimeout", "Visibility timeout", &f.visibility_timeout, Some("How long a received message stays hidden: 1s to 12h. Empty: 60s."), "text"))
+            (f_("maxReceiveCount", "Receives before a dead letter", &f.max_receive_count, Some("Receives without an acknowledgement, 1 to 1000. Empty: 5."), "number"))
+            (f_("retention", "Retention", &f.retention, Some("How long a message may wait to be received: 1m to 14d. Empty: 14d."), "text"))
+        }
+        fieldset data-type="webhook sqs sns" hidden[f.kind == "pull"] {
             legend { "Body" }
             @for (value, label, hint) in FORMATS {
                 label.radio {
@@ -496,14 +503,14 @@ pub fn fields(session: &Session, f: &TargetForm, errors: &[FieldError], editing:
                 span.error { (e.message) }
             }
         }
-        fieldset {
+        fieldset data-type="webhook sqs sns" hidden[f.kind == "pull"] {
             legend { "Limits" }
             p.hint { "Held-back messages stay scheduled, consume no attempt and go in delivery-time order. Empty: no limit." }
             (f_("parallelism", "Attempts in flight at most", &f.parallelism, Some("Across every instance, 1 to 10000."), "number"))
             (f_("rate", "Attempts started per period at most", &f.rate, Some("1 to 1000000, in any window of one period."), "number"))
             (f_("period", "Period", &f.period, Some("A number and a unit: 500ms, 1s, 5m, 1h. Empty: 1s."), "text"))
         }
-        fieldset {
+        fieldset data-type="webhook sqs sns" hidden[f.kind == "pull"] {
             legend { "Circuit breaker" }
             p.hint { "After this many retryable failures in a row, attempts stop for the cooldown; then one probe decides. Empty: off." }
             (f_("failures", "Failures in a row", &f.failures, Some("1 to 10000; 20 when only the cooldown is set."), "number"))

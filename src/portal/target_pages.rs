@@ -133,7 +133,7 @@ pub async fn new(session: Session, Query(q): Query<NoticeQuery>) -> PortalResult
     let kind = q
         .kind
         .as_deref()
-        .filter(|k| ["webhook", "sqs", "sns"].contains(k))
+        .filter(|k| ["webhook", "sqs", "sns", "pull"].contains(k))
         .unwrap_or("webhook");
     Ok(Html(
         form_page(
@@ -215,6 +215,11 @@ pub async fn show(
             .reads(&state)
             .subscriptions(Some(&t.id), None, super::subscriptions::SHOWN)
     )?;
+    // A pull target's queue (its consumers receive from it).
+    let depth = match t.config.pull() {
+        Some(_) => Some(state.service.pull_depth(session.actor(), &t.id).await?),
+        None => None,
+    };
     let notice = layout::notice(q.notice.as_deref(), q.n);
     let public = t.config.to_public_json();
     let body = html! {
@@ -285,6 +290,25 @@ pub async fn show(
                     }
                 }
                 li { a href={ "/portal/messages?target=" (t.id) } { "All messages of this target" } }
+            }
+        }
+        @if let Some(d) = &depth {
+            section aria-labelledby="target-queue" {
+                h2 #target-queue { "Queue" }
+                p.hint { "Consumers receive these messages over the API (" code { "POST /targets/" (t.id) "/receive" } ") and acknowledge what they handled." }
+                dl.facts {
+                    dt { "Receivable now" } dd #queue-due { (d.due) }
+                    dt { "Received, not yet acknowledged" } dd #queue-hidden { (d.hidden) }
+                    dt { "Due later, or waiting behind their key" } dd #queue-later { (d.later) }
+                    dt { "Dead letters" } dd #queue-dead { (d.dead) }
+                    dt { "Oldest receivable" } dd #queue-oldest {
+                        @match d.oldest_due {
+                            Some(at) => { (age(state.service.now() - at)) " old (due " (layout::time(&at)) ")" }
+                            None => "none",
+                        }
+                    }
+                    dt { "Receives" } dd #queue-receives { (d.receives) " (each is an attempt of its message)" }
+                }
             }
         }
         (super::subscriptions::section(&session, &t, &subs))
@@ -361,6 +385,17 @@ pub async fn update(
 }
 
 /// What the target's `flowControl` allows, in words.
+/// A duration as people read it: `42 s`, `5 min`, `3 h`, `2 d`.
+fn age(d: chrono::TimeDelta) -> String {
+    let s = d.num_seconds().max(0);
+    match s {
+        s if s < 120 => format!("{s} s"),
+        s if s < 7_200 => format!("{} min", s / 60),
+        s if s < 172_800 => format!("{} h", s / 3_600),
+        s => format!("{} d", s / 86_400),
+    }
+}
+
 fn limits_text(t: &Target) -> String {
     let Some(flow) = t.config.limits().flow else {
         return "None".into();
