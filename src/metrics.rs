@@ -71,7 +71,10 @@ fn describe() {
         BREAKER,
         "Circuit breaker state changes, by the state entered (open, halfOpen, closed)"
     );
-    metrics::describe_counter!(PULL_RECEIVED, "Messages handed to consumers of pull targets");
+    metrics::describe_counter!(
+        PULL_RECEIVED,
+        "Messages handed to consumers of pull targets"
+    );
     metrics::describe_counter!(PULL_ACKED, "Messages of pull targets acknowledged");
     metrics::describe_gauge!(
         PULL_DEPTH,

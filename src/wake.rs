@@ -112,7 +112,9 @@ impl Wake {
     pub(crate) fn take_pull_announced(&self) -> Option<DateTime<Utc>> {
         match self.pull_announced_ms.swap(NOTHING, Ordering::SeqCst) {
             NOTHING => None,
-            ms => Some(DateTime::<Utc>::from_timestamp_millis(ms).unwrap_or(DateTime::<Utc>::MIN_UTC)),
+            ms => {
+                Some(DateTime::<Utc>::from_timestamp_millis(ms).unwrap_or(DateTime::<Utc>::MIN_UTC))
+            }
         }
     }
 

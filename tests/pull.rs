@@ -15,7 +15,6 @@ use common::{
     receiver::Receiver,
     Api, TestApp,
 };
-use dispatch::store::PullStore;
 use serde_json::{json, Value};
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -86,17 +85,32 @@ async fn a_pull_target_has_its_defaults_and_its_limits_answer_400_by_field() {
     );
 
     for (config, field) in [
-        (json!({"visibilityTimeout": "0s"}), "config.visibilityTimeout"),
-        (json!({"visibilityTimeout": "13h"}), "config.visibilityTimeout"),
+        (
+            json!({"visibilityTimeout": "0s"}),
+            "config.visibilityTimeout",
+        ),
+        (
+            json!({"visibilityTimeout": "13h"}),
+            "config.visibilityTimeout",
+        ),
         (json!({"visibilityTimeout": 60}), "config.visibilityTimeout"),
-        (json!({"visibilityTimeout": "a\u{0}"}), "config.visibilityTimeout"),
+        (
+            json!({"visibilityTimeout": "a\u{0}"}),
+            "config.visibilityTimeout",
+        ),
         (json!({"maxReceiveCount": 0}), "config.maxReceiveCount"),
         (json!({"maxReceiveCount": 1001}), "config.maxReceiveCount"),
         (json!({"maxReceiveCount": 1.5}), "config.maxReceiveCount"),
         (json!({"retention": "59s"}), "config.retention"),
         (json!({"retention": "15d"}), "config.retention"),
-        (json!({"flowControl": {"parallelism": 5}}), "config.flowControl"),
-        (json!({"circuitBreaker": {"failures": 5}}), "config.circuitBreaker"),
+        (
+            json!({"flowControl": {"parallelism": 5}}),
+            "config.flowControl",
+        ),
+        (
+            json!({"circuitBreaker": {"failures": 5}}),
+            "config.circuitBreaker",
+        ),
     ] {
         let r = api
             .post(
@@ -107,7 +121,11 @@ async fn a_pull_target_has_its_defaults_and_its_limits_answer_400_by_field() {
         assert_invalid(r, field).await;
     }
     let listed: Value = api.get("/targets").await.json().await.unwrap();
-    assert_eq!(listed["items"].as_array().unwrap().len(), 1, "no bad target was made");
+    assert_eq!(
+        listed["items"].as_array().unwrap().len(),
+        1,
+        "no bad target was made"
+    );
 }
 
 #[tokio::test]
@@ -154,10 +172,22 @@ async fn a_message_is_received_hidden_acked_and_delivered() {
     // Acked once is acked: the handle is stale now.
     let out = ack(&api, &t, &[handle(item)]).await;
     assert_eq!(out, json!({"acked": 0, "stale": [handle(item)]}));
+    // The counters are the process's (other tests run beside this one).
     let metrics = app.http.get(app.url("/metrics")).send().await.unwrap();
     let text = metrics.text().await.unwrap();
-    assert!(text.contains("dispatch_pull_received_total 1"), "{text}");
-    assert!(text.contains("dispatch_pull_acked_total 1"), "{text}");
+    for name in ["dispatch_pull_received_total", "dispatch_pull_acked_total"] {
+        let value: f64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("{name} in {text}"))
+            .parse()
+            .unwrap();
+        assert!(value >= 1.0, "{name} {value}");
+    }
+    assert!(
+        text.contains("dispatch_pull_depth{state=\"due\"}"),
+        "{text}"
+    );
 }
 
 #[tokio::test]
@@ -171,17 +201,29 @@ async fn receives_take_the_earliest_due_first_up_to_max_and_nothing_before_its_t
     let third = api.schedule(&t, &in_ms(-500), "third").await;
 
     let items = receive(&api, &t, json!({"max": 2})).await;
-    let ids: Vec<&str> = items.iter().map(|i| i["messageId"].as_str().unwrap()).collect();
-    assert_eq!(ids, [first["messageId"].as_str().unwrap(), second["messageId"].as_str().unwrap()]);
+    let ids: Vec<&str> = items
+        .iter()
+        .map(|i| i["messageId"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        [
+            first["messageId"].as_str().unwrap(),
+            second["messageId"].as_str().unwrap()
+        ]
+    );
     let items = receive(&api, &t, json!({"max": 100})).await;
     assert_eq!(items.len(), 1);
     assert_eq!(items[0]["messageId"], third["messageId"]);
-    assert!(receive(&api, &t, json!({})).await.is_empty(), "{later} is not due");
+    assert!(
+        receive(&api, &t, json!({})).await.is_empty(),
+        "{later} is not due"
+    );
 }
 
 #[tokio::test]
-async fn an_unacked_message_comes_back_when_its_visibility_runs_out_and_the_old_handle_goes_stale(
-) {
+async fn an_unacked_message_comes_back_when_its_visibility_runs_out_and_the_old_handle_goes_stale()
+{
     let app = TestApp::spawn().await;
     let api = app.api("acme").await;
     let t = pull_target(&api, json!({"visibilityTimeout": "1s"})).await;
@@ -192,7 +234,11 @@ async fn an_unacked_message_comes_back_when_its_visibility_runs_out_and_the_old_
     let started = std::time::Instant::now();
     let second = receive(&api, &t, json!({"wait": "10s"})).await;
     assert_eq!(second.len(), 1, "received again after its visibility");
-    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
     assert_eq!(second[0]["messageId"], m["messageId"]);
     assert_eq!(second[0]["receiveCount"], 2);
     assert_ne!(handle(&first[0]), handle(&second[0]));
@@ -207,7 +253,11 @@ async fn an_unacked_message_comes_back_when_its_visibility_runs_out_and_the_old_
 async fn after_its_last_allowed_receive_runs_out_a_message_is_a_dead_letter() {
     let app = TestApp::spawn().await;
     let api = app.api("acme").await;
-    let t = pull_target(&api, json!({"visibilityTimeout": "1s", "maxReceiveCount": 2})).await;
+    let t = pull_target(
+        &api,
+        json!({"visibilityTimeout": "1s", "maxReceiveCount": 2}),
+    )
+    .await;
     let m = api.schedule(&t, &in_ms(-1), "unacked").await;
     let id = m["messageId"].as_str().unwrap();
     assert_eq!(receive(&api, &t, json!({})).await.len(), 1);
@@ -258,7 +308,10 @@ async fn nack_gives_a_message_back_at_once_or_after_its_delay() {
         )
         .await;
     assert_eq!(r.json::<Value>().await.unwrap()["released"], 1);
-    assert!(receive(&api, &t, json!({})).await.is_empty(), "not before its delay");
+    assert!(
+        receive(&api, &t, json!({})).await.is_empty(),
+        "not before its delay"
+    );
     let items = receive(&api, &t, json!({"wait": "10s"})).await;
     assert_eq!(items[0]["receiveCount"], 3);
 }
@@ -320,7 +373,10 @@ async fn a_long_poll_is_answered_when_a_message_is_scheduled_or_with_nothing_whe
         let t = t.clone();
         tokio::spawn(async move {
             let started = std::time::Instant::now();
-            (receive(&api, &t, json!({"wait": "20s"})).await, started.elapsed())
+            (
+                receive(&api, &t, json!({"wait": "20s"})).await,
+                started.elapsed(),
+            )
         })
     };
     // Whether the consumer waits already or not yet, it gets the message.
@@ -357,8 +413,13 @@ async fn messages_of_a_key_are_received_one_at_a_time_in_order() {
 
     let items = receive(&api, &t, json!({"max": 10})).await;
     let got: Vec<&Value> = items.iter().map(|i| &i["messageId"]).collect();
-    assert_eq!(got, [&ids[0], &other["messageId"]], "one of the key, and the other");
+    assert_eq!(
+        got,
+        [&ids[0], &other["messageId"]],
+        "one of the key, and the other"
+    );
     assert_eq!(items[0]["orderingKey"], "order-1");
+    ack(&api, &t, &[handle(&items[1])]).await;
     // Its visibility runs out unacked: the same message again, not the next.
     let again = receive(&api, &t, json!({"wait": "10s"})).await;
     assert_eq!(again.len(), 1);
@@ -406,9 +467,19 @@ async fn a_disabled_pull_target_answers_no_items_until_enabled() {
     let api = app.api("acme").await;
     let t = pull_target(&api, json!({})).await;
     api.schedule(&t, &in_ms(-1), "wait").await;
-    assert_eq!(api.post_empty(&format!("/targets/{t}/disable")).await.status(), 200);
+    assert_eq!(
+        api.post_empty(&format!("/targets/{t}/disable"))
+            .await
+            .status(),
+        200
+    );
     assert!(receive(&api, &t, json!({})).await.is_empty());
-    assert_eq!(api.post_empty(&format!("/targets/{t}/enable")).await.status(), 200);
+    assert_eq!(
+        api.post_empty(&format!("/targets/{t}/enable"))
+            .await
+            .status(),
+        200
+    );
     assert_eq!(receive(&api, &t, json!({})).await.len(), 1);
 }
 
@@ -474,7 +545,10 @@ async fn bad_receives_acks_and_nacks_answer_400_and_change_nothing() {
     let out = ack(&api, &t, &["a\u{0}b"]).await;
     assert_eq!(out, json!({"acked": 0, "stale": ["a\u{0}b"]}));
     let m = api.message(m["messageId"].as_str().unwrap()).await;
-    assert_eq!((m["state"].as_str(), m["attemptCount"].as_u64()), (Some("Scheduled"), Some(0)));
+    assert_eq!(
+        (m["state"].as_str(), m["attemptCount"].as_u64()),
+        (Some("Scheduled"), Some(0))
+    );
 }
 
 #[tokio::test]
@@ -503,13 +577,20 @@ async fn scopes_accounts_and_target_types_are_held() {
         token: app.token("acme", &["messages:read", "targets:read"]).await,
         ..consumer.clone()
     };
-    let r = reader.post(&format!("/targets/{t}/receive"), json!({})).await;
+    let r = reader
+        .post(&format!("/targets/{t}/receive"), json!({}))
+        .await;
     let p = assert_problem(r, 403).await;
-    assert!(p["detail"].as_str().unwrap().contains("messages:receive"), "{p}");
+    assert!(
+        p["detail"].as_str().unwrap().contains("messages:receive"),
+        "{p}"
+    );
 
     // Another account's target is unknown, its handles stale.
     let globex = app.api("globex").await;
-    let r = globex.post(&format!("/targets/{t}/receive"), json!({})).await;
+    let r = globex
+        .post(&format!("/targets/{t}/receive"), json!({}))
+        .await;
     assert_problem(r, 404).await;
     let other = pull_target(&globex, json!({})).await;
     let items = receive(&consumer, &t, json!({})).await;
@@ -524,7 +605,9 @@ async fn scopes_accounts_and_target_types_are_held() {
         .await;
     assert_problem(r, 404).await;
     // A webhook is not pulled.
-    let r = consumer.post(&format!("/targets/{hook}/receive"), json!({})).await;
+    let r = consumer
+        .post(&format!("/targets/{hook}/receive"), json!({}))
+        .await;
     assert_problem(r, 409).await;
     assert_eq!(ack(&consumer, &t, &[handle(&items[0])]).await["acked"], 1);
 }
@@ -564,16 +647,15 @@ async fn a_message_not_received_within_the_retention_is_a_dead_letter() {
     let old = api.schedule(&t, &in_ms(-61_000), "old").await;
     let young = api.schedule(&t, &in_ms(-1_000), "young").await;
     // The retention pass, driven rather than waited for.
-    let expired = app
-        .store()
-        .expire_unreceived(app.now(), 100)
-        .await
-        .unwrap();
+    let expired = app.store().expire_unreceived(app.now(), 100).await.unwrap();
     assert_eq!(expired, 1);
     let old = api.message(old["messageId"].as_str().unwrap()).await;
     assert_eq!(old["state"], "DeadLetter");
     assert_eq!(old["lastError"], "not received within 1m");
-    assert_eq!(api.message(young["messageId"].as_str().unwrap()).await["state"], "Scheduled");
+    assert_eq!(
+        api.message(young["messageId"].as_str().unwrap()).await["state"],
+        "Scheduled"
+    );
 }
 
 mod postgres {
@@ -589,7 +671,11 @@ mod postgres {
             ..a.clone()
         };
         let t = pull_target(&a, json!({"visibilityTimeout": "1h"})).await;
-        let ids: HashSet<String> = a.schedule_many(&t, &in_ms(-1), 400).await.into_iter().collect();
+        let ids: HashSet<String> = a
+            .schedule_many(&t, &in_ms(-1), 400)
+            .await
+            .into_iter()
+            .collect();
 
         let mut consumers = Vec::new();
         for i in 0..8 {
@@ -604,7 +690,11 @@ mod postgres {
                     }
                     let handles: Vec<&str> = items.iter().map(handle).collect();
                     assert_eq!(ack(&api, &t, &handles).await["acked"], items.len());
-                    got.extend(items.iter().map(|i| i["messageId"].as_str().unwrap().to_string()));
+                    got.extend(
+                        items
+                            .iter()
+                            .map(|i| i["messageId"].as_str().unwrap().to_string()),
+                    );
                 }
             }));
         }
@@ -633,7 +723,10 @@ mod postgres {
             let t = t.clone();
             tokio::spawn(async move {
                 let started = std::time::Instant::now();
-                (receive(&b, &t, json!({"wait": "20s"})).await, started.elapsed())
+                (
+                    receive(&b, &t, json!({"wait": "20s"})).await,
+                    started.elapsed(),
+                )
             })
         };
         tokio::time::sleep(Duration::from_millis(200)).await;

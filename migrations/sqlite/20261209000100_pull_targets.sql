@@ -1,11 +1,9 @@
--- no-transaction
 -- Pull targets (docs/api.md#pull-targets); see the PostgreSQL migration of
 -- the same name for what the columns mean. SQLite cannot change a CHECK
--- constraint in place: `targets` and `attempts` are rebuilt (with foreign
--- keys off, so that dropping the old `targets` deletes none of the rows
--- that refer to it), in one transaction.
-PRAGMA foreign_keys = OFF;
-BEGIN;
+-- constraint in place: `targets` and `attempts` are built anew and their
+-- rows copied. Migrations run with foreign keys off (the store opens them
+-- so), so dropping the old `targets` deletes none of the rows that refer
+-- to it.
 
 CREATE TABLE targets_new (
     id                   TEXT PRIMARY KEY,
@@ -74,7 +72,3 @@ CREATE INDEX messages_pull_last ON messages (claim_at)
     WHERE state = 'Scheduled' AND pull = 1 AND lease_token IS NOT NULL AND next_attempt_at IS NULL;
 CREATE INDEX messages_pull_expiry ON messages (target_id, delivery_time)
     WHERE state = 'Scheduled' AND pull = 1;
-
-PRAGMA foreign_key_check;
-COMMIT;
-PRAGMA foreign_keys = ON;

@@ -55,7 +55,14 @@ mod tests {
         let text = h.encode();
         assert_eq!(text.len(), 43);
         assert_eq!(ReceiptHandle::parse(&text), Some(h));
-        for bad in ["", "x", "not a handle", &text[1..], &format!("{text}A"), &"A".repeat(500)] {
+        for bad in [
+            "",
+            "x",
+            "not a handle",
+            &text[1..],
+            &format!("{text}A"),
+            &"A".repeat(500),
+        ] {
             assert_eq!(ReceiptHandle::parse(bad), None, "{bad:?}");
         }
     }

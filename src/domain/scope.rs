@@ -131,7 +131,8 @@ mod tests {
                 "messages:read",
                 "messages:write",
                 "targets:read",
-                "targets:write"
+                "targets:write",
+                "messages:receive"
             ]
         );
         assert_eq!(join_scopes(&Scope::ALL), SCOPES.join(" "));

@@ -244,6 +244,7 @@ fn outcome(o: AttemptOutcome) -> &'static str {
         AttemptOutcome::Success => "Delivered",
         AttemptOutcome::RetryableFailure => "Failed, will retry",
         AttemptOutcome::NonRetryableFailure => "Failed, no retry",
+        AttemptOutcome::Received => "Received by a consumer",
     }
 }
 

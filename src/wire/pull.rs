@@ -31,8 +31,6 @@ pub struct ReceiveRequest {
 /// At most this many receipt handles in one ack or nack.
 pub const MAX_HANDLES: usize = 1000;
 
-const SPAN: &str = "^[0-9]{1,9}(ms|s|m|h|d)$";
-
 /// Receive messages; every member may be left out (an empty body too).
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -92,7 +90,8 @@ fn span(
     required: bool,
     e: &mut Vec<FieldError>,
 ) -> Option<Span> {
-    let problem = format!("must be a duration {within}: a whole number and a unit (ms, s, m, h, d)");
+    let problem =
+        format!("must be a duration {within}: a whole number and a unit (ms, s, m, h, d)");
     match f {
         Field::Missing if required => {
             e.push(FieldError::new(name, "is required"));
@@ -130,7 +129,14 @@ impl ReceiveIn {
                 None
             }
         };
-        let wait = span(self.wait, "wait", 0..=pull::MAX_WAIT_MS, "from 0s to 20s", false, &mut e);
+        let wait = span(
+            self.wait,
+            "wait",
+            0..=pull::MAX_WAIT_MS,
+            "from 0s to 20s",
+            false,
+            &mut e,
+        );
         let visibility = span(
             self.visibility_timeout,
             "visibilityTimeout",
@@ -178,7 +184,14 @@ impl NackIn {
     pub fn read(self) -> Result<(Vec<String>, Duration), Vec<FieldError>> {
         let mut e = Vec::new();
         let h = handles(self.receipt_handles, &mut e);
-        let delay = span(self.delay, "delay", 0..=TWELVE_HOURS, "from 0s to 12h", false, &mut e);
+        let delay = span(
+            self.delay,
+            "delay",
+            0..=TWELVE_HOURS,
+            "from 0s to 12h",
+            false,
+            &mut e,
+        );
         match h {
             Some(h) if e.is_empty() => Ok((h, Duration::from_millis(delay.map_or(0, |d| d.ms())))),
             _ => Err(e),

@@ -191,6 +191,7 @@ pub(crate) fn attempt(n: u32, outcome: AttemptOutcome, finished_at: DateTime<Utc
         AttemptOutcome::NonRetryableFailure => {
             (Some(404), Some(format!("HTTP 404 on attempt {n}")), None)
         }
+        AttemptOutcome::Received => (None, None, None),
     };
     Attempt {
         attempt: n,

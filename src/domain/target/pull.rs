@@ -116,7 +116,17 @@ mod tests {
             let span = Span::parse(s).unwrap();
             assert_eq!((span.as_str(), span.ms()), (s, ms));
         }
-        for bad in ["", "s", "60", "1.5s", "-1s", "1w", "60 s", "1234567890s", "1S"] {
+        for bad in [
+            "",
+            "s",
+            "60",
+            "1.5s",
+            "-1s",
+            "1w",
+            "60 s",
+            "1234567890s",
+            "1S",
+        ] {
             assert!(Span::parse(bad).is_none(), "{bad:?}");
         }
     }

@@ -38,11 +38,7 @@ pub struct Settled {
 impl Service {
     /// The account's target as a pull target: 404 when unknown or
     /// another account's, 409 when it is not a pull target.
-    async fn pull_target(
-        &self,
-        account: &AccountId,
-        id: &TargetId,
-    ) -> ServiceResult<PullConfig> {
+    async fn pull_target(&self, account: &AccountId, id: &TargetId) -> ServiceResult<PullConfig> {
         let target = self
             .store
             .get_target(account, id)
@@ -66,10 +62,7 @@ impl Service {
         let config = self.pull_target(account, target).await?;
         let ask = ReceiveAsk {
             max: req.max,
-            visibility: req
-                .visibility
-                .unwrap_or(config.visibility_timeout)
-                .delta(),
+            visibility: req.visibility.unwrap_or(config.visibility_timeout).delta(),
             max_receives: config.max_receive_count,
         };
         let start = self.now();
@@ -167,8 +160,8 @@ impl Service {
     ) -> ServiceResult<()> {
         let account = actor.allow(Permission::ReceiveMessages)?;
         self.pull_target(account, target).await?;
-        let handle = ReceiptHandle::parse(handle)
-            .ok_or(ServiceError::Conflict(Conflict::StaleHandle))?;
+        let handle =
+            ReceiptHandle::parse(handle).ok_or(ServiceError::Conflict(Conflict::StaleHandle))?;
         let now = self.now();
         let until = now + TimeDelta::from_std(visibility).unwrap_or_default();
         if !self

@@ -30,8 +30,6 @@ use tracing::warn;
 
 use crate::{clock::Clock, domain::ids::TargetId, metrics as m, store::Store, wake::Wake};
 
-use crate::store::prelude::*;
-
 /// Reads of the watched targets are at least this far apart, however often
 /// changes are announced.
 const MIN_SPACING: TimeDelta = TimeDelta::milliseconds(10);
@@ -151,7 +149,12 @@ impl PullWatch {
 
     /// What a read said: each target's next instant; those receivable now
     /// wake a waiter. Idle targets watched long enough are dropped.
-    fn apply(&self, read: Vec<(TargetId, DateTime<Utc>)>, now: DateTime<Utc>, keep_idle: TimeDelta) {
+    fn apply(
+        &self,
+        read: Vec<(TargetId, DateTime<Utc>)>,
+        now: DateTime<Utc>,
+        keep_idle: TimeDelta,
+    ) {
         let read: HashMap<TargetId, DateTime<Utc>> = read.into_iter().collect();
         let mut targets = self.targets.lock().expect("not poisoned");
         targets.retain(|_, e| e.waiters > 0 || e.idle_since.is_none_or(|t| t + keep_idle > now));
@@ -291,8 +294,8 @@ impl PullWatch {
             loop {
                 let now = clock.now();
                 let announced = self.last_end_ms.load(Ordering::SeqCst);
-                let plan = DateTime::<Utc>::from_timestamp_millis(announced)
-                    .map_or(plan, |a| a.min(plan));
+                let plan =
+                    DateTime::<Utc>::from_timestamp_millis(announced).map_or(plan, |a| a.min(plan));
                 if plan <= now {
                     break;
                 }

@@ -61,6 +61,6 @@ impl<T> Store for T where
         + PortalReads
         + SubscriptionStore
         + EventStore
-    + PullStore
+        + PullStore
 {
 }

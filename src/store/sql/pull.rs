@@ -71,8 +71,14 @@ fn ids(ids: &[Uuid]) -> Table {
 
 fn handles(handles: &[ReceiptHandle]) -> Table {
     Table::new(vec![
-        ("id", Col::Uuid(handles.iter().map(|h| h.message.0).collect())),
-        ("token", Col::Uuid(handles.iter().map(|h| h.token).collect())),
+        (
+            "id",
+            Col::Uuid(handles.iter().map(|h| h.message.0).collect()),
+        ),
+        (
+            "token",
+            Col::Uuid(handles.iter().map(|h| h.token).collect()),
+        ),
     ])
 }
 
@@ -116,29 +122,28 @@ impl<B: Own> PullStore for B {
         if !picked.is_empty() {
             let token = Uuid::new_v4();
             let picked: Vec<Uuid> = picked.into_iter().map(|(id,)| id.0).collect();
-            let mut stmt = tx.sql(
-                "UPDATE messages SET claim_at = $1, lease_token = $2, \
+            let mut stmt = tx
+                .sql(
+                    "UPDATE messages SET claim_at = $1, lease_token = $2, \
                    ladder_attempts = ladder_attempts + 1, attempt_count = attempt_count + 1, \
                    next_attempt_at = CASE WHEN ladder_attempts + 1 >= $3 THEN NULL ELSE $1 END, \
                    updated_at = $4 \
                  WHERE id IN (SELECT id FROM ",
-            );
-            stmt.push_bind(At(until))
-                .push_bind(Uid(token))
-                .push_bind(i64::from(ask.max_receives))
-                .push_bind(At(now));
+                )
+                .bind(At(until))
+                .bind(Uid(token))
+                .bind(i64::from(ask.max_receives))
+                .bind(At(now));
             ids(&picked).push_from(&mut stmt, "p");
-            stmt.push(&format!(
-                ") RETURNING {MESSAGE_COLUMNS}, ladder_attempts"
-            ));
+            stmt.push(&format!(") RETURNING {MESSAGE_COLUMNS}, ladder_attempts"));
             let rows: Vec<ReceivedRow> = stmt.fetch_all().await?;
             let mut stmt = tx.sql(
                 "INSERT INTO attempts (message_id, attempt, started_at, finished_at, duration_ms, \
                    outcome, account, target_id) \
                  SELECT id, attempt_count, $1, $1, 0, 'Received', account, target_id FROM messages \
                  WHERE id IN (SELECT id FROM ",
-            );
-            stmt.push_bind(At(now));
+            )
+                .bind(At(now));
             ids(&picked).push_from(&mut stmt, "p");
             stmt.push(") ON CONFLICT (message_id, attempt) DO NOTHING");
             stmt.execute().await?;
@@ -189,15 +194,17 @@ impl<B: Own> PullStore for B {
         }
         let mut tx = self.db().begin().await?;
         let keys = locked_keys(self, &mut tx, given).await?;
-        let mut stmt = tx.sql(
-            "UPDATE messages SET state = 'Delivered', delivered_at = $1, claim_at = NULL, \
+        let current = tokens_if_repeated(&mut tx, given).await?;
+        let mut stmt = tx
+            .sql(
+                "UPDATE messages SET state = 'Delivered', delivered_at = $1, claim_at = NULL, \
                next_attempt_at = NULL, lease_token = NULL, held = false, updated_at = $1 \
              WHERE state = 'Scheduled' AND pull = true AND target_id = $2 AND account = $3 \
                AND (id, lease_token) IN (SELECT id, token FROM ",
-        );
-        stmt.push_bind(At(now))
-            .push_bind(target.as_str())
-            .push_bind(account);
+            )
+            .bind(At(now))
+            .bind(target.as_str())
+            .bind(account);
         handles(given).push_from(&mut stmt, "h");
         stmt.push(") RETURNING id");
         let done: Vec<(Uid,)> = stmt.fetch_all().await?;
@@ -207,7 +214,7 @@ impl<B: Own> PullStore for B {
             self.notify_if_soon(&mut tx, now, now).await?;
         }
         tx.commit().await?;
-        Ok(matched(given, &done))
+        Ok(matched(given, &done, &current))
     }
 
     async fn nack(
@@ -223,24 +230,26 @@ impl<B: Own> PullStore for B {
         }
         let mut tx = self.db().begin().await?;
         let keys = locked_keys(self, &mut tx, given).await?;
+        let current = tokens_if_repeated(&mut tx, given).await?;
         // With receives left: receivable again at `until`, the handle
         // stale. After the last allowed one: its visibility has run out, so
         // it is a dead letter now (a fresh token keeps the old handle stale
         // until it is).
-        let mut stmt = tx.sql(
-            "UPDATE messages SET \
+        let mut stmt = tx
+            .sql(
+                "UPDATE messages SET \
                claim_at = CASE WHEN next_attempt_at IS NULL THEN $1 ELSE $2 END, \
                lease_token = CASE WHEN next_attempt_at IS NULL THEN $3 ELSE NULL END, \
                next_attempt_at = CASE WHEN next_attempt_at IS NULL THEN NULL ELSE $2 END, \
                updated_at = $1 \
              WHERE state = 'Scheduled' AND pull = true AND target_id = $4 AND account = $5 \
                AND (id, lease_token) IN (SELECT id, token FROM ",
-        );
-        stmt.push_bind(At(now))
-            .push_bind(At(until))
-            .push_bind(Uid(Uuid::new_v4()))
-            .push_bind(target.as_str())
-            .push_bind(account);
+            )
+            .bind(At(now))
+            .bind(At(until))
+            .bind(Uid(Uuid::new_v4()))
+            .bind(target.as_str())
+            .bind(account);
         handles(given).push_from(&mut stmt, "h");
         stmt.push(") RETURNING id");
         let done: Vec<(Uid,)> = stmt.fetch_all().await?;
@@ -249,7 +258,7 @@ impl<B: Own> PullStore for B {
         self.settle_keys(&mut tx, &keys).await?;
         self.notify_if_soon(&mut tx, until, now).await?;
         tx.commit().await?;
-        Ok(matched(given, &done))
+        Ok(matched(given, &done, &current))
     }
 
     async fn set_visibility(
@@ -364,8 +373,7 @@ impl<B: Own> PullStore for B {
             .await?;
         let mut expired = 0;
         for (target, config) in targets {
-            let Ok(TargetConfig::Pull(config)) =
-                TargetConfig::from_stored_json("pull", config.0)
+            let Ok(TargetConfig::Pull(config)) = TargetConfig::from_stored_json("pull", config.0)
             else {
                 continue;
             };
@@ -458,12 +466,39 @@ async fn locked_keys<B: Own>(
     Ok(keys)
 }
 
-/// For each handle in order, whether its message is among `done`.
-fn matched(given: &[ReceiptHandle], done: &[(Uid,)]) -> Vec<bool> {
+/// For each handle in order, whether its message is among `done` (and,
+/// where a message was named by several handles, whether it was this one:
+/// `current` holds the receive tokens read before the change).
+fn matched(given: &[ReceiptHandle], done: &[(Uid,)], current: &[(Uid, Option<Uid>)]) -> Vec<bool> {
     given
         .iter()
-        .map(|h| done.iter().any(|(id,)| id.0 == h.message.0))
+        .map(|h| {
+            done.iter().any(|(id,)| id.0 == h.message.0)
+                && (current.is_empty()
+                    || current
+                        .iter()
+                        .any(|(id, t)| id.0 == h.message.0 && t.map(|t| t.0) == Some(h.token)))
+        })
         .collect()
+}
+
+/// Where one message is named by several handles, the current receive
+/// token of each such message, read (locked where rows are locked) before
+/// the change; otherwise nothing need be read.
+async fn tokens_if_repeated(
+    tx: &mut Tx,
+    given: &[ReceiptHandle],
+) -> StoreResult<Vec<(Uid, Option<Uid>)>> {
+    let distinct: std::collections::HashSet<Uuid> = given.iter().map(|h| h.message.0).collect();
+    if distinct.len() == given.len() {
+        return Ok(Vec::new());
+    }
+    let lock = tx.for_update();
+    let distinct: Vec<Uuid> = distinct.into_iter().collect();
+    let mut stmt = tx.sql("SELECT id, lease_token FROM messages WHERE id IN (SELECT id FROM ");
+    ids(&distinct).push_from(&mut stmt, "p");
+    stmt.push(&format!("){lock}"));
+    stmt.fetch_all().await
 }
 
 /// Makes dead letters of those of `ids` whose last allowed receive's
@@ -478,14 +513,15 @@ async fn end_received(
         return Ok(Vec::new());
     }
     let d = tx.conn().dialect();
-    let mut stmt = tx.sql(format!(
-        "UPDATE messages SET state = 'DeadLetter', dead_lettered_at = $1, \
+    let mut stmt = tx
+        .sql(format!(
+            "UPDATE messages SET state = 'DeadLetter', dead_lettered_at = $1, \
            last_error = 'not acknowledged after ' || CAST(ladder_attempts AS TEXT) || ' receives', \
            claim_at = NULL, lease_token = NULL, held = false, updated_at = $1 \
          WHERE {} AND claim_at <= $1 AND id IN (SELECT id FROM ",
-        last_received(d)
-    ));
-    stmt.push_bind(At(now));
+            last_received(d)
+        ))
+        .bind(At(now));
     ids(ids_).push_from(&mut stmt, "p");
     stmt.push(") RETURNING id, target_id");
     let dead: Vec<(Uid, String)> = stmt.fetch_all().await?;
@@ -502,12 +538,13 @@ async fn record_dead(tx: &mut Tx, dead: &[(Uid, String)], now: DateTime<Utc>) ->
     if dead.is_empty() {
         return Ok(());
     }
-    let mut stmt = tx.sql(
-        "INSERT INTO message_events (message_id, at, kind, from_state, account, detail) \
+    let mut stmt = tx
+        .sql(
+            "INSERT INTO message_events (message_id, at, kind, from_state, account, detail) \
          SELECT id, $1, 'DeadLettered', 'Scheduled', account, last_error FROM messages \
          WHERE id IN (SELECT id FROM ",
-    );
-    stmt.push_bind(At(now));
+        )
+        .bind(At(now));
     let ids_: Vec<Uuid> = dead.iter().map(|(id, _)| id.0).collect();
     ids(&ids_).push_from(&mut stmt, "p");
     stmt.push(")");
@@ -556,11 +593,11 @@ async fn expire_target<B: Own>(
            next_attempt_at = NULL, claim_at = NULL, lease_token = NULL, held = false, updated_at = $1 \
          WHERE target_id = $3 AND state = 'Scheduled' AND {pull} AND delivery_time <= $4 \
            AND id IN (SELECT id FROM "
-    ));
-    stmt.push_bind(At(now))
-        .push_bind(format!("not received within {}", config.retention.as_str()))
-        .push_bind(target)
-        .push_bind(At(cutoff));
+    ))
+        .bind(At(now))
+        .bind(format!("not received within {}", config.retention.as_str()))
+        .bind(target)
+        .bind(At(cutoff));
     ids(&found).push_from(&mut stmt, "p");
     stmt.push(") RETURNING id, target_id");
     let dead: Vec<(Uid, String)> = stmt.fetch_all().await?;

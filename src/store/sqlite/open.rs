@@ -62,6 +62,18 @@ impl SqliteStore {
             .synchronous(SqliteSynchronous::Normal)
             .busy_timeout(Duration::from_secs(5))
             .foreign_keys(true);
+        // Migrations run with foreign keys off: SQLite changes a table's
+        // constraints by building the table anew, and dropping the old one
+        // with foreign keys on would delete every row that refers to it
+        // (`ON DELETE CASCADE`). What a migration copies is copied whole.
+        let migrating = SqlitePoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(Duration::from_secs(10))
+            .connect_with(options.clone().foreign_keys(false))
+            .await
+            .map_err(map_err)?;
+        MIGRATOR.run(&migrating).await.map_err(StoreError::Migrate)?;
+        migrating.close().await;
         let writer = SqlitePoolOptions::new()
             .max_connections(1)
             .min_connections(1)
@@ -69,7 +81,6 @@ impl SqliteStore {
             .connect_with(options.clone())
             .await
             .map_err(map_err)?;
-        MIGRATOR.run(&writer).await.map_err(StoreError::Migrate)?;
         let reader = SqlitePoolOptions::new()
             .max_connections(4)
             .acquire_timeout(Duration::from_secs(10))

@@ -71,7 +71,8 @@ pub(in crate::wire) fn span(
     within: &str,
     e: &mut Vec<FieldError>,
 ) -> Option<Option<Span>> {
-    let problem = format!("must be a duration {within}: a whole number and a unit (ms, s, m, h, d)");
+    let problem =
+        format!("must be a duration {within}: a whole number and a unit (ms, s, m, h, d)");
     match f {
         Field::Missing => Some(None),
         Field::Valid(s) => match Span::parse(&s) {
