@@ -737,3 +737,96 @@ mod postgres {
         assert!(took < Duration::from_secs(5), "{took:?}");
     }
 }
+
+/// SQLite rebuilds `targets` and `attempts` to let them hold pull targets and
+/// receives: a database made by the releases before keeps every row.
+#[tokio::test]
+async fn an_embedded_database_from_before_pull_targets_keeps_its_rows_through_the_upgrade() {
+    use dispatch::store::{prelude::*, sqlite::SqliteStore};
+    use sqlx::{migrate::Migrator, sqlite::SqliteConnectOptions, SqlitePool};
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("dispatch.db");
+    let before: Vec<_> = sqlx::migrate!("migrations/sqlite")
+        .migrations
+        .iter()
+        .filter(|m| m.version < 20261209000100)
+        .cloned()
+        .collect();
+    let old = Migrator {
+        migrations: before.into(),
+        ..Migrator::DEFAULT
+    };
+    let pool = SqlitePool::connect_with(
+        SqliteConnectOptions::new()
+            .filename(&path)
+            .create_if_missing(true)
+            .foreign_keys(true),
+    )
+    .await
+    .unwrap();
+    old.run(&pool).await.unwrap();
+    let target = "DI-T-0123456789";
+    let message = "0190f3a4-7b1c-7cde-8f00-112233445566";
+    for sql in [
+        "INSERT INTO accounts (name, created_at) VALUES ('acme', 0)".to_string(),
+        format!(
+            "INSERT INTO targets (id, account, name, kind, enabled, config, created_at, updated_at) \
+             VALUES ('{target}', 'acme', 'old', 'webhook', 1, \
+             '{{\"url\":\"https://example.com/hook\",\"signingSecret\":\"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"}}', 0, 0)"
+        ),
+        format!(
+            "INSERT INTO messages (id, account, target_id, state, payload, delivery_time, \
+             next_attempt_at, claim_at, attempt_count, created_at, updated_at) \
+             VALUES ('{message}', 'acme', '{target}', 'Scheduled', 'kept', 0, 0, 0, 1, 0, 0)"
+        ),
+        format!(
+            "INSERT INTO attempts (message_id, attempt, started_at, finished_at, duration_ms, outcome, \
+             status_code, account, target_id) VALUES ('{message}', 1, 0, 1, 1, 'RetryableFailure', 503, 'acme', '{target}')"
+        ),
+    ] {
+        sqlx::query(&sql).execute(&pool).await.unwrap();
+    }
+    pool.close().await;
+
+    let store = SqliteStore::open(&path).await.expect("the upgrade applies");
+    let acme = common::account("acme");
+    let id = dispatch::domain::ids::MessageId(message.parse().unwrap());
+    let m = store
+        .get_message(&acme, &id)
+        .await
+        .unwrap()
+        .expect("the message is kept");
+    assert_eq!(m.payload.as_str(), "kept");
+    let target_id: dispatch::domain::ids::TargetId = target.parse().unwrap();
+    assert!(store.get_target(&acme, &target_id).await.unwrap().is_some());
+    let attempts = store
+        .list_attempts(&acme, &id, None, 10)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(attempts.len(), 1, "its attempt is kept");
+    // The rebuilt tables still hold their keys: the message goes with its target.
+    drop(store);
+    let pool = SqlitePool::connect_with(
+        SqliteConnectOptions::new()
+            .filename(&path)
+            .foreign_keys(true),
+    )
+    .await
+    .unwrap();
+    let (violations,): (i64,) = sqlx::query_as("SELECT count(*) FROM pragma_foreign_key_check")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(violations, 0);
+    sqlx::query("DELETE FROM targets")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let (left,): (i64,) = sqlx::query_as("SELECT count(*) FROM messages")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(left, 0, "ON DELETE CASCADE still holds");
+}
