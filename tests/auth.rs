@@ -29,11 +29,12 @@ use jsonwebtoken::{encode, Algorithm, EncodingKey, Header};
 use reqwest::{Method, Response, StatusCode};
 use serde_json::{json, Value};
 
-const ALL_SCOPES: [&str; 4] = [
+const ALL_SCOPES: [&str; 5] = [
     "messages:read",
     "messages:write",
     "targets:read",
     "targets:write",
+    "messages:receive",
 ];
 
 // ---------------------------------------------------------------------------

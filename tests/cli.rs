@@ -81,7 +81,7 @@ async fn clients_create_prints_the_credentials_once_and_they_work() {
 }
 
 #[tokio::test]
-async fn clients_create_without_scopes_grants_all_four_and_refuses_unknown_ones() {
+async fn clients_create_without_scopes_grants_all_five_and_refuses_unknown_ones() {
     let db = TestDb::new().await;
     let out = dispatch()
         .args(["clients", "create", "--account", "a", "--name", "n"])
@@ -90,7 +90,7 @@ async fn clients_create_without_scopes_grants_all_four_and_refuses_unknown_ones(
         .await
         .unwrap();
     let created: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(created["scopes"].as_array().unwrap().len(), 4);
+    assert_eq!(created["scopes"].as_array().unwrap().len(), 5);
     let out = dispatch()
         .args([
             "clients",

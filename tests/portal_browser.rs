@@ -14,6 +14,8 @@ mod events;
 mod lists_and_targets;
 #[path = "portal_browser/people.rs"]
 mod people;
+#[path = "portal_browser/pull.rs"]
+mod pull;
 #[path = "portal_browser/secrets.rs"]
 mod secrets;
 

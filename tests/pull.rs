@@ -314,6 +314,68 @@ async fn nack_gives_a_message_back_at_once_or_after_its_delay() {
     );
     let items = receive(&api, &t, json!({"wait": "10s"})).await;
     assert_eq!(items[0]["receiveCount"], 3);
+    // One handle sent twice is one message given back.
+    let r = api
+        .post(
+            &format!("/targets/{t}/nack"),
+            json!({"receiptHandles": [handle(&items[0]), handle(&items[0])]}),
+        )
+        .await;
+    assert_eq!(
+        r.json::<Value>().await.unwrap(),
+        json!({"released": 1, "stale": []})
+    );
+}
+
+#[tokio::test]
+async fn a_nacked_last_receive_is_a_dead_letter_when_its_delay_ends() {
+    let app = TestApp::spawn().await;
+    let api = app.api("acme").await;
+    let t = pull_target(&api, json!({"maxReceiveCount": 1})).await;
+    let m = api.schedule(&t, &in_ms(-1), "last").await;
+    let id = m["messageId"].as_str().unwrap();
+    let items = receive(&api, &t, json!({})).await;
+    let r = api
+        .post(
+            &format!("/targets/{t}/nack"),
+            json!({"receiptHandles": [handle(&items[0])], "delay": "1s"}),
+        )
+        .await;
+    assert_eq!(r.json::<Value>().await.unwrap()["released"], 1);
+    assert_eq!(api.message(id).await["state"], "Scheduled", "until its delay ends");
+    let dead = api.wait_for_state(id, "DeadLetter", WAIT).await;
+    assert_eq!(dead["lastError"], "not acknowledged after 1 receives");
+    assert!(receive(&api, &t, json!({})).await.is_empty());
+}
+
+/// With the backstop far away, only what the consumers and the watch learn
+/// wakes them: each waiting consumer gets the message due at its time.
+#[tokio::test]
+async fn waiting_consumers_each_get_a_message_at_its_own_due_time() {
+    let app = TestApp::spawn_with(|c| c.sweeper.poll_interval = Duration::from_secs(60)).await;
+    let api = app.api("acme").await;
+    let t = pull_target(&api, json!({})).await;
+    assert!(receive(&api, &t, json!({"wait": "100ms"})).await.is_empty());
+    let waiting: Vec<_> = (0..2)
+        .map(|_| {
+            let (api, t) = (api.clone(), t.clone());
+            tokio::spawn(async move {
+                let started = std::time::Instant::now();
+                (receive(&api, &t, json!({"max": 10, "wait": "15s"})).await, started.elapsed())
+            })
+        })
+        .collect();
+    api.schedule(&t, &in_ms(300), "first").await;
+    api.schedule(&t, &in_ms(1_500), "second").await;
+    let mut got = Vec::new();
+    for w in waiting {
+        let (items, took) = w.await.unwrap();
+        assert_eq!(items.len(), 1, "{items:?}");
+        assert!(took < Duration::from_secs(5), "answered after {took:?}");
+        got.push(items[0]["payload"].as_str().unwrap().to_string());
+    }
+    got.sort();
+    assert_eq!(got, ["first", "second"]);
 }
 
 #[tokio::test]
@@ -644,6 +706,10 @@ async fn a_message_not_received_within_the_retention_is_a_dead_letter() {
     let app = TestApp::spawn().await;
     let api = app.api("acme").await;
     let t = pull_target(&api, json!({"retention": "1m"})).await;
+    let held = api.schedule(&t, &in_ms(-62_000), "held").await;
+    // A consumer works on this one: it is not expired under it.
+    let got = receive(&api, &t, json!({"max": 1})).await;
+    assert_eq!(got[0]["messageId"], held["messageId"]);
     let old = api.schedule(&t, &in_ms(-61_000), "old").await;
     let young = api.schedule(&t, &in_ms(-1_000), "young").await;
     // The retention pass, driven rather than waited for.
@@ -656,6 +722,11 @@ async fn a_message_not_received_within_the_retention_is_a_dead_letter() {
         api.message(young["messageId"].as_str().unwrap()).await["state"],
         "Scheduled"
     );
+    assert_eq!(
+        api.message(held["messageId"].as_str().unwrap()).await["state"],
+        "Scheduled"
+    );
+    assert_eq!(ack(&api, &t, &[handle(&got[0])]).await["acked"], 1);
 }
 
 mod postgres {
@@ -709,8 +780,12 @@ mod postgres {
 
     #[tokio::test]
     async fn a_consumer_waiting_on_one_instance_gets_a_message_scheduled_on_another() {
-        let first = TestApp::spawn_postgres_with(|_| {}).await;
-        let second = TestApp::spawn_on(first.db.clone(), |_| {}).await;
+        // Far beyond the test's window: only the other instance's word helps.
+        let far = |c: &mut dispatch::config::Config| {
+            c.sweeper.poll_interval = Duration::from_secs(60)
+        };
+        let first = TestApp::spawn_postgres_with(far).await;
+        let second = TestApp::spawn_on(first.db.clone(), far).await;
         let a = first.api("acme").await;
         let b = Api {
             base: second.base.clone(),

@@ -13,6 +13,14 @@ ALTER TABLE attempts DROP CONSTRAINT attempts_outcome_check;
 ALTER TABLE attempts ADD CONSTRAINT attempts_outcome_check
     CHECK (outcome IN ('Success', 'RetryableFailure', 'NonRetryableFailure', 'Received'));
 
+-- A receive is an attempt, not a failure: the indexes of failed attempts
+-- (retention's, the overview's) leave receives out.
+DROP INDEX attempts_failed;
+CREATE INDEX attempts_failed ON attempts (finished_at) WHERE outcome NOT IN ('Success', 'Received');
+DROP INDEX attempts_failed_by_account;
+CREATE INDEX attempts_failed_by_account ON attempts (account, finished_at) INCLUDE (target_id)
+    WHERE outcome NOT IN ('Success', 'Received');
+
 ALTER TABLE messages ADD COLUMN pull boolean NOT NULL DEFAULT false;
 
 DROP INDEX messages_due;

@@ -58,9 +58,11 @@ SELECT message_id, attempt, started_at, finished_at, duration_ms, outcome,
 FROM attempts;
 DROP TABLE attempts;
 ALTER TABLE attempts_new RENAME TO attempts;
-CREATE INDEX attempts_failed ON attempts (finished_at) WHERE outcome <> 'Success';
+-- A receive is an attempt, not a failure: the indexes of failed attempts
+-- leave receives out.
+CREATE INDEX attempts_failed ON attempts (finished_at) WHERE outcome NOT IN ('Success', 'Received');
 CREATE INDEX attempts_failed_by_account ON attempts (account, finished_at, target_id)
-    WHERE outcome <> 'Success';
+    WHERE outcome NOT IN ('Success', 'Received');
 
 ALTER TABLE messages ADD COLUMN pull INTEGER NOT NULL DEFAULT 0;
 DROP INDEX messages_due;

@@ -31,11 +31,14 @@ impl<T: DeserializeOwned> FromRequest<AppState> for OptionalBody<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
-        let empty = !req.headers().contains_key(axum::http::header::CONTENT_TYPE)
-            && req
-                .headers()
-                .get(axum::http::header::CONTENT_LENGTH)
-                .is_none_or(|l| l.as_bytes() == b"0");
+        // No body: a length of 0 whatever the type, or neither a length,
+        // a type nor a chunked body.
+        let headers = req.headers();
+        let length = headers.get(axum::http::header::CONTENT_LENGTH);
+        let empty = length.is_some_and(|l| l.as_bytes() == b"0")
+            || (length.is_none()
+                && !headers.contains_key(axum::http::header::CONTENT_TYPE)
+                && !headers.contains_key(axum::http::header::TRANSFER_ENCODING));
         if empty {
             return parse(Value::Object(Default::default()))
                 .map(OptionalBody)

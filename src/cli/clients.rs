@@ -59,7 +59,7 @@ pub struct CreateClient {
     /// A name to recognise the client by.
     #[arg(long)]
     pub name: String,
-    /// A scope to grant; repeat for several. Default: all four.
+    /// A scope to grant; repeat for several. Default: all five.
     #[arg(long = "scope", value_name = "SCOPE")]
     pub scopes: Vec<String>,
     /// Print shell `export` lines (DISPATCH_CLIENT_ID, DISPATCH_CLIENT_SECRET)

@@ -70,7 +70,7 @@ async fn clients_list_shows_an_accounts_clients_and_revoke_marks_one_and_refuses
     assert_eq!(first["clientId"], ci.as_str());
     assert_eq!(first["name"], "ci");
     assert_eq!(first["account"], "acme");
-    assert_eq!(first["scopes"].as_array().unwrap().len(), 4);
+    assert_eq!(first["scopes"].as_array().unwrap().len(), 5);
     assert!(
         first["createdAt"].as_str().unwrap().ends_with('Z'),
         "{first}"

@@ -16,7 +16,7 @@ pub(crate) struct Args {
     pub(crate) pg: String,
     /// Scenarios to run: burst, steady, backlog, ingest, batch, sqs, noisy,
     /// token, ordered, redrive, schedules, purge, fanout, publish,
-    /// publish-none, publish-crowd (comma-separated).
+    /// publish-none, publish-crowd, pull, pull-wake, pull-idle (comma-separated).
     #[arg(long, default_value = "burst,steady,backlog,ingest,batch")]
     pub(crate) scenarios: String,
     /// The store Dispatch runs on: postgres or sqlite (the embedded store).
@@ -71,6 +71,24 @@ pub(crate) struct Args {
     /// the service's bulk.max, 100,000 by default).
     #[arg(long, default_value_t = 100_000)]
     pub(crate) redrive: usize,
+    /// Messages due on a pull target in the pull scenario, and its consumers
+    /// (each looping receive 100 + ack; pgmq gets as many connections).
+    #[arg(long, default_value_t = 200_000)]
+    pub(crate) pull: usize,
+    #[arg(long, default_value_t = 16)]
+    pub(crate) pull_consumers: usize,
+    /// Consumers long-polling, and messages scheduled one every 20 ms, in
+    /// the pull-wake scenario.
+    #[arg(long, default_value_t = 100)]
+    pub(crate) wake_consumers: usize,
+    #[arg(long, default_value_t = 200)]
+    pub(crate) wake_messages: usize,
+    /// Consumers long-polling an empty pull target, and for how long, in the
+    /// pull-idle scenario.
+    #[arg(long, default_value_t = 500)]
+    pub(crate) idle_consumers: usize,
+    #[arg(long, default_value_t = 60)]
+    pub(crate) idle_seconds: u64,
     /// Schedules, and runs of each (one a second), of the schedules scenario.
     #[arg(long, default_value_t = 10_000)]
     pub(crate) schedules: usize,

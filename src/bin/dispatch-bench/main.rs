@@ -18,7 +18,10 @@
 //! messages), `fanout` (events due at one instant, each to every one of
 //! `--fanout-targets` subscribed targets), `publish`, `publish-none` and
 //! `publish-crowd` (POST /events matching `--publish-targets` targets, none,
-//! or those beside `--crowd` subscriptions of other types). The ingest scenarios also measure PostgreSQL's own floor with
+//! or those beside `--crowd` subscriptions of other types), `pull` (a pull
+//! target's consumers receiving and acking `--pull` messages, beside pgmq in
+//! the same PostgreSQL), `pull-wake` (long-polling consumers woken by new
+//! messages) and `pull-idle` (what long-polling an empty queue costs). The ingest scenarios also measure PostgreSQL's own floor with
 //! pgbench; the JSON and SVG charts of a run are written to `--out`. Lateness is arrival at the receiver (for SQS: the acknowledged send)
 //! minus the scheduled time. Every scenario checks that every message arrived
 //! and counts duplicates.
@@ -37,6 +40,7 @@ mod fanout;
 mod ingest;
 mod noisy;
 mod ordered;
+mod pull;
 mod purge;
 mod redrive;
 mod schedules;
@@ -321,6 +325,7 @@ async fn main() -> anyhow::Result<()> {
                 "ordered" => ordered::run(&args, run).await?,
                 "redrive" => redrive::run(&args, run).await?,
                 "schedules" => schedules::run(&args, run).await?,
+                "pull" | "pull-wake" | "pull-idle" => pull::run(&args, scenario, run).await?,
                 _ => run_scenario(&args, scenario, run).await?,
             };
             eprintln!("{}", serde_json::to_string(&r)?);

@@ -76,17 +76,17 @@ impl Service {
                 if let Some(until) = receipt.last_until {
                     self.pull.last_receive_ends(until);
                 }
+                if let Some(w) = &waiting {
+                    if receipt.items.len() as u32 == ask.max {
+                        // More may be left: another waiting consumer looks.
+                        w.wake_another();
+                    } else {
+                        w.learned(receipt.next_at, self.now());
+                    }
+                }
                 if !receipt.items.is_empty() {
                     metrics::counter!(m::PULL_RECEIVED).increment(receipt.items.len() as u64);
-                    if receipt.items.len() as u32 == ask.max {
-                        if let Some(w) = &waiting {
-                            w.wake_another();
-                        }
-                    }
                     return Ok(receipt.items);
-                }
-                if let Some(w) = &waiting {
-                    w.learned(receipt.next_at);
                 }
             }
             ask_store = true;
@@ -144,8 +144,8 @@ impl Service {
         .await?;
         if settled.done > 0 {
             self.wake.due(until);
-            // A nack of a last allowed receive makes a dead letter now.
-            self.pull.last_receive_ends(now);
+            // A nack of a last allowed receive ends its last visibility then.
+            self.pull.last_receive_ends(until);
         }
         Ok(settled)
     }
@@ -216,7 +216,12 @@ where
     for ((i, _), d) in parsed.iter().zip(done) {
         ok[*i] = d;
     }
+    // A handle sent twice counts once.
+    let mut seen = std::collections::HashSet::new();
     for (h, ok) in handles.iter().zip(ok) {
+        if !seen.insert(h.as_str()) {
+            continue;
+        }
         if ok {
             settled.done += 1;
         } else {

@@ -34,6 +34,11 @@ use crate::{clock::Clock, domain::ids::TargetId, metrics as m, store::Store, wak
 /// changes are announced.
 const MIN_SPACING: TimeDelta = TimeDelta::milliseconds(10);
 
+/// After waking a consumer, the targets are read again this soon: the woken
+/// receive says what is left when it can (`Waiting::learned`), and this is
+/// for when it cannot (its client went away).
+const AFTER_WAKING: TimeDelta = TimeDelta::seconds(1);
+
 #[derive(Default)]
 pub struct PullWatch {
     targets: Mutex<HashMap<TargetId, Entry>>,
@@ -78,12 +83,14 @@ impl Waiting<'_> {
         self.notify.notify_one();
     }
 
-    /// A receive found nothing, and the next instant something will be.
-    pub fn learned(&self, next: Option<DateTime<Utc>>) {
+    /// A receive took what there was: the next instant something will be
+    /// receivable. One already past (rows another receive held, which it
+    /// skipped) is looked at again a moment later, not at once.
+    pub fn learned(&self, next: Option<DateTime<Utc>>, now: DateTime<Utc>) {
         let mut targets = self.watch.targets.lock().expect("not poisoned");
         if let Some(e) = targets.get_mut(&self.target) {
             e.known = true;
-            e.next = next;
+            e.next = next.map(|n| n.max(now + MIN_SPACING));
         }
         drop(targets);
         self.watch.changed.notify_one();
@@ -147,18 +154,26 @@ impl PullWatch {
             .collect()
     }
 
-    /// What a read said: each target's next instant; those receivable now
-    /// wake a waiter. Idle targets watched long enough are dropped.
+    /// What a read of `asked` said: each target's next instant; those
+    /// receivable now wake a waiter. Idle targets watched long enough are
+    /// dropped. Returns whether it woke any.
     fn apply(
         &self,
+        asked: &[TargetId],
         read: Vec<(TargetId, DateTime<Utc>)>,
         now: DateTime<Utc>,
         keep_idle: TimeDelta,
-    ) {
+    ) -> bool {
         let read: HashMap<TargetId, DateTime<Utc>> = read.into_iter().collect();
         let mut targets = self.targets.lock().expect("not poisoned");
         targets.retain(|_, e| e.waiters > 0 || e.idle_since.is_none_or(|t| t + keep_idle > now));
-        for (t, e) in targets.iter_mut() {
+        let mut woke = false;
+        // Only what was read: a target first waited on during the read is
+        // not known by it.
+        for t in asked {
+            let Some(e) = targets.get_mut(t) else {
+                continue;
+            };
             e.known = true;
             e.next = read.get(t).copied();
             if e.next.is_some_and(|n| n <= now) {
@@ -166,16 +181,19 @@ impl PullWatch {
                 e.next = None;
                 if e.waiters > 0 {
                     e.notify.notify_one();
+                    woke = true;
                 }
             }
         }
+        woke
     }
 
     /// Wakes the waiters of targets whose instant has come; returns the
-    /// earliest instant still to come.
-    fn due(&self, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    /// earliest instant still to come, and whether it woke any.
+    fn due(&self, now: DateTime<Utc>) -> (Option<DateTime<Utc>>, bool) {
         let mut targets = self.targets.lock().expect("not poisoned");
         let mut earliest: Option<DateTime<Utc>> = None;
+        let mut woke = false;
         for e in targets.values_mut() {
             match e.next {
                 Some(n) if n <= now => {
@@ -183,13 +201,14 @@ impl PullWatch {
                     e.next = None;
                     if e.waiters > 0 {
                         e.notify.notify_one();
+                        woke = true;
                     }
                 }
                 Some(n) => earliest = Some(earliest.map_or(n, |x| x.min(n))),
                 None => {}
             }
         }
-        earliest
+        (earliest, woke)
     }
 
     /// A change was announced: what is known may be out of date.
@@ -228,8 +247,8 @@ impl PullWatch {
                 let targets = self.watched();
                 match store.next_receivable(&targets).await {
                     Ok(read) => {
-                        self.apply(read, clock.now(), backstop);
-                        read_at = now + backstop;
+                        let woke = self.apply(&targets, read, clock.now(), backstop);
+                        read_at = now + if woke { AFTER_WAKING } else { backstop };
                     }
                     Err(e) => {
                         warn!(error = %e, "cannot read what waiting consumers may receive; again in a second");
@@ -239,7 +258,11 @@ impl PullWatch {
                 last_read = now;
             }
             let now = clock.now();
-            let plan = self.due(now).map_or(read_at, |n| n.min(read_at));
+            let (earliest, woke) = self.due(now);
+            if woke {
+                read_at = read_at.min(now + AFTER_WAKING);
+            }
+            let plan = earliest.map_or(read_at, |n| n.min(read_at));
             wake.pull_plan(Some(plan));
             if let Some(at) = wake.take_pull_announced() {
                 self.forget();

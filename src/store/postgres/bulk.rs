@@ -164,6 +164,9 @@ impl PgStore {
         ordering::settle_keys(&mut tx, &keys).await?;
         if let Some(at) = bulk.action.at().filter(|_| changed > 0) {
             self.notify_if_soon(&mut tx, at, now).await?;
+        } else if changed > 0 && !keys.is_empty() {
+            // A cancel may have let the next message of a key go.
+            self.notify_if_soon(&mut tx, now, now).await?;
         }
         tx.commit().await.map_err(map_err)?;
         Ok(BulkBatch { changed, ..batch })

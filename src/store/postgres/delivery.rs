@@ -285,7 +285,7 @@ impl DeliveryStore for PgStore {
         }
         let attempts = sqlx::query(
             "DELETE FROM attempts WHERE (message_id, attempt) IN (SELECT message_id, attempt FROM attempts \
-             WHERE outcome <> 'Success' AND outcome <> 'Received' AND finished_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)",
+             WHERE outcome NOT IN ('Success', 'Received') AND finished_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)",
         )
         .bind(c.failed_attempts_before)
         .bind(batch)

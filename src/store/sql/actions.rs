@@ -75,8 +75,11 @@ impl<B: Own> ActionStore for B {
             return refusal(self, account, id, now).await;
         };
         insert_event(&mut tx, id, EventKind::Cancelled, from, None, now).await?;
-        // The next message of its key goes now.
+        // The next message of its key goes now, on whichever instance.
         self.settle_keys(&mut tx, &keys).await?;
+        if !keys.is_empty() {
+            self.notify_if_soon(&mut tx, now, now).await?;
+        }
         tx.commit().await?;
         Ok(Transition::Done(Box::new(row.try_into()?)))
     }
@@ -131,9 +134,11 @@ impl<B: Own> ActionStore for B {
             return refusal(self, account, id, now).await;
         };
         insert_event(&mut tx, id, EventKind::Rescheduled, from, Some(at), now).await?;
-        // Its new place in its key's order.
+        // Its new place in its key's order (another message of the key may
+        // be first now, and due).
         self.settle_keys(&mut tx, &keys).await?;
-        self.notify_if_soon(&mut tx, at, now).await?;
+        self.notify_if_soon(&mut tx, if keys.is_empty() { at } else { now.min(at) }, now)
+            .await?;
         tx.commit().await?;
         Ok(Transition::Done(Box::new(row.try_into()?)))
     }

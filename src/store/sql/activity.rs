@@ -64,7 +64,7 @@ pub(super) async fn read(
     };
     let failed = per_hour(format!(
         "SELECT {}, count(*) FROM attempts \
-         WHERE account = $1 AND outcome <> 'Success' AND outcome <> 'Received' AND finished_at >= $2 GROUP BY 1",
+         WHERE account = $1 AND outcome NOT IN ('Success', 'Received') AND finished_at >= $2 GROUP BY 1",
         hour_of(db, "finished_at")
     ));
     let dead = per_hour(format!(
@@ -75,7 +75,7 @@ pub(super) async fn read(
     let target_failed = db
         .read(
             "SELECT target_id, count(*) FROM attempts \
-             WHERE account = $1 AND outcome <> 'Success' AND outcome <> 'Received' AND finished_at >= $2 GROUP BY 1",
+             WHERE account = $1 AND outcome NOT IN ('Success', 'Received') AND finished_at >= $2 GROUP BY 1",
         )
         .bind(account)
         .bind(At(since))

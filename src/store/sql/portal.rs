@@ -78,7 +78,7 @@ impl<B: Backend> PortalReads for B {
                 .into(),
         );
         let failed = window(
-            "SELECT count(*) FROM attempts WHERE account = $1 AND outcome <> 'Success' AND outcome <> 'Received' AND finished_at >= $2"
+            "SELECT count(*) FROM attempts WHERE account = $1 AND outcome NOT IN ('Success', 'Received') AND finished_at >= $2"
                 .into(),
         );
         let oldest = db

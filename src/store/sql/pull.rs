@@ -232,13 +232,13 @@ impl<B: Own> PullStore for B {
         let keys = locked_keys(self, &mut tx, given).await?;
         let current = tokens_if_repeated(&mut tx, given).await?;
         // With receives left: receivable again at `until`, the handle
-        // stale. After the last allowed one: its visibility has run out, so
-        // it is a dead letter now (a fresh token keeps the old handle stale
-        // until it is).
+        // stale. After the last allowed one: its last visibility ends at
+        // `until`, when it is a dead letter (a fresh token keeps the old
+        // handle stale meanwhile; `until` now ends it here).
         let mut stmt = tx
             .sql(
                 "UPDATE messages SET \
-               claim_at = CASE WHEN next_attempt_at IS NULL THEN $1 ELSE $2 END, \
+               claim_at = $2, \
                lease_token = CASE WHEN next_attempt_at IS NULL THEN $3 ELSE NULL END, \
                next_attempt_at = CASE WHEN next_attempt_at IS NULL THEN NULL ELSE $2 END, \
                updated_at = $1 \
@@ -344,6 +344,7 @@ impl<B: Own> PullStore for B {
         let message_ids: Vec<MessageId> = found.iter().copied().map(MessageId).collect();
         let keys = self.keys_of(&mut tx, &message_ids).await?;
         self.lock_keys(&mut tx, &keys).await?;
+        lock_rows(&mut tx, &found).await?;
         let dead = end_received(&mut tx, &found, now).await?;
         self.settle_keys(&mut tx, &keys).await?;
         if !keys.is_empty() {
@@ -454,15 +455,34 @@ impl<B: Own> PullStore for B {
     }
 }
 
-/// The keys of the handles' messages, locked for the rest of `tx`.
+/// Locks these messages' rows in the order of their ids, where rows are
+/// locked: changes of several messages that no key orders (an ack beside
+/// the end of last receives) then never wait for each other in a circle.
+async fn lock_rows(tx: &mut Tx, ids_: &[Uuid]) -> StoreResult<()> {
+    if !tx.locks_rows() || ids_.len() < 2 {
+        return Ok(());
+    }
+    let mut stmt = tx.sql("SELECT id FROM messages WHERE id IN (SELECT id FROM ");
+    ids(ids_).push_from(&mut stmt, "p");
+    stmt.push(") ORDER BY id FOR UPDATE");
+    stmt.execute().await?;
+    Ok(())
+}
+
+/// The keys of the handles' messages, locked for the rest of `tx`, and then
+/// the messages' rows.
 async fn locked_keys<B: Own>(
     store: &B,
     tx: &mut Tx,
     given: &[ReceiptHandle],
 ) -> StoreResult<Vec<crate::store::ordering::Key>> {
-    let ids: Vec<MessageId> = given.iter().map(|h| h.message).collect();
-    let keys = store.keys_of(tx, &ids).await?;
+    let message_ids: Vec<MessageId> = given.iter().map(|h| h.message).collect();
+    let keys = store.keys_of(tx, &message_ids).await?;
     store.lock_keys(tx, &keys).await?;
+    let mut rows: Vec<Uuid> = message_ids.iter().map(|m| m.0).collect();
+    rows.sort();
+    rows.dedup();
+    lock_rows(tx, &rows).await?;
     Ok(keys)
 }
 
@@ -570,11 +590,12 @@ async fn expire_target<B: Own>(
     let found: Vec<(Uid, Option<String>)> = db
         .read(format!(
             "SELECT id, ordering_key FROM messages WHERE target_id = $1 AND state = 'Scheduled' \
-             AND {pull} AND delivery_time <= $2 LIMIT $3"
+             AND {pull} AND delivery_time <= $2 AND (lease_token IS NULL OR claim_at <= $4) LIMIT $3"
         ))
         .bind(target)
         .bind(At(cutoff))
         .bind(i64::from(limit))
+        .bind(At(now))
         .fetch_all()
         .await?;
     if found.is_empty() {
@@ -588,10 +609,12 @@ async fn expire_target<B: Own>(
     let found: Vec<Uuid> = found.into_iter().map(|(id, _)| id.0).collect();
     let mut tx = db.begin().await?;
     store.lock_keys(&mut tx, &keys).await?;
+    lock_rows(&mut tx, &found).await?;
     let mut stmt = tx.sql(format!(
         "UPDATE messages SET state = 'DeadLetter', dead_lettered_at = $1, last_error = $2, \
            next_attempt_at = NULL, claim_at = NULL, lease_token = NULL, held = false, updated_at = $1 \
          WHERE target_id = $3 AND state = 'Scheduled' AND {pull} AND delivery_time <= $4 \
+           AND (lease_token IS NULL OR claim_at <= $1) \
            AND id IN (SELECT id FROM "
     ))
         .bind(At(now))

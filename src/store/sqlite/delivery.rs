@@ -230,7 +230,7 @@ impl DeliveryStore for SqliteStore {
         }
         let attempts = sqlx::query(
             "DELETE FROM attempts WHERE (message_id, attempt) IN (SELECT message_id, attempt FROM attempts \
-             WHERE outcome <> 'Success' AND outcome <> 'Received' AND finished_at < ? LIMIT ?)",
+             WHERE outcome NOT IN ('Success', 'Received') AND finished_at < ? LIMIT ?)",
         )
         .bind(ms(c.failed_attempts_before))
         .bind(batch)
