@@ -330,7 +330,10 @@ async fn each_target_type_has_its_own_config_schema_whose_required_members_are_t
             // Every member of a pull target's config has a default.
             assert!(required.is_empty(), "{config_name} requires {required:?}");
             let r = api
-                .post("/targets", json!({"name": kind, "type": kind, "config": {}}))
+                .post(
+                    "/targets",
+                    json!({"name": kind, "type": kind, "config": {}}),
+                )
                 .await;
             assert_eq!(r.status(), 201, "{kind}: {}", r.text().await.unwrap());
             continue;

@@ -342,7 +342,11 @@ async fn a_nacked_last_receive_is_a_dead_letter_when_its_delay_ends() {
         )
         .await;
     assert_eq!(r.json::<Value>().await.unwrap()["released"], 1);
-    assert_eq!(api.message(id).await["state"], "Scheduled", "until its delay ends");
+    assert_eq!(
+        api.message(id).await["state"],
+        "Scheduled",
+        "until its delay ends"
+    );
     let dead = api.wait_for_state(id, "DeadLetter", WAIT).await;
     assert_eq!(dead["lastError"], "not acknowledged after 1 receives");
     assert!(receive(&api, &t, json!({})).await.is_empty());
@@ -361,7 +365,10 @@ async fn waiting_consumers_each_get_a_message_at_its_own_due_time() {
             let (api, t) = (api.clone(), t.clone());
             tokio::spawn(async move {
                 let started = std::time::Instant::now();
-                (receive(&api, &t, json!({"max": 10, "wait": "15s"})).await, started.elapsed())
+                (
+                    receive(&api, &t, json!({"max": 10, "wait": "15s"})).await,
+                    started.elapsed(),
+                )
             })
         })
         .collect();
@@ -781,9 +788,8 @@ mod postgres {
     #[tokio::test]
     async fn a_consumer_waiting_on_one_instance_gets_a_message_scheduled_on_another() {
         // Far beyond the test's window: only the other instance's word helps.
-        let far = |c: &mut dispatch::config::Config| {
-            c.sweeper.poll_interval = Duration::from_secs(60)
-        };
+        let far =
+            |c: &mut dispatch::config::Config| c.sweeper.poll_interval = Duration::from_secs(60);
         let first = TestApp::spawn_postgres_with(far).await;
         let second = TestApp::spawn_on(first.db.clone(), far).await;
         let a = first.api("acme").await;

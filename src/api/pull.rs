@@ -31,7 +31,7 @@ fn target_id(id: &str) -> ApiResult<TargetId> {
 /// ends.
 #[utoipa::path(
     post, path = "/targets/{targetId}/receive", tag = "pull", params(("targetId" = String, Path)),
-    request_body(content = ReceiveIn, description = "May be left out: 10 messages, no wait"),
+    request_body(content = Option<ReceiveIn>, description = "May be left out: 10 messages, no wait"),
     responses(
         (status = 200, description = "What was received (none for a disabled target)", body = ReceiveOut),
         (status = 400, body = Problem, content_type = "application/problem+json"),

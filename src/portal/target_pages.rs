@@ -234,14 +234,35 @@ pub async fn show(
             dt { "Type" } dd { (kind_label(&t.config)) }
             dt { "Status" } dd #target-status { @if t.enabled { "Enabled" } @else { span.off { "Disabled" } } }
             dt { "Destination" } dd.wrap { code { (destination(&t.config)) } }
-            dt { "Limits" } dd #target-limits { (limits_text(&t)) }
-            dt { "Circuit breaker" } dd #target-health { (health_text(&t)) }
+            @if depth.is_none() {
+                dt { "Limits" } dd #target-limits { (limits_text(&t)) }
+                dt { "Circuit breaker" } dd #target-health { (health_text(&t)) }
+            }
             dt { "Created" } dd { (layout::time(&t.created_at)) }
             dt { "Updated" } dd { (layout::time(&t.updated_at)) }
         }
         details {
             summary { "Configuration (secrets hidden)" }
             pre { (serde_json::to_string_pretty(&public).unwrap_or_default()) }
+        }
+        @if let Some(d) = &depth {
+            section aria-labelledby="target-queue" {
+                h2 #target-queue { "Queue" }
+                p.hint { "Consumers receive these messages over the API (" code { "POST /targets/" (t.id) "/receive" } ") and acknowledge what they handled." }
+                dl.facts {
+                    dt { "Receivable now" } dd #queue-due { (d.due) }
+                    dt { "Received, not yet acknowledged" } dd #queue-hidden { (d.hidden) }
+                    dt { "Due later, or waiting behind their key" } dd #queue-later { (d.later) }
+                    dt { "Dead letters" } dd #queue-dead { (d.dead) }
+                    dt { "Oldest receivable" } dd #queue-oldest {
+                        @match d.oldest_due {
+                            Some(at) => { (age(state.service.now() - at)) " old (due " (layout::time(&at)) ")" }
+                            None => "none",
+                        }
+                    }
+                    dt { "Receives" } dd #queue-receives { (d.receives) " (each is an attempt of its message)" }
+                }
+            }
         }
         section.actions-row aria-label="Actions" {
             @if session.may(Permission::ConfigureTargets) { (toggle_form(&session, &t)) }
@@ -290,25 +311,6 @@ pub async fn show(
                     }
                 }
                 li { a href={ "/portal/messages?target=" (t.id) } { "All messages of this target" } }
-            }
-        }
-        @if let Some(d) = &depth {
-            section aria-labelledby="target-queue" {
-                h2 #target-queue { "Queue" }
-                p.hint { "Consumers receive these messages over the API (" code { "POST /targets/" (t.id) "/receive" } ") and acknowledge what they handled." }
-                dl.facts {
-                    dt { "Receivable now" } dd #queue-due { (d.due) }
-                    dt { "Received, not yet acknowledged" } dd #queue-hidden { (d.hidden) }
-                    dt { "Due later, or waiting behind their key" } dd #queue-later { (d.later) }
-                    dt { "Dead letters" } dd #queue-dead { (d.dead) }
-                    dt { "Oldest receivable" } dd #queue-oldest {
-                        @match d.oldest_due {
-                            Some(at) => { (age(state.service.now() - at)) " old (due " (layout::time(&at)) ")" }
-                            None => "none",
-                        }
-                    }
-                    dt { "Receives" } dd #queue-receives { (d.receives) " (each is an attempt of its message)" }
-                }
             }
         }
         (super::subscriptions::section(&session, &t, &subs))

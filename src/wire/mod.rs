@@ -11,6 +11,7 @@ pub mod event;
 pub mod problem;
 pub mod pull;
 pub mod schedule;
+pub mod span;
 pub mod target;
 
 pub use target::TargetIn;

@@ -40,11 +40,11 @@ pub struct ReceiveIn {
     pub max: Field<f64>,
     /// How long to wait for a message when none is receivable: `0s` (the
     /// default) to `20s`. The answer comes as soon as one is.
-    #[schema(value_type = Option<String>, pattern = "^[0-9]{1,9}(ms|s|m|h|d)$", example = "20s")]
+    #[schema(schema_with = wait_schema, required = false)]
     pub wait: Field<String>,
     /// How long the messages received stay hidden from other receives:
     /// 1 s to 12 h; the target's `visibilityTimeout` when absent.
-    #[schema(value_type = Option<String>, pattern = "^[0-9]{1,9}(ms|s|m|h|d)$", example = "60s")]
+    #[schema(schema_with = receive_visibility_schema, required = false)]
     pub visibility_timeout: Field<String>,
 }
 
@@ -66,7 +66,7 @@ pub struct NackIn {
     pub receipt_handles: Field<Vec<String>>,
     /// When the messages are receivable again: `0s` (the default, at once)
     /// to `12h`.
-    #[schema(value_type = Option<String>, pattern = "^[0-9]{1,9}(ms|s|m|h|d)$", example = "30s")]
+    #[schema(schema_with = delay_schema, required = false)]
     pub delay: Field<String>,
 }
 
@@ -77,8 +77,30 @@ pub struct VisibilityIn {
     #[schema(value_type = String, required = true)]
     pub receipt_handle: Field<String>,
     /// `0s` (receivable at once) to `12h`, from now.
-    #[schema(value_type = String, required = true, pattern = "^[0-9]{1,9}(ms|s|m|h|d)$", example = "120s")]
+    #[schema(schema_with = visibility_schema, required = true)]
     pub visibility_timeout: Field<String>,
+}
+
+fn wait_schema() -> utoipa::openapi::Object {
+    super::span::schema(0, pull::MAX_WAIT_MS, "20s", true).build()
+}
+
+fn receive_visibility_schema() -> utoipa::openapi::Object {
+    super::span::schema(
+        *pull::VISIBILITY_MS.start(),
+        *pull::VISIBILITY_MS.end(),
+        "60s",
+        true,
+    )
+    .build()
+}
+
+fn delay_schema() -> utoipa::openapi::Object {
+    super::span::schema(0, TWELVE_HOURS, "30s", true).build()
+}
+
+fn visibility_schema() -> utoipa::openapi::Object {
+    super::span::schema(0, TWELVE_HOURS, "120s", false).build()
 }
 
 /// A duration member within `range` (milliseconds); `None` when absent.

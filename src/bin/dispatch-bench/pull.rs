@@ -30,7 +30,12 @@ use super::{
     Args, Result,
 };
 
-async fn post(http: &reqwest::Client, service: &Service, path: &str, body: &Value) -> anyhow::Result<Value> {
+async fn post(
+    http: &reqwest::Client,
+    service: &Service,
+    path: &str,
+    body: &Value,
+) -> anyhow::Result<Value> {
     let r = http
         .post(format!("{}{path}", service.base))
         .bearer_auth(&service.token)
@@ -39,7 +44,10 @@ async fn post(http: &reqwest::Client, service: &Service, path: &str, body: &Valu
         .await?;
     let status = r.status();
     let answer: Value = r.json().await?;
-    ensure!(status.is_success(), "POST {path} answered {status}: {answer}");
+    ensure!(
+        status.is_success(),
+        "POST {path} answered {status}: {answer}"
+    );
     Ok(answer)
 }
 
@@ -73,7 +81,12 @@ pub(crate) async fn run(args: &Args, scenario: &str, run: usize) -> anyhow::Resu
 }
 
 /// Receives and acks every message with `consumers` consumers; the rate.
-async fn drain(service: &Service, target: &TargetId, consumers: usize, n: usize) -> anyhow::Result<f64> {
+async fn drain(
+    service: &Service,
+    target: &TargetId,
+    consumers: usize,
+    n: usize,
+) -> anyhow::Result<f64> {
     let http = reqwest::Client::new();
     let started = Instant::now();
     let counts: Vec<anyhow::Result<usize>> = futures::stream::iter(0..consumers)
@@ -82,8 +95,13 @@ async fn drain(service: &Service, target: &TargetId, consumers: usize, n: usize)
             async move {
                 let mut got = 0;
                 loop {
-                    let out = post(&http, service, &format!("/targets/{target}/receive"), &json!({"max": 100}))
-                        .await?;
+                    let out = post(
+                        &http,
+                        service,
+                        &format!("/targets/{target}/receive"),
+                        &json!({"max": 100}),
+                    )
+                    .await?;
                     let items = out["items"].as_array().context("items")?;
                     if items.is_empty() {
                         return Ok(got);
@@ -105,18 +123,25 @@ async fn drain(service: &Service, target: &TargetId, consumers: usize, n: usize)
         .collect()
         .await;
     let elapsed = started.elapsed().as_secs_f64();
-    let total: usize = counts.into_iter().collect::<anyhow::Result<Vec<_>>>()?.iter().sum();
+    let total: usize = counts
+        .into_iter()
+        .collect::<anyhow::Result<Vec<_>>>()?
+        .iter()
+        .sum();
     ensure!(total == n, "received and acked {total} of {n}");
     Ok(n as f64 / elapsed)
 }
 
-/// pgmq's rate in the same PostgreSQL: `read` 100, `delete` the batch.
+/// pgmq's rate in the same PostgreSQL: its SQL installed (`pgmq.read` 100,
+/// `pgmq.delete` of the batch).
 async fn pgmq_rate(db_url: &str, consumers: usize, n: usize) -> anyhow::Result<f64> {
     let pool = PgPoolOptions::new()
         .max_connections(consumers as u32)
         .connect(db_url)
         .await?;
-    let queue = pgmq::PGMQueue::new_with_pool(pool).await;
+    let queue = pgmq::PGMQueueExt::new_with_pool(pool).await;
+    // pgmq's own SQL (its functions and tables), as its extension installs it.
+    queue.install_sql_from_embedded().await?;
     queue.create("bench").await?;
     let payloads = vec![json!("benchmark payload"); 1000];
     for chunk in 0..n.div_ceil(1000) {
@@ -130,10 +155,10 @@ async fn pgmq_rate(db_url: &str, consumers: usize, n: usize) -> anyhow::Result<f
             async move {
                 let mut got = 0;
                 loop {
-                    let batch = queue.read_batch::<Value>("bench", Some(300), 100).await?;
-                    let Some(batch) = batch.filter(|b| !b.is_empty()) else {
+                    let batch = queue.read_batch::<Value>("bench", 300, 100).await?;
+                    if batch.is_empty() {
                         return Ok(got);
-                    };
+                    }
                     let ids: Vec<i64> = batch.iter().map(|m| m.msg_id).collect();
                     queue.delete_batch("bench", &ids).await?;
                     got += ids.len();
@@ -144,12 +169,21 @@ async fn pgmq_rate(db_url: &str, consumers: usize, n: usize) -> anyhow::Result<f
         .collect()
         .await;
     let elapsed = started.elapsed().as_secs_f64();
-    let total: usize = counts.into_iter().collect::<anyhow::Result<Vec<_>>>()?.iter().sum();
+    let total: usize = counts
+        .into_iter()
+        .collect::<anyhow::Result<Vec<_>>>()?
+        .iter()
+        .sum();
     ensure!(total == n, "pgmq read and deleted {total} of {n}");
     Ok(n as f64 / elapsed)
 }
 
-async fn throughput(args: &Args, service: &Service, target: &TargetId, run: usize) -> anyhow::Result<Result> {
+async fn throughput(
+    args: &Args,
+    service: &Service,
+    target: &TargetId,
+    run: usize,
+) -> anyhow::Result<Result> {
     let n = args.pull;
     let pgmq = pgmq_rate(&service.db_url, args.pull_consumers, n).await?;
     let store_args = Args {
@@ -175,7 +209,12 @@ async fn throughput(args: &Args, service: &Service, target: &TargetId, run: usiz
     })
 }
 
-async fn wake(args: &Args, service: &Service, target: &TargetId, run: usize) -> anyhow::Result<Result> {
+async fn wake(
+    args: &Args,
+    service: &Service,
+    target: &TargetId,
+    run: usize,
+) -> anyhow::Result<Result> {
     let http = reqwest::Client::new();
     let answered: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
     let stop = tokio_util::sync::CancellationToken::new();
@@ -195,7 +234,9 @@ async fn wake(args: &Args, service: &Service, target: &TargetId, run: usize) -> 
                     _ = stop.cancelled() => return,
                 };
                 let Ok(r) = r else { continue };
-                let Ok(out) = r.json::<Value>().await else { continue };
+                let Ok(out) = r.json::<Value>().await else {
+                    continue;
+                };
                 let at = Instant::now();
                 for item in out["items"].as_array().into_iter().flatten() {
                     let id = item["messageId"].as_str().unwrap_or_default().to_string();
@@ -222,7 +263,10 @@ async fn wake(args: &Args, service: &Service, target: &TargetId, run: usize) -> 
                     "payload": "wake"}),
         )
         .await?;
-        created.push((m["messageId"].as_str().context("an id")?.to_string(), Instant::now()));
+        created.push((
+            m["messageId"].as_str().context("an id")?.to_string(),
+            Instant::now(),
+        ));
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -273,7 +317,12 @@ async fn transactions(db_url: &str) -> anyhow::Result<i64> {
     Ok(n)
 }
 
-async fn idle(args: &Args, service: &Service, target: &TargetId, run: usize) -> anyhow::Result<Result> {
+async fn idle(
+    args: &Args,
+    service: &Service,
+    target: &TargetId,
+    run: usize,
+) -> anyhow::Result<Result> {
     let http = reqwest::Client::new();
     let stop = tokio_util::sync::CancellationToken::new();
     let answers = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -297,9 +346,17 @@ async fn idle(args: &Args, service: &Service, target: &TargetId, run: usize) -> 
     }
     // Every consumer has asked once (and its instance learned the queue is empty).
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let (tx0, cpu0, t0) = (transactions(&service.db_url).await?, service.cpu_seconds(), Instant::now());
+    let (tx0, cpu0, t0) = (
+        transactions(&service.db_url).await?,
+        service.cpu_seconds(),
+        Instant::now(),
+    );
     tokio::time::sleep(Duration::from_secs(args.idle_seconds)).await;
-    let (tx1, cpu1, t1) = (transactions(&service.db_url).await?, service.cpu_seconds(), Instant::now());
+    let (tx1, cpu1, t1) = (
+        transactions(&service.db_url).await?,
+        service.cpu_seconds(),
+        Instant::now(),
+    );
     stop.cancel();
     for c in consumers {
         let _ = c.await;

@@ -13,11 +13,12 @@ pub struct Span {
 }
 
 impl Span {
-    /// A whole number (up to 9 digits) and a unit: `ms`, `s`, `m`, `h` or `d`.
+    /// A whole number (up to 9 digits, no leading zero) and a unit: `ms`,
+    /// `s`, `m`, `h` or `d`.
     pub fn parse(s: &str) -> Option<Span> {
         let digits = s.bytes().take_while(u8::is_ascii_digit).count();
         let (n, unit) = s.split_at(digits);
-        if !(1..=9).contains(&digits) {
+        if !(1..=9).contains(&digits) || (digits > 1 && n.starts_with('0')) {
             return None;
         }
         let n: u64 = n.parse().ok()?;
@@ -61,8 +62,8 @@ impl<'de> Deserialize<'de> for Span {
     }
 }
 
-/// What `Span::parse` accepts, for the document.
-pub const SPAN_PATTERN: &str = "^[0-9]{1,9}(ms|s|m|h|d)$";
+/// The largest number `Span::parse` reads before its unit.
+pub const MAX_SPAN_NUMBER: u64 = 999_999_999;
 
 /// A visibility timeout: 1 s to 12 h (a `visibility` call may also say 0).
 pub const VISIBILITY_MS: std::ops::RangeInclusive<u64> = 1_000..=43_200_000;

@@ -72,7 +72,10 @@ impl SqliteStore {
             .connect_with(options.clone().foreign_keys(false))
             .await
             .map_err(map_err)?;
-        MIGRATOR.run(&migrating).await.map_err(StoreError::Migrate)?;
+        MIGRATOR
+            .run(&migrating)
+            .await
+            .map_err(StoreError::Migrate)?;
         migrating.close().await;
         let writer = SqlitePoolOptions::new()
             .max_connections(1)

@@ -137,7 +137,7 @@ pub struct PullConfigIn {
     /// How long a received message stays hidden from other receives: 1 s
     /// to 12 h, a whole number and a unit (`ms`, `s`, `m`, `h`, `d`); `60s`
     /// when absent.
-    #[schema(value_type = Option<String>, pattern = "^[0-9]{1,9}(ms|s|m|h|d)$", example = "60s")]
+    #[schema(schema_with = pull_visibility_schema, required = false)]
     pub visibility_timeout: Field<String>,
     /// Receives without an ack after which the message is a dead letter
     /// (when the last visibility runs out): 1 to 1000; 5 when absent.
@@ -145,8 +145,30 @@ pub struct PullConfigIn {
     pub max_receive_count: Field<f64>,
     /// How long a message may wait to be received after its delivery time
     /// before it is a dead letter: 1 min to 14 d; `14d` when absent.
-    #[schema(value_type = Option<String>, pattern = "^[0-9]{1,9}(ms|s|m|h|d)$", example = "14d")]
+    #[schema(schema_with = pull_retention_schema, required = false)]
     pub retention: Field<String>,
+}
+
+fn pull_visibility_schema() -> utoipa::openapi::Object {
+    use crate::domain::target::pull;
+    crate::wire::span::schema(
+        *pull::VISIBILITY_MS.start(),
+        *pull::VISIBILITY_MS.end(),
+        "60s",
+        true,
+    )
+    .build()
+}
+
+fn pull_retention_schema() -> utoipa::openapi::Object {
+    use crate::domain::target::pull;
+    crate::wire::span::schema(
+        *pull::RETENTION_MS.start(),
+        *pull::RETENTION_MS.end(),
+        "14d",
+        true,
+    )
+    .build()
 }
 
 /// OAuth 2 client credentials for a webhook.
