@@ -133,6 +133,12 @@ async fn a_message_is_received_hidden_acked_and_delivered() {
     let app = TestApp::spawn().await;
     let api = app.api("acme").await;
     let t = pull_target(&api, json!({})).await;
+    // A body of null is an empty one.
+    let r = api
+        .post(&format!("/targets/{t}/receive"), Value::Null)
+        .await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.json::<Value>().await.unwrap()["items"], json!([]));
     let m = api.schedule(&t, &in_ms(-1000), "hello \"pull\"").await;
     let id = m["messageId"].as_str().unwrap();
 

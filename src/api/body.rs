@@ -44,8 +44,16 @@ impl<T: DeserializeOwned> FromRequest<AppState> for OptionalBody<T> {
                 .map(OptionalBody)
                 .map_err(|e| ApiError::Validation(vec![e]));
         }
-        let Body(body) = Body::from_request(req, state).await?;
-        Ok(OptionalBody(body))
+        // A body of `null` leaves every member out, as no body does.
+        let bytes = super::extract::json_bytes(req, state).await?;
+        let value = if bytes.trim_ascii() == b"null" {
+            Value::Object(Default::default())
+        } else {
+            super::extract::json_object(&bytes)?
+        };
+        parse(value)
+            .map(OptionalBody)
+            .map_err(|e| ApiError::Validation(vec![e]))
     }
 }
 
