@@ -715,6 +715,45 @@ async fn events_and_schedules_reach_a_pull_target() {
 }
 
 #[tokio::test]
+async fn replay_bulk_cancel_and_schedules_work_on_a_pull_target() {
+    let app = TestApp::spawn().await;
+    let api = app.api("acme").await;
+    let t = pull_target(&api, json!({})).await;
+    let from = in_ms(-1);
+    let m = api.schedule(&t, &in_ms(-1), "again").await;
+    let items = receive(&api, &t, json!({})).await;
+    ack(&api, &t, &[handle(&items[0])]).await;
+    // Replay makes the acked message receivable again, its count from 0.
+    let r = api
+        .post(
+            "/messages/replay",
+            json!({"targetId": t, "from": from, "to": in_ms(1000)}),
+        )
+        .await;
+    assert_eq!(r.json::<Value>().await.unwrap()["count"], 1);
+    let items = receive(&api, &t, json!({})).await;
+    assert_eq!(items[0]["messageId"], m["messageId"]);
+    assert_eq!(items[0]["receiveCount"], 1);
+    // A bulk cancel takes a received message too; its handle goes stale.
+    let r = api
+        .post("/messages/cancel", json!({"messageIds": [m["messageId"]]}))
+        .await;
+    assert_eq!(r.json::<Value>().await.unwrap()["count"], 1);
+    assert_eq!(ack(&api, &t, &[handle(&items[0])]).await["acked"], 0);
+
+    // A schedule's runs are received like any message.
+    let r = api
+        .post(
+            "/schedules",
+            json!({"targetId": t, "every": "1s", "payload": "tick"}),
+        )
+        .await;
+    assert_eq!(r.status(), 201, "{:?}", r.text().await);
+    let items = receive(&api, &t, json!({"wait": "10s"})).await;
+    assert_eq!(items[0]["payload"], "tick");
+}
+
+#[tokio::test]
 async fn a_message_not_received_within_the_retention_is_a_dead_letter() {
     let app = TestApp::spawn().await;
     let api = app.api("acme").await;
@@ -789,6 +828,28 @@ mod postgres {
         let distinct: HashSet<String> = seen.iter().cloned().collect();
         assert_eq!(seen.len(), distinct.len(), "a message was received twice");
         assert_eq!(distinct, ids);
+    }
+
+    /// An instance stops (or dies) after a receive: nothing is lost, the
+    /// message comes back on another instance when its visibility ends.
+    #[tokio::test]
+    async fn a_message_received_on_an_instance_that_stops_comes_back_on_another() {
+        let first = TestApp::spawn_postgres_with(|_| {}).await;
+        let second = TestApp::spawn_on(first.db.clone(), |_| {}).await;
+        let a = first.api("acme").await;
+        let b = Api {
+            base: second.base.clone(),
+            ..a.clone()
+        };
+        let t = pull_target(&a, json!({"visibilityTimeout": "1s"})).await;
+        let m = a.schedule(&t, &in_ms(-1), "kept").await;
+        assert_eq!(receive(&a, &t, json!({})).await.len(), 1);
+        first.shutdown().await;
+        let items = receive(&b, &t, json!({"wait": "10s"})).await;
+        assert_eq!(items.len(), 1);
+        assert_eq!(items[0]["messageId"], m["messageId"]);
+        assert_eq!(items[0]["receiveCount"], 2);
+        assert_eq!(ack(&b, &t, &[handle(&items[0])]).await["acked"], 1);
     }
 
     #[tokio::test]

@@ -122,6 +122,8 @@ mod messages;
 mod people;
 #[path = "store_conformance/portal.rs"]
 mod portal;
+#[path = "store_conformance/pull.rs"]
+mod pull;
 #[path = "store_conformance/recording.rs"]
 mod recording;
 #[path = "store_conformance/redrive.rs"]

@@ -69,14 +69,37 @@ fn ids(ids: &[Uuid]) -> Table {
     Table::new(vec![("id", Col::Uuid(ids.to_vec()))])
 }
 
+/// The messages the handles name are Scheduled messages of this target
+/// (`$target`) and account (`$account`); `$ids` is the handles' first
+/// column as bound (`hid`). On PostgreSQL the rows are found by their key
+/// alone, whatever the statistics say: right after a bulk insert, before
+/// the table is analyzed, the planner took the target's index and read
+/// every message of the target for each ack (50 ms for 100 handles among
+/// 50,000 messages; 3 ms this way). The target's conditions are written so
+/// that no index can take them (`IS NOT DISTINCT FROM`, which means `=`
+/// here: none of them is NULL), and the key is given as an array.
+fn of_target(d: Dialect, target: usize, account: usize, ids: usize) -> String {
+    match d {
+        Dialect::Postgres => format!(
+            "id = ANY(${ids}) AND (state, pull, target_id, account) \
+             IS NOT DISTINCT FROM ('Scheduled', true, ${target}, ${account})"
+        ),
+        Dialect::Sqlite => format!(
+            "state = 'Scheduled' AND pull = 1 AND target_id = ${target} AND account = ${account}"
+        ),
+    }
+}
+
+/// The handles as rows `(hid, htoken)`: named apart from the messages'
+/// columns, so that a statement joining them names each without a table.
 fn handles(handles: &[ReceiptHandle]) -> Table {
     Table::new(vec![
         (
-            "id",
+            "hid",
             Col::Uuid(handles.iter().map(|h| h.message.0).collect()),
         ),
         (
-            "token",
+            "htoken",
             Col::Uuid(handles.iter().map(|h| h.token).collect()),
         ),
     ])
@@ -193,20 +216,24 @@ impl<B: Own> PullStore for B {
             return Ok(Vec::new());
         }
         let mut tx = self.db().begin().await?;
+        let d = tx.conn().dialect();
         let keys = locked_keys(self, &mut tx, given).await?;
         let current = tokens_if_repeated(&mut tx, given).await?;
         let mut stmt = tx
             .sql(
                 "UPDATE messages SET state = 'Delivered', delivered_at = $1, claim_at = NULL, \
                next_attempt_at = NULL, lease_token = NULL, held = false, updated_at = $1 \
-             WHERE state = 'Scheduled' AND pull = true AND target_id = $2 AND account = $3 \
-               AND (id, lease_token) IN (SELECT id, token FROM ",
+             FROM ",
             )
             .bind(At(now))
             .bind(target.as_str())
             .bind(account);
+        // A join from the handles: each message found by its key, however
+        // many the target holds.
         handles(given).push_from(&mut stmt, "h");
-        stmt.push(") RETURNING id");
+        stmt.push(" WHERE id = hid AND lease_token = htoken AND ")
+            .push(&of_target(d, 2, 3, 4))
+            .push(" RETURNING id");
         let done: Vec<(Uid,)> = stmt.fetch_all().await?;
         self.settle_keys(&mut tx, &keys).await?;
         if !keys.is_empty() {
@@ -229,6 +256,7 @@ impl<B: Own> PullStore for B {
             return Ok(Vec::new());
         }
         let mut tx = self.db().begin().await?;
+        let d = tx.conn().dialect();
         let keys = locked_keys(self, &mut tx, given).await?;
         let current = tokens_if_repeated(&mut tx, given).await?;
         // With receives left: receivable again at `until`, the handle
@@ -242,8 +270,7 @@ impl<B: Own> PullStore for B {
                lease_token = CASE WHEN next_attempt_at IS NULL THEN $3 ELSE NULL END, \
                next_attempt_at = CASE WHEN next_attempt_at IS NULL THEN NULL ELSE $2 END, \
                updated_at = $1 \
-             WHERE state = 'Scheduled' AND pull = true AND target_id = $4 AND account = $5 \
-               AND (id, lease_token) IN (SELECT id, token FROM ",
+             FROM ",
             )
             .bind(At(now))
             .bind(At(until))
@@ -251,7 +278,9 @@ impl<B: Own> PullStore for B {
             .bind(target.as_str())
             .bind(account);
         handles(given).push_from(&mut stmt, "h");
-        stmt.push(") RETURNING id");
+        stmt.push(" WHERE id = hid AND lease_token = htoken AND ")
+            .push(&of_target(d, 4, 5, 6))
+            .push(" RETURNING id");
         let done: Vec<(Uid,)> = stmt.fetch_all().await?;
         let done_ids: Vec<Uuid> = done.iter().map(|(id,)| id.0).collect();
         end_received(&mut tx, &done_ids, now).await?;
@@ -462,9 +491,9 @@ async fn lock_rows(tx: &mut Tx, ids_: &[Uuid]) -> StoreResult<()> {
     if !tx.locks_rows() || ids_.len() < 2 {
         return Ok(());
     }
-    let mut stmt = tx.sql("SELECT id FROM messages WHERE id IN (SELECT id FROM ");
+    let mut stmt = tx.sql("SELECT m.id FROM ");
     ids(ids_).push_from(&mut stmt, "p");
-    stmt.push(") ORDER BY id FOR UPDATE");
+    stmt.push(" JOIN messages m ON m.id = p.id ORDER BY m.id FOR UPDATE OF m");
     stmt.execute().await?;
     Ok(())
 }
