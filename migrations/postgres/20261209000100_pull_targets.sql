@@ -26,12 +26,16 @@ ALTER TABLE messages ADD COLUMN pull boolean NOT NULL DEFAULT false;
 DROP INDEX messages_due;
 CREATE INDEX messages_due ON messages (claim_at)
     WHERE state = 'Scheduled' AND NOT paused AND NOT gated AND NOT held AND NOT pull;
--- What a pull target's consumers can receive, earliest first.
-CREATE INDEX messages_pull ON messages (target_id, claim_at)
+-- What a pull target's consumers can receive, earliest first: in the very
+-- order a receive takes them (claim_at, then id), so that a receive reads
+-- only what it takes, whatever the planner's statistics say (with the
+-- order by claim_at alone, or an index of the target by delivery time
+-- beside it, a receive right after a bulk insert sorted every message of
+-- the target: 25 ms at 50,000 messages, 0.2 ms this way). Retention's pass
+-- reads a target's Scheduled messages by `messages_by_target`.
+CREATE INDEX messages_pull ON messages (target_id, claim_at, id)
     WHERE state = 'Scheduled' AND NOT paused AND NOT held AND pull;
 -- Received for the last time: dead when the visibility runs out.
 CREATE INDEX messages_pull_last ON messages (claim_at)
     WHERE state = 'Scheduled' AND pull AND lease_token IS NOT NULL AND next_attempt_at IS NULL;
--- Not received within the target's retention.
-CREATE INDEX messages_pull_expiry ON messages (target_id, delivery_time)
-    WHERE state = 'Scheduled' AND pull;
+

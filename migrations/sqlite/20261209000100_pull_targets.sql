@@ -68,9 +68,8 @@ ALTER TABLE messages ADD COLUMN pull INTEGER NOT NULL DEFAULT 0;
 DROP INDEX messages_due;
 CREATE INDEX messages_due ON messages (claim_at)
     WHERE state = 'Scheduled' AND paused = 0 AND gated = 0 AND held = 0 AND pull = 0;
-CREATE INDEX messages_pull ON messages (target_id, claim_at)
+CREATE INDEX messages_pull ON messages (target_id, claim_at, id)
     WHERE state = 'Scheduled' AND paused = 0 AND held = 0 AND pull = 1;
 CREATE INDEX messages_pull_last ON messages (claim_at)
     WHERE state = 'Scheduled' AND pull = 1 AND lease_token IS NOT NULL AND next_attempt_at IS NULL;
-CREATE INDEX messages_pull_expiry ON messages (target_id, delivery_time)
-    WHERE state = 'Scheduled' AND pull = 1;
+
