@@ -166,33 +166,37 @@ impl<B: Own> PullStore for B {
         if given.is_empty() {
             return Ok(Vec::new());
         }
-        let mut tx = self.db().begin().await?;
-        let d = tx.conn().dialect();
-        let keys = locked_keys(self, &mut tx, given).await?;
-        let current = tokens_if_repeated(&mut tx, given).await?;
-        let mut stmt = tx
-            .sql(
-                "UPDATE messages SET state = 'Delivered', delivered_at = $1, claim_at = NULL, \
-               next_attempt_at = NULL, lease_token = NULL, held = false, updated_at = $1 \
-             FROM ",
-            )
-            .bind(At(now))
-            .bind(target.as_str())
-            .bind(account);
-        // A join from the handles: each message found by its key, however
-        // many the target holds.
-        handles(given).push_from(&mut stmt, "h");
-        stmt.push(" WHERE id = hid AND lease_token = htoken AND ")
-            .push(&of_target(d, 2, 3, 4))
-            .push(" RETURNING id");
-        let done: Vec<(Uid,)> = stmt.fetch_all().await?;
-        self.settle_keys(&mut tx, &keys).await?;
-        if !keys.is_empty() {
-            // The next message of a key may be receivable now, on any instance.
-            self.notify_if_soon(&mut tx, now, now).await?;
-        }
-        tx.commit().await?;
-        Ok(matched(given, &done, &current))
+        // PostgreSQL: the messages without a key, each named once, in one
+        // statement; whatever is left (a message with a key, a repeated or
+        // stale handle) the long way below.
+        let fast = if self.db().dialect() == Dialect::Postgres {
+            let done = ack_keyless_pg(self, account, target, given, now).await?;
+            if done.iter().all(|d| *d) {
+                return Ok(done);
+            }
+            Some(done)
+        } else {
+            None
+        };
+        let given_left: Vec<ReceiptHandle> = match &fast {
+            Some(done) => given
+                .iter()
+                .zip(done)
+                .filter(|(_, d)| !**d)
+                .map(|(h, _)| *h)
+                .collect(),
+            None => given.to_vec(),
+        };
+        let slow = ack_each(self, account, target, &given_left, now).await?;
+        Ok(match fast {
+            None => slow,
+            Some(done) => {
+                let mut slow = slow.into_iter();
+                done.into_iter()
+                    .map(|d| d || slow.next().unwrap_or(false))
+                    .collect()
+            }
+        })
     }
 
     async fn nack(
@@ -541,6 +545,82 @@ async fn receive_sqlite<B: Own>(
     let order: HashMap<Uuid, usize> = picked.iter().enumerate().map(|(i, id)| (*id, i)).collect();
     rows.sort_by_key(|r| order.get(&r.key.0).copied());
     Ok(rows)
+}
+
+/// Acks the handles the long way: the keys of their messages locked first
+/// (a message's key hands on to its next message), then their rows.
+async fn ack_each<B: Own>(
+    store: &B,
+    account: &AccountId,
+    target: &TargetId,
+    given: &[ReceiptHandle],
+    now: DateTime<Utc>,
+) -> StoreResult<Vec<bool>> {
+    if given.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut tx = store.db().begin().await?;
+    let d = tx.conn().dialect();
+    let keys = locked_keys(store, &mut tx, given).await?;
+    let current = tokens_if_repeated(&mut tx, given).await?;
+    let mut stmt = tx
+        .sql(
+            "UPDATE messages SET state = 'Delivered', delivered_at = $1, claim_at = NULL, \
+               next_attempt_at = NULL, lease_token = NULL, held = false, updated_at = $1 \
+             FROM ",
+        )
+        .bind(At(now))
+        .bind(target.as_str())
+        .bind(account);
+    // A join from the handles: each message found by its key, however
+    // many the target holds.
+    handles(given).push_from(&mut stmt, "h");
+    stmt.push(" WHERE id = hid AND lease_token = htoken AND ")
+        .push(&of_target(d, 2, 3, 4))
+        .push(" RETURNING id");
+    let done: Vec<(Uid,)> = stmt.fetch_all().await?;
+    store.settle_keys(&mut tx, &keys).await?;
+    if !keys.is_empty() {
+        // The next message of a key may be receivable now, on any instance.
+        store.notify_if_soon(&mut tx, now, now).await?;
+    }
+    tx.commit().await?;
+    Ok(matched(given, &done, &current))
+}
+
+/// PostgreSQL: acks, in one statement, the handles' messages that have no
+/// key (none hands on to a next message), each named by one handle, their
+/// rows locked in the order of their ids; for each handle, whether it did.
+async fn ack_keyless_pg<B: Own>(
+    store: &B,
+    account: &AccountId,
+    target: &TargetId,
+    given: &[ReceiptHandle],
+    now: DateTime<Utc>,
+) -> StoreResult<Vec<bool>> {
+    let mut seen = std::collections::HashSet::new();
+    if !given.iter().all(|h| seen.insert(h.message.0)) {
+        // A message named twice: which handle is its latest is read the long way.
+        return Ok(vec![false; given.len()]);
+    }
+    let db = store.db();
+    let mut stmt = db.write("WITH l AS (SELECT m.id AS lid FROM ");
+    handles(given).push_from(&mut stmt, "h");
+    stmt.push(&format!(
+        " JOIN messages m ON m.id = hid AND m.lease_token = htoken \
+         WHERE m.ordering_key IS NULL AND {} ORDER BY m.id FOR UPDATE OF m) \
+         UPDATE messages SET state = 'Delivered', delivered_at = $3, claim_at = NULL, \
+           next_attempt_at = NULL, lease_token = NULL, held = false, updated_at = $3 \
+         FROM l WHERE id = lid RETURNING id",
+        "(m.state, m.pull, m.target_id, m.account) IS NOT DISTINCT FROM ('Scheduled', true, $4, $5)"
+    ));
+    let done: Vec<(Uid,)> = stmt
+        .bind(At(now))
+        .bind(target.as_str())
+        .bind(account)
+        .fetch_all()
+        .await?;
+    Ok(matched(given, &done, &[]))
 }
 
 /// Locks these messages' rows in the order of their ids, where rows are
