@@ -38,17 +38,28 @@ pub struct Settled {
 impl Service {
     /// The account's target as a pull target: 404 when unknown or
     /// another account's, 409 when it is not a pull target.
+    ///
+    /// A pull target's config is read again at most every `CONFIG_TTL` (5 s)
+    /// on an instance: consumers polling in a loop cost the database nothing
+    /// for it. A change of the config reaches receives within that time;
+    /// every statement that acts still names the target and the account.
     async fn pull_target(&self, account: &AccountId, id: &TargetId) -> ServiceResult<PullConfig> {
+        let now = self.now();
+        if let Some(config) = self.pull.config(account, id, now) {
+            return Ok(config);
+        }
         let target = self
             .store
             .get_target(account, id)
             .await?
             .ok_or(ServiceError::NotFound)?;
-        target
+        let config = target
             .config
             .pull()
             .cloned()
-            .ok_or(ServiceError::Conflict(Conflict::NotPull))
+            .ok_or(ServiceError::Conflict(Conflict::NotPull))?;
+        self.pull.remember_config(account, id, &config, now);
+        Ok(config)
     }
 
     /// Receives up to `max` messages, waiting up to `wait` for one.

@@ -28,7 +28,16 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
-use crate::{clock::Clock, domain::ids::TargetId, metrics as m, store::Store, wake::Wake};
+use crate::{
+    clock::Clock,
+    domain::{
+        ids::{AccountId, TargetId},
+        target::pull::PullConfig,
+    },
+    metrics as m,
+    store::Store,
+    wake::Wake,
+};
 
 /// Reads of the watched targets are at least this far apart, however often
 /// changes are announced.
@@ -39,9 +48,17 @@ const MIN_SPACING: TimeDelta = TimeDelta::milliseconds(10);
 /// for when it cannot (its client went away).
 const AFTER_WAKING: TimeDelta = TimeDelta::seconds(1);
 
+/// How long an instance keeps a pull target's config without reading it.
+const CONFIG_TTL: TimeDelta = TimeDelta::seconds(5);
+
+/// Pull targets' configs as read, by account and target, and when.
+type Configs = HashMap<(AccountId, TargetId), (PullConfig, DateTime<Utc>)>;
+
 #[derive(Default)]
 pub struct PullWatch {
     targets: Mutex<HashMap<TargetId, Entry>>,
+    /// Pull targets' configs read lately (`CONFIG_TTL`).
+    configs: Mutex<Configs>,
     /// A target gained its first waiter, or an instant was learned.
     changed: Notify,
     /// The ends of last receives (`janitor`): the earliest announced.
@@ -110,6 +127,33 @@ impl Drop for Waiting<'_> {
 }
 
 impl PullWatch {
+    /// The account's pull target's config, if read within `CONFIG_TTL`.
+    pub fn config(
+        &self,
+        account: &AccountId,
+        target: &TargetId,
+        now: DateTime<Utc>,
+    ) -> Option<PullConfig> {
+        let configs = self.configs.lock().expect("not poisoned");
+        configs
+            .get(&(account.clone(), target.clone()))
+            .filter(|(_, at)| *at + CONFIG_TTL > now)
+            .map(|(c, _)| c.clone())
+    }
+
+    pub fn remember_config(
+        &self,
+        account: &AccountId,
+        target: &TargetId,
+        config: &PullConfig,
+        now: DateTime<Utc>,
+    ) {
+        let mut configs = self.configs.lock().expect("not poisoned");
+        // Kept small: what is past its time goes when one is added.
+        configs.retain(|_, (_, at)| *at + CONFIG_TTL > now);
+        configs.insert((account.clone(), target.clone()), (config.clone(), now));
+    }
+
     /// A consumer starts waiting on `target`.
     pub fn enter(&self, target: &TargetId, now: DateTime<Utc>) -> Waiting<'_> {
         let mut targets = self.targets.lock().expect("not poisoned");
