@@ -784,15 +784,24 @@ async fn a_message_not_received_within_the_retention_is_a_dead_letter() {
 mod postgres {
     use super::*;
 
-    #[tokio::test]
-    async fn two_instances_never_hand_out_one_message_twice() {
-        let first = TestApp::spawn_postgres_with(|_| {}).await;
-        let second = TestApp::spawn_on(first.db.clone(), |_| {}).await;
+    /// Two instances on one PostgreSQL database, configured alike, and a
+    /// client of acme for each.
+    async fn two_instances(
+        configure: fn(&mut dispatch::config::Config),
+    ) -> (TestApp, TestApp, Api, Api) {
+        let first = TestApp::spawn_postgres_with(configure).await;
+        let second = TestApp::spawn_on(first.db.clone(), configure).await;
         let a = first.api("acme").await;
         let b = Api {
             base: second.base.clone(),
             ..a.clone()
         };
+        (first, second, a, b)
+    }
+
+    #[tokio::test]
+    async fn two_instances_never_hand_out_one_message_twice() {
+        let (_first, _second, a, b) = two_instances(|_| {}).await;
         let t = pull_target(&a, json!({"visibilityTimeout": "1h"})).await;
         let ids: HashSet<String> = a
             .schedule_many(&t, &in_ms(-1), 400)
@@ -834,13 +843,7 @@ mod postgres {
     /// message comes back on another instance when its visibility ends.
     #[tokio::test]
     async fn a_message_received_on_an_instance_that_stops_comes_back_on_another() {
-        let first = TestApp::spawn_postgres_with(|_| {}).await;
-        let second = TestApp::spawn_on(first.db.clone(), |_| {}).await;
-        let a = first.api("acme").await;
-        let b = Api {
-            base: second.base.clone(),
-            ..a.clone()
-        };
+        let (first, _second, a, b) = two_instances(|_| {}).await;
         let t = pull_target(&a, json!({"visibilityTimeout": "1s"})).await;
         let m = a.schedule(&t, &in_ms(-1), "kept").await;
         assert_eq!(receive(&a, &t, json!({})).await.len(), 1);
@@ -855,15 +858,8 @@ mod postgres {
     #[tokio::test]
     async fn a_consumer_waiting_on_one_instance_gets_a_message_scheduled_on_another() {
         // Far beyond the test's window: only the other instance's word helps.
-        let far =
-            |c: &mut dispatch::config::Config| c.sweeper.poll_interval = Duration::from_secs(60);
-        let first = TestApp::spawn_postgres_with(far).await;
-        let second = TestApp::spawn_on(first.db.clone(), far).await;
-        let a = first.api("acme").await;
-        let b = Api {
-            base: second.base.clone(),
-            ..a.clone()
-        };
+        let (_first, _second, a, b) =
+            two_instances(|c| c.sweeper.poll_interval = Duration::from_secs(60)).await;
         let t = pull_target(&a, json!({})).await;
         // The watch on the second instance learns the target is empty.
         assert!(receive(&b, &t, json!({"wait": "1s"})).await.is_empty());

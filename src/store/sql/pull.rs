@@ -210,10 +210,12 @@ impl<B: Own> PullStore for B {
         if given.is_empty() {
             return Ok(Vec::new());
         }
-        let mut tx = self.db().begin().await?;
-        let d = tx.conn().dialect();
-        let keys = locked_keys(self, &mut tx, given).await?;
-        let current = tokens_if_repeated(&mut tx, given).await?;
+        let OnHandles {
+            mut tx,
+            d,
+            keys,
+            current,
+        } = on_handles(self, given).await?;
         // With receives left: receivable again at `until`, the handle
         // stale. After the last allowed one: its last visibility ends at
         // `until`, when it is a dead letter (a fresh token keeps the old
@@ -547,6 +549,29 @@ async fn receive_sqlite<B: Own>(
     Ok(rows)
 }
 
+/// A transaction over the handles' messages: their keys locked, then their
+/// rows (`locked_keys`), and where one message is named by several handles,
+/// its current token (`tokens_if_repeated`).
+struct OnHandles {
+    tx: Tx,
+    d: Dialect,
+    keys: Vec<crate::store::ordering::Key>,
+    current: Vec<(Uid, Option<Uid>)>,
+}
+
+async fn on_handles<B: Own>(store: &B, given: &[ReceiptHandle]) -> StoreResult<OnHandles> {
+    let mut tx = store.db().begin().await?;
+    let d = tx.conn().dialect();
+    let keys = locked_keys(store, &mut tx, given).await?;
+    let current = tokens_if_repeated(&mut tx, given).await?;
+    Ok(OnHandles {
+        tx,
+        d,
+        keys,
+        current,
+    })
+}
+
 /// Acks the handles the long way: the keys of their messages locked first
 /// (a message's key hands on to its next message), then their rows.
 async fn ack_each<B: Own>(
@@ -559,10 +584,12 @@ async fn ack_each<B: Own>(
     if given.is_empty() {
         return Ok(Vec::new());
     }
-    let mut tx = store.db().begin().await?;
-    let d = tx.conn().dialect();
-    let keys = locked_keys(store, &mut tx, given).await?;
-    let current = tokens_if_repeated(&mut tx, given).await?;
+    let OnHandles {
+        mut tx,
+        d,
+        keys,
+        current,
+    } = on_handles(store, given).await?;
     let mut stmt = tx
         .sql(
             "UPDATE messages SET state = 'Delivered', delivered_at = $1, claim_at = NULL, \
