@@ -23,7 +23,10 @@ use dispatch::{
     },
     service::{events::PublishRequest, Actor, Service, ServiceError},
     store::{portal::Role, Bulk, BulkAction, EventQuery, MessageFilter, RangeOn},
-    wire::event::{EventReplaySpec, SubscriptionSpec},
+    wire::{
+        event::{EventReplaySpec, SubscriptionSpec},
+        pull::ReceiveRequest,
+    },
 };
 use serde_json::json;
 
@@ -36,6 +39,7 @@ enum Needs {
     OperateTargets,
     ConfigureTargets,
     ManagePeople,
+    ReceiveMessages,
 }
 
 /// Whether `who` may do what `needs` names: the product's matrix.
@@ -46,7 +50,7 @@ fn allowed(who: &Who, needs: Needs) -> bool {
         Who::Person(role) => {
             let least = match needs {
                 ReadMessages | ReadTargets => Role::Viewer,
-                ChangeMessages | OperateTargets => Role::Operator,
+                ChangeMessages | OperateTargets | ReceiveMessages => Role::Operator,
                 ConfigureTargets | ManagePeople => Role::Admin,
             };
             *role >= least
@@ -58,8 +62,11 @@ fn allowed(who: &Who, needs: Needs) -> bool {
                 ReadTargets => Some(Scope::TargetsRead),
                 OperateTargets | ConfigureTargets => Some(Scope::TargetsWrite),
                 ManagePeople => None,
+                // A pull target's consumer: its own scope, or messages:write.
+                ReceiveMessages => Some(Scope::MessagesReceive),
             };
             scope.is_some_and(|s| scopes.contains(&s))
+                || (needs == ReceiveMessages && scopes.contains(&Scope::MessagesWrite))
         }
     }
 }
@@ -362,11 +369,56 @@ async fn call(service: &Service, a: &Actor, case: usize) -> (Needs, &'static str
                     .await,
             ),
         ),
+        38 => (
+            ReceiveMessages,
+            "receive",
+            forbidden(
+                service
+                    .receive(
+                        a,
+                        &tid,
+                        ReceiveRequest {
+                            max: 10,
+                            wait: std::time::Duration::ZERO,
+                            visibility: None,
+                        },
+                    )
+                    .await,
+            ),
+        ),
+        39 => (
+            ReceiveMessages,
+            "ack",
+            forbidden(service.ack(a, &tid, &["h".to_string()]).await),
+        ),
+        40 => (
+            ReceiveMessages,
+            "nack",
+            forbidden(
+                service
+                    .nack(a, &tid, &["h".to_string()], std::time::Duration::ZERO)
+                    .await,
+            ),
+        ),
+        41 => (
+            ReceiveMessages,
+            "change_visibility",
+            forbidden(
+                service
+                    .change_visibility(a, &tid, "h", std::time::Duration::ZERO)
+                    .await,
+            ),
+        ),
+        42 => (
+            ReadTargets,
+            "pull_depth",
+            forbidden(service.pull_depth(a, &tid).await),
+        ),
         _ => unreachable!(),
     }
 }
 
-const CASES: usize = 38;
+const CASES: usize = 43;
 
 #[tokio::test]
 async fn every_use_case_refuses_exactly_whom_the_matrix_refuses() {
