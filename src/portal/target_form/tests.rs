@@ -1,4 +1,4 @@
-use super::*;
+use super::{input::input_of, *};
 use crate::wire::target::parse as parse_spec;
 
 #[test]
