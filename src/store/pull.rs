@@ -11,6 +11,9 @@ pub struct ReceiveAsk {
     pub max: u32,
     pub visibility: TimeDelta,
     pub max_receives: u32,
+    /// Whether the caller will wait for more: only then is `Receipt::next_at`
+    /// read (one statement more).
+    pub then_wait: bool,
 }
 
 /// A message as a receive hands it out.
@@ -28,7 +31,8 @@ pub struct Receipt {
     pub items: Vec<ReceivedItem>,
     /// When the target next has something receivable, if it is not now: the
     /// earliest due time or end of a visibility among its waiting messages.
-    /// Read only when the receive took fewer than it asked for.
+    /// Read only when the receive took fewer than it asked for and the
+    /// caller will wait (`ReceiveAsk::then_wait`).
     pub next_at: Option<DateTime<Utc>>,
     /// The earliest end of a last allowed receive's visibility made now:
     /// its message is a dead letter then, unless acked.

@@ -32,6 +32,7 @@ fn ask(max: u32, visibility: TimeDelta, max_receives: u32) -> ReceiveAsk {
         max,
         visibility,
         max_receives,
+        then_wait: true,
     }
 }
 

@@ -75,6 +75,7 @@ impl Service {
             max: req.max,
             visibility: req.visibility.unwrap_or(config.visibility_timeout).delta(),
             max_receives: config.max_receive_count,
+            then_wait: !req.wait.is_zero(),
         };
         let start = self.now();
         let deadline = start + TimeDelta::from_std(req.wait).unwrap_or_default();

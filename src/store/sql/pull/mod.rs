@@ -104,7 +104,7 @@ impl<B: Own> PullStore for B {
                 message,
             });
         }
-        if (receipt.items.len() as u32) < ask.max {
+        if ask.then_wait && (receipt.items.len() as u32) < ask.max {
             receipt.next_at = self
                 .next_receivable(std::slice::from_ref(target))
                 .await?
