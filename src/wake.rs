@@ -86,6 +86,19 @@ impl Wake {
         self.notify.notify_one();
     }
 
+    /// Something of a pull target may be receivable now (an ack or a dead
+    /// letter handed a key on): wakes the pull watch, if consumers wait,
+    /// and not the sweeper, which never takes a pull target's message.
+    pub fn receivable_now(&self) {
+        self.pull_due(i64::MIN + 1);
+    }
+
+    /// Something of a pull target may be receivable at `at` (a nack's delay
+    /// or a changed visibility ends): for the pull watch alone.
+    pub fn receivable_at(&self, at: DateTime<Utc>) {
+        self.pull_due(at.timestamp_millis());
+    }
+
     /// Something of some target may be receivable at `at` (milliseconds).
     fn pull_due(&self, at: i64) {
         let plan = self.pull_plan_ms.load(Ordering::SeqCst);
@@ -214,6 +227,48 @@ mod tests {
         w.due(t + s(1));
         w.awake();
         w.sleeping_until(t + s(5));
+        assert!(!woken(&w).await);
+    }
+
+    async fn pull_woken(w: &Wake) -> bool {
+        tokio::time::timeout(Duration::from_millis(20), w.pull_notified())
+            .await
+            .is_ok()
+    }
+
+    #[tokio::test]
+    async fn what_only_a_consumer_can_take_wakes_the_pull_watch_and_not_the_sweeper() {
+        let w = Wake::default();
+        let t = Utc::now();
+        w.sleeping_until(t + chrono::TimeDelta::seconds(5));
+
+        // No consumer waits: nothing is woken, nothing is kept.
+        w.receivable_now();
+        assert!(!woken(&w).await, "the sweeper never takes a pull message");
+        assert!(!pull_woken(&w).await);
+        assert_eq!(w.take_pull_announced(), None);
+
+        // Consumers wait; the watch looks next in a second.
+        w.pull_plan(Some(t + chrono::TimeDelta::seconds(1)));
+        w.receivable_now();
+        assert!(pull_woken(&w).await, "an ack handed a key on");
+        assert!(!woken(&w).await, "an ack wakes no sweeper");
+        assert!(w.take_pull_announced().is_some());
+
+        w.receivable_at(t + chrono::TimeDelta::minutes(1));
+        assert!(
+            !pull_woken(&w).await,
+            "after the watch's next look: left for it"
+        );
+        assert_eq!(
+            w.take_pull_announced().map(|a| a.timestamp_millis()),
+            Some((t + chrono::TimeDelta::minutes(1)).timestamp_millis())
+        );
+        w.receivable_at(t);
+        assert!(
+            pull_woken(&w).await,
+            "a nack's delay ends before the next look"
+        );
         assert!(!woken(&w).await);
     }
 }

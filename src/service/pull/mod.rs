@@ -132,8 +132,9 @@ impl Service {
         metrics::counter!(m::PULL_ACKED).increment(settled.done);
         metrics::counter!(m::DELIVERED).increment(settled.done);
         if settled.done > 0 {
-            // The next message of a key may be receivable now.
-            self.wake.now();
+            // The next message of a key may be receivable now (by a
+            // consumer: the sweeper has nothing to do with it).
+            self.wake.receivable_now();
         }
         Ok(settled)
     }
@@ -155,7 +156,7 @@ impl Service {
         })
         .await?;
         if settled.done > 0 {
-            self.wake.due(until);
+            self.wake.receivable_at(until);
             // A nack of a last allowed receive ends its last visibility then.
             self.pull.last_receive_ends(until);
         }
@@ -183,7 +184,7 @@ impl Service {
         {
             return Err(ServiceError::Conflict(Conflict::StaleHandle));
         }
-        self.wake.due(until);
+        self.wake.receivable_at(until);
         // Were it the last allowed receive, it ends then.
         self.pull.last_receive_ends(until);
         Ok(())

@@ -345,7 +345,7 @@ impl PullWatch {
                     if !dead.is_empty() {
                         metrics::counter!(m::DEAD_LETTERED).increment(dead.len() as u64);
                         // The next message of a key may be receivable now.
-                        wake.now();
+                        wake.receivable_now();
                     }
                     if dead.len() as u32 == BATCH {
                         continue;
