@@ -11,3 +11,4 @@ pub mod schedule;
 pub mod scope;
 pub mod target;
 pub mod time;
+pub mod told;

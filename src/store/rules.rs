@@ -99,6 +99,60 @@ pub(crate) fn last_error(r: &Recorded) -> Option<String> {
         .find_map(|a| a.error.as_deref().map(|e| storable_text(e).into_owned()))
 }
 
+/// What a recorded result tells, in order: each failed attempt, then the
+/// message's delivery or dead letter (`last_error` as the message keeps it).
+pub(crate) fn happenings(
+    r: &Recorded,
+    about: &crate::domain::told::About,
+    last_error: Option<String>,
+) -> Vec<(crate::domain::told::About, crate::domain::told::Happening)> {
+    use crate::domain::{retry::AttemptOutcome, told::Happening};
+    let mut told = Vec::new();
+    for (i, a) in r.attempts.iter().enumerate() {
+        if matches!(
+            a.outcome,
+            AttemptOutcome::Success | AttemptOutcome::Received
+        ) {
+            continue;
+        }
+        let next_attempt_at = match r.attempts.get(i + 1) {
+            Some(next) => Some(next.started_at),
+            None => match r.next {
+                Next::Retry(at) => Some(at),
+                _ => None,
+            },
+        };
+        told.push((
+            about.clone(),
+            Happening::AttemptFailed {
+                attempt_count: a.attempt,
+                last_error: a.error.as_deref().map(|e| storable_text(e).into_owned()),
+                next_attempt_at,
+            },
+        ));
+    }
+    let last = r.last();
+    match r.next {
+        Next::Delivered => told.push((
+            about.clone(),
+            Happening::Delivered {
+                attempt_count: last.attempt,
+                at: last.finished_at,
+            },
+        )),
+        Next::DeadLetter => told.push((
+            about.clone(),
+            Happening::DeadLettered {
+                attempt_count: last.attempt,
+                last_error,
+                at: last.finished_at,
+            },
+        )),
+        Next::Retry(_) => {}
+    }
+    told
+}
+
 /// A claim leaves leased the messages whose targets' secrets are sealed
 /// under a key this instance lacks (for an instance that has it, once the
 /// lease ends): says so once a claim, naming the targets.

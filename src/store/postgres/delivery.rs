@@ -5,7 +5,7 @@ use std::{borrow::Cow, time::Duration};
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use sqlx::{postgres::PgArguments, query::Query, Postgres};
+use sqlx::{postgres::PgArguments, query::QueryAs, Postgres};
 use uuid::Uuid;
 
 use super::{map_err, millis_i64, ordering, rows::*, PgStore};
@@ -226,22 +226,43 @@ impl DeliveryStore for PgStore {
                 .iter()
                 .filter_map(|r| r.key.as_ref().map(|(t, k)| (t.as_str(), k.as_str()))),
         );
-        if keys.is_empty() {
-            return Ok(query
-                .execute(&self.pool)
-                .await
-                .map_err(map_err)?
-                .rows_affected());
-        }
         let mut tx = self.begin().await?;
-        ordering::lock_keys(&mut tx, &keys).await?;
-        let recorded = query
-            .execute(&mut *tx)
-            .await
-            .map_err(map_err)?
-            .rows_affected();
-        ordering::settle_keys(&mut tx, &keys).await?;
-        tx.commit().await.map_err(map_err)?;
+        if !keys.is_empty() {
+            ordering::lock_keys(&mut tx, &keys).await?;
+        }
+        let rows: Vec<ToldRow> = query.fetch_all(&mut *tx).await.map_err(map_err)?;
+        let recorded = rows.first().map_or(0, |r| r.written) as u64;
+        if !keys.is_empty() {
+            ordering::settle_keys(&mut tx, &keys).await?;
+        }
+        // What happened to the messages of accounts that subscribe to
+        // Dispatch's own events, published in this same transaction.
+        let told: Vec<_> = rows
+            .into_iter()
+            .filter_map(|row| {
+                let id = row.id?;
+                let r = results.iter().find(|r| r.id.0 == id)?;
+                let about = crate::domain::told::About {
+                    account: AccountId::from_trusted(row.account?),
+                    message: MessageId(id),
+                    target: TargetId::from_trusted(row.target_id?),
+                    event: row
+                        .event_id
+                        .map(crate::domain::ids::EventId)
+                        .zip(row.event_type),
+                    ordering_key: row.ordering_key,
+                };
+                Some(crate::store::rules::happenings(r, &about, row.last_error))
+            })
+            .flatten()
+            .collect();
+        if told.is_empty() {
+            tx.commit().await.map_err(map_err)?;
+            return Ok(recorded);
+        }
+        let mut tx = crate::store::sql::Tx::Postgres(tx);
+        crate::store::sql::events::tell(self, &mut tx, &told, now).await?;
+        tx.commit().await?;
         Ok(recorded)
     }
 
@@ -368,9 +389,9 @@ impl<'a> RecordColumns<'a> {
     /// The one statement that records the results: updates the messages
     /// still under these leases, enters the dead letters in their history
     /// and inserts the attempts of the messages it updated.
-    fn statement(&self, now: DateTime<Utc>) -> Query<'_, Postgres, PgArguments> {
+    fn statement(&self, now: DateTime<Utc>) -> QueryAs<'_, Postgres, ToldRow, PgArguments> {
         let (m, a) = (&self.results, &self.attempts);
-        sqlx::query(
+        sqlx::query_as(
             "WITH input AS ( \
                SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::int[], $4::text[], $5::timestamptz[], \
                  $6::int[], $7::timestamptz[], $8::text[]) \
@@ -385,12 +406,17 @@ impl<'a> RecordColumns<'a> {
                  last_error = COALESCE(i.last_error, m.last_error), \
                  updated_at = $18 \
                FROM input i WHERE m.id = i.id AND m.lease_token = i.token AND m.state = 'Scheduled' \
-               RETURNING m.id, i.token, m.account, m.target_id, m.state, m.dead_lettered_at, m.last_error), \
+               RETURNING m.id, i.token, m.account, m.target_id, m.state, m.dead_lettered_at, m.last_error, \
+                 m.event_id, m.event_type, m.ordering_key), \
+             told AS ( \
+               SELECT a.account FROM (SELECT DISTINCT account FROM upd) a \
+               WHERE EXISTS (SELECT 1 FROM subscription_patterns p JOIN subscriptions s ON s.id = p.subscription_id \
+                 WHERE p.account = a.account AND p.pattern = ANY($21) AND s.enabled)), \
              dead AS ( \
                INSERT INTO message_events (message_id, at, kind, from_state, account, detail) \
                SELECT id, dead_lettered_at, 'DeadLettered', 'Scheduled', account, last_error \
-               FROM upd WHERE state = 'DeadLetter') \
-             INSERT INTO attempts (message_id, attempt, started_at, finished_at, duration_ms, outcome, \
+               FROM upd WHERE state = 'DeadLetter'), \
+             ins AS (INSERT INTO attempts (message_id, attempt, started_at, finished_at, duration_ms, outcome, \
                status_code, error, response_body, account, retry_after_ms, target_id) \
              SELECT a.message_id, a.attempt, a.started_at, a.finished_at, a.duration_ms, a.outcome, \
                a.status_code, a.error, a.response_body, u.account, a.retry_after_ms, u.target_id \
@@ -400,7 +426,10 @@ impl<'a> RecordColumns<'a> {
                AS a(message_id, attempt, started_at, finished_at, duration_ms, outcome, status_code, error, \
                  response_body, token, retry_after_ms) \
              JOIN upd u ON u.id = a.message_id AND u.token = a.token \
-             ON CONFLICT (message_id, attempt) DO NOTHING",
+             ON CONFLICT (message_id, attempt) DO NOTHING RETURNING 1) \
+             SELECT (SELECT count(*) FROM ins) AS written, u.id, u.account, u.target_id, u.event_id, \
+               u.event_type, u.ordering_key, u.last_error \
+             FROM (SELECT 1) one LEFT JOIN (upd u JOIN told t ON t.account = u.account) ON true",
         )
         .bind(&m.ids)
         .bind(&m.tokens)
@@ -422,8 +451,26 @@ impl<'a> RecordColumns<'a> {
         .bind(now)
         .bind(&a.tokens)
         .bind(&a.waits)
+        .bind(&TOLD_PATTERNS[..])
         .persistent(false)
     }
+}
+
+/// The pattern texts that name events about messages, as bound.
+const TOLD_PATTERNS: [&str; 5] = crate::domain::told::MESSAGE_PATTERNS;
+
+/// A row of `record`'s answer: how many attempts it wrote, and (where the
+/// account subscribes to Dispatch's own events) a message it changed.
+#[derive(sqlx::FromRow)]
+struct ToldRow {
+    written: i64,
+    id: Option<Uuid>,
+    account: Option<String>,
+    target_id: Option<String>,
+    event_id: Option<Uuid>,
+    event_type: Option<String>,
+    ordering_key: Option<String>,
+    last_error: Option<String>,
 }
 
 impl ResultColumns {

@@ -33,7 +33,7 @@ mod actions;
 mod activity;
 mod build;
 mod dialect;
-mod events;
+pub(crate) mod events;
 pub(super) mod filter;
 pub(super) mod gates;
 mod identities;

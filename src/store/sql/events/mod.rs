@@ -17,3 +17,6 @@
 mod archive;
 mod publish;
 mod subscriptions;
+mod told;
+
+pub(crate) use told::tell;

@@ -1,0 +1,243 @@
+//! Dispatch's own events about messages (docs/api.md#dispatchs-own-events):
+//! what happened to a message, published as an event of its account under
+//! `dispatch.message.`, for the subscriptions that name such types.
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde_json::json;
+
+use super::{
+    event::{Event, EventType, OWN_PREFIX},
+    ids::{AccountId, EventId, MessageId, TargetId},
+    message::OrderingKey,
+    payload::Payload,
+};
+
+pub const DELIVERED: &str = "dispatch.message.delivered";
+pub const DEAD_LETTERED: &str = "dispatch.message.dead_lettered";
+pub const ATTEMPT_FAILED: &str = "dispatch.message.attempt_failed";
+
+/// The pattern texts (as subscriptions keep them) that match any of the
+/// events about messages: an account none of whose enabled subscriptions
+/// holds one of these is told nothing, and nothing is stored for it.
+pub const MESSAGE_PATTERNS: [&str; 5] = [
+    "dispatch.*",
+    "dispatch.message.*",
+    DELIVERED,
+    DEAD_LETTERED,
+    ATTEMPT_FAILED,
+];
+
+/// The message a happening is about, as every payload names it.
+#[derive(Debug, Clone)]
+pub struct About {
+    pub account: AccountId,
+    pub message: MessageId,
+    pub target: TargetId,
+    /// The event the message was made from, and its type.
+    pub event: Option<(EventId, String)>,
+    pub ordering_key: Option<String>,
+}
+
+impl About {
+    /// Whether the message was itself made from one of Dispatch's own
+    /// events: such a message tells nothing (no loops).
+    pub fn is_told(&self) -> bool {
+        self.event
+            .as_ref()
+            .is_some_and(|(_, ty)| ty.starts_with(OWN_PREFIX))
+    }
+}
+
+/// What happened to a message.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Happening {
+    /// An attempt failed (retried at `next_attempt_at`, or none: dead).
+    AttemptFailed {
+        attempt_count: u32,
+        last_error: Option<String>,
+        next_attempt_at: Option<DateTime<Utc>>,
+    },
+    Delivered {
+        attempt_count: u32,
+        at: DateTime<Utc>,
+    },
+    DeadLettered {
+        attempt_count: u32,
+        last_error: Option<String>,
+        at: DateTime<Utc>,
+    },
+}
+
+/// The most characters of an error a payload repeats.
+const ERROR_MAX_CHARS: usize = 4096;
+
+fn error(e: &Option<String>) -> serde_json::Value {
+    json!(e
+        .as_ref()
+        .map(|e| e.chars().take(ERROR_MAX_CHARS).collect::<String>()))
+}
+
+fn instant(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Millis, true)
+}
+
+impl Happening {
+    pub fn ty(&self) -> &'static str {
+        match self {
+            Happening::AttemptFailed { .. } => ATTEMPT_FAILED,
+            Happening::Delivered { .. } => DELIVERED,
+            Happening::DeadLettered { .. } => DEAD_LETTERED,
+        }
+    }
+
+    /// The event that tells it, due at once; its orderingKey is the
+    /// message's id, so that a consumer gets a message's events in order.
+    pub fn event(&self, about: &About, now: DateTime<Utc>) -> Event {
+        let (event_id, ty) = match &about.event {
+            Some((id, ty)) => (Some(id.to_string()), Some(ty.as_str())),
+            None => (None, None),
+        };
+        let mut payload = json!({
+            "messageId": about.message.to_string(),
+            "targetId": about.target.as_str(),
+            "eventId": event_id,
+            "type": ty,
+            "orderingKey": about.ordering_key,
+        });
+        let fields = payload.as_object_mut().expect("an object");
+        match self {
+            Happening::AttemptFailed {
+                attempt_count,
+                last_error,
+                next_attempt_at,
+            } => {
+                fields.insert("attemptCount".into(), json!(attempt_count));
+                fields.insert("lastError".into(), error(last_error));
+                fields.insert("nextAttemptAt".into(), json!(next_attempt_at.map(instant)));
+            }
+            Happening::Delivered { attempt_count, at } => {
+                fields.insert("attemptCount".into(), json!(attempt_count));
+                fields.insert("deliveredAt".into(), json!(instant(*at)));
+            }
+            Happening::DeadLettered {
+                attempt_count,
+                last_error,
+                at,
+            } => {
+                fields.insert("attemptCount".into(), json!(attempt_count));
+                fields.insert("lastError".into(), error(last_error));
+                fields.insert("deadLetteredAt".into(), json!(instant(*at)));
+            }
+        }
+        Event {
+            id: EventId::at(now),
+            account: about.account.clone(),
+            ty: EventType::from_trusted(self.ty()),
+            payload: Payload::parse(payload.to_string())
+                .expect("a few hundred characters at most: within a payload's bound"),
+            delivery_time: now,
+            ordering_key: Some(OrderingKey::from_trusted(about.message.to_string())),
+            created_at: now,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::event::{patterns_matching, Pattern};
+
+    fn about(event: Option<(EventId, String)>) -> About {
+        About {
+            account: AccountId::from_trusted("acct".to_string()),
+            message: MessageId::at(Utc::now()),
+            target: TargetId::from_trusted("DI-T-0011223344".to_string()),
+            event,
+            ordering_key: Some("order-7".into()),
+        }
+    }
+
+    #[test]
+    fn each_happening_has_the_payload_of_its_type() {
+        let now = Utc::now();
+        let a = about(None);
+        let failed = Happening::AttemptFailed {
+            attempt_count: 2,
+            last_error: Some("HTTP 503".into()),
+            next_attempt_at: Some(now),
+        }
+        .event(&a, now);
+        assert_eq!(failed.ty.as_str(), "dispatch.message.attempt_failed");
+        assert_eq!(
+            failed.ordering_key.as_ref().map(|k| k.as_str().to_string()),
+            Some(a.message.to_string()),
+            "a message's events keep its order"
+        );
+        let p: serde_json::Value = serde_json::from_str(failed.payload.as_str()).unwrap();
+        let mut keys: Vec<&str> = p.as_object().unwrap().keys().map(|k| k.as_str()).collect();
+        keys.sort_unstable();
+        assert_eq!(
+            keys,
+            [
+                "attemptCount",
+                "eventId",
+                "lastError",
+                "messageId",
+                "nextAttemptAt",
+                "orderingKey",
+                "targetId",
+                "type"
+            ]
+        );
+        assert_eq!(p["attemptCount"], 2);
+        assert_eq!(p["lastError"], "HTTP 503");
+        assert_eq!(p["orderingKey"], "order-7");
+        assert_eq!(p["eventId"], serde_json::Value::Null);
+
+        let delivered = Happening::Delivered {
+            attempt_count: 3,
+            at: now,
+        }
+        .event(&a, now);
+        let p: serde_json::Value = serde_json::from_str(delivered.payload.as_str()).unwrap();
+        assert_eq!(p["deliveredAt"], instant(now));
+        assert_eq!(p["attemptCount"], 3);
+        assert!(p.get("lastError").is_none());
+
+        let dead = Happening::DeadLettered {
+            attempt_count: 240,
+            last_error: None,
+            at: now,
+        }
+        .event(&a, now);
+        let p: serde_json::Value = serde_json::from_str(dead.payload.as_str()).unwrap();
+        assert_eq!(p["deadLetteredAt"], instant(now));
+        assert_eq!(p["lastError"], serde_json::Value::Null);
+    }
+
+    #[test]
+    fn what_a_message_of_an_event_tells_names_that_event_and_a_told_one_tells_nothing() {
+        let e = EventId::at(Utc::now());
+        let a = about(Some((e, "order.created".into())));
+        assert!(!a.is_told());
+        let told = Happening::Delivered {
+            attempt_count: 1,
+            at: Utc::now(),
+        }
+        .event(&a, Utc::now());
+        let p: serde_json::Value = serde_json::from_str(told.payload.as_str()).unwrap();
+        assert_eq!(p["eventId"], e.to_string());
+        assert_eq!(p["type"], "order.created");
+        assert!(about(Some((e, DELIVERED.into()))).is_told());
+    }
+
+    #[test]
+    fn the_patterns_that_name_events_about_messages_are_exactly_those_that_match_them() {
+        for ty in [DELIVERED, DEAD_LETTERED, ATTEMPT_FAILED] {
+            for text in patterns_matching(ty) {
+                assert!(MESSAGE_PATTERNS.contains(&text.as_str()), "{text}");
+            }
+        }
+        assert!(!Pattern::All.matches(DELIVERED));
+    }
+}

@@ -1,0 +1,233 @@
+//! Dispatch's own events (docs/api.md#dispatchs-own-events) through the API,
+//! on the store under test: what happens to a message is published as an
+//! event of its account, in order per message, to the subscriptions that
+//! name `dispatch.` types and to no other; messages made from them tell
+//! nothing (no loops).
+
+mod common;
+
+use std::time::Duration;
+
+use common::{in_ms, receiver::Receiver, receiver::Reply, Api, TestApp};
+use serde_json::{json, Value};
+
+const WAIT: Duration = Duration::from_secs(20);
+
+async fn subscribe(api: &Api, target: &str, types: &[&str]) {
+    let r = api
+        .post(
+            "/subscriptions",
+            json!({"targetId": target, "types": types}),
+        )
+        .await;
+    assert_eq!(r.status(), 201, "{:?}", r.text().await);
+}
+
+async fn events(api: &Api, ty: &str) -> Vec<Value> {
+    let r = api.get(&format!("/events?type={ty}&limit=100")).await;
+    assert_eq!(r.status(), 200);
+    r.json::<Value>().await.unwrap()["items"]
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+/// The event's payload (a JSON text) as JSON.
+fn told(envelope: &Value) -> Value {
+    serde_json::from_str(envelope["payload"].as_str().unwrap()).unwrap()
+}
+
+/// Waits until every message the listener got is Delivered: their records
+/// are written, and whatever they would have told with them.
+async fn settle(api: &Api, got: &[common::receiver::Received]) {
+    for g in got {
+        api.wait_for_state(g.json()["messageId"].as_str().unwrap(), "Delivered", WAIT)
+            .await;
+    }
+}
+
+#[tokio::test]
+async fn each_failed_attempt_then_the_delivery_is_told_in_order_and_the_telling_tells_nothing() {
+    let app = TestApp::spawn_with(common::fast_ladder).await;
+    let api = app.api("acme").await;
+    let flaky = Receiver::start().await;
+    flaky.fail_once_each();
+    let listener = Receiver::start().await;
+    let work = api.webhook(&flaky.url("/hook")).await["targetId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let hears = api.webhook(&listener.url("/told")).await["targetId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // `dispatch.*` matches the events about the listener's own messages too:
+    // were they told, this would never end.
+    subscribe(&api, &hears, &["dispatch.*"]).await;
+
+    let m = api
+        .post(
+            "/messages",
+            json!({"targetId": work, "payload": "invoice 7", "deliveryTime": in_ms(0),
+                   "orderingKey": "customer-1"}),
+        )
+        .await;
+    assert_eq!(m.status(), 201);
+    let id = m.json::<Value>().await.unwrap()["messageId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let delivered = api.wait_for_state(&id, "Delivered", WAIT).await;
+
+    let got = listener.wait_for(2, WAIT).await;
+    let types: Vec<String> = got
+        .iter()
+        .map(|g| g.json()["type"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        types,
+        [
+            "dispatch.message.attempt_failed",
+            "dispatch.message.delivered"
+        ],
+        "a message's failed attempt is told before its delivery"
+    );
+    let (failed, done) = (told(&got[0].json()), told(&got[1].json()));
+    assert_eq!(failed["messageId"], id.as_str());
+    assert_eq!(failed["targetId"], work.as_str());
+    assert_eq!(failed["orderingKey"], "customer-1");
+    assert_eq!(failed["eventId"], Value::Null);
+    assert_eq!(failed["type"], Value::Null);
+    assert_eq!(failed["attemptCount"], 1);
+    assert!(
+        failed["lastError"].as_str().unwrap().contains("500"),
+        "{failed}"
+    );
+    let attempts = api.attempts(&id).await;
+    assert_eq!(
+        failed["nextAttemptAt"]
+            .as_str()
+            .map(|t| t.parse::<chrono::DateTime<chrono::Utc>>().unwrap()),
+        Some(attempts[1]["startedAt"].as_str().unwrap().parse().unwrap()),
+        "the retry is told as it came"
+    );
+    assert_eq!(done["attemptCount"], 2);
+    assert_eq!(done["deliveredAt"], delivered["deliveredAt"]);
+    for g in &got {
+        assert_eq!(
+            g.header("dispatch-ordering-key").as_deref(),
+            Some(id.as_str()),
+            "the events about a message are ordered by its id"
+        );
+    }
+
+    // The listener's own deliveries told nothing: two events in all.
+    settle(&api, &got).await;
+    assert_eq!(events(&api, "dispatch.message.delivered").await.len(), 1);
+    assert_eq!(
+        events(&api, "dispatch.message.attempt_failed").await.len(),
+        1
+    );
+    assert_eq!(listener.count(), 2);
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_dead_letter_is_told_to_the_subscription_that_names_its_type_alone() {
+    let app = TestApp::spawn_with(common::fast_ladder).await;
+    let api = app.api("acme").await;
+    let gone = Receiver::start().await;
+    gone.always(Reply::status(410));
+    let listener = Receiver::start().await;
+    let work = api.webhook(&gone.url("/hook")).await["targetId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let hears = api.webhook(&listener.url("/told")).await["targetId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    subscribe(&api, &hears, &["dispatch.message.dead_lettered"]).await;
+
+    let id = api.schedule(&work, &in_ms(0), "p").await["messageId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let dead = api.wait_for_state(&id, "DeadLetter", WAIT).await;
+    let got = listener.wait_for(1, WAIT).await;
+    let e = got[0].json();
+    assert_eq!(e["type"], "dispatch.message.dead_lettered");
+    let p = told(&e);
+    assert_eq!(p["messageId"], id.as_str());
+    assert_eq!(p["attemptCount"], 1);
+    assert_eq!(p["lastError"], dead["lastError"]);
+    assert_eq!(p["deadLetteredAt"], dead["deadLetteredAt"]);
+    assert_eq!(p["orderingKey"], Value::Null);
+
+    // The failed attempt matched no subscription: no event of it is kept.
+    settle(&api, &got).await;
+    assert!(events(&api, "dispatch.message.attempt_failed")
+        .await
+        .is_empty());
+    assert_eq!(listener.count(), 1);
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn star_and_other_accounts_hear_nothing_and_nothing_is_kept_for_them() {
+    let app = TestApp::spawn().await;
+    let acme = app.api("acme").await;
+    let other = app.api("globex").await;
+    let receiver = Receiver::start().await;
+    let listener = Receiver::start().await;
+    let work = acme.webhook(&receiver.url("/hook")).await["targetId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // Acme listens to every type: `*` is not Dispatch's own.
+    let everything = acme.webhook(&listener.url("/all")).await["targetId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    subscribe(&acme, &everything, &["*"]).await;
+    // Another account listens to Dispatch's own: its own messages only.
+    let theirs = other.webhook(&listener.url("/other")).await["targetId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    subscribe(&other, &theirs, &["dispatch.*"]).await;
+
+    let id = acme.schedule(&work, &in_ms(0), "p").await["messageId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    acme.wait_for_state(&id, "Delivered", WAIT).await;
+    assert_eq!(receiver.count(), 1);
+    assert_eq!(listener.count(), 0);
+    for api in [&acme, &other] {
+        assert!(events(api, "dispatch.message.delivered").await.is_empty());
+    }
+    // A disabled subscription tells nothing either.
+    let r = acme
+        .get(&format!("/subscriptions?targetId={everything}"))
+        .await;
+    let sub = r.json::<Value>().await.unwrap()["items"][0]["subscriptionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let r = acme
+        .patch(
+            &format!("/subscriptions/{sub}"),
+            json!({"types": ["dispatch.*"], "enabled": false}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    let id = acme.schedule(&work, &in_ms(0), "q").await["messageId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    acme.wait_for_state(&id, "Delivered", WAIT).await;
+    assert!(events(&acme, "dispatch.message.delivered").await.is_empty());
+    assert_eq!(listener.count(), 0);
+    app.shutdown().await;
+}
