@@ -231,3 +231,91 @@ async fn star_and_other_accounts_hear_nothing_and_nothing_is_kept_for_them() {
     assert_eq!(listener.count(), 0);
     app.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_pull_consumers_ack_and_its_last_receive_given_back_are_told() {
+    let app = TestApp::spawn().await;
+    let api = app.api("acme").await;
+    let listener = Receiver::start().await;
+    let hears = api.webhook(&listener.url("/told")).await["targetId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    subscribe(&api, &hears, &["dispatch.message.*"]).await;
+    let r = api
+        .post(
+            "/targets",
+            json!({"name": "queue", "type": "pull", "config": {"maxReceiveCount": 1}}),
+        )
+        .await;
+    assert_eq!(r.status(), 201);
+    let queue = r.json::<Value>().await.unwrap()["targetId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let first = api.schedule(&queue, &in_ms(0), "one").await["messageId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let second = api.schedule(&queue, &in_ms(0), "two").await["messageId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let got: Value = api
+        .post(&format!("/targets/{queue}/receive"), json!({"max": 2}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let handle = |id: &str| -> Value {
+        got["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|i| i["messageId"] == id)
+            .unwrap()["receiptHandle"]
+            .clone()
+    };
+    let r = api
+        .post(
+            &format!("/targets/{queue}/ack"),
+            json!({"receiptHandles": [handle(&first)]}),
+        )
+        .await;
+    assert_eq!(r.json::<Value>().await.unwrap()["acked"], 1);
+    // Given back after its only allowed receive, the other is a dead letter.
+    let r = api
+        .post(
+            &format!("/targets/{queue}/nack"),
+            json!({"receiptHandles": [handle(&second)]}),
+        )
+        .await;
+    assert_eq!(r.json::<Value>().await.unwrap()["released"], 1);
+    let dead = api.wait_for_state(&second, "DeadLetter", WAIT).await;
+
+    let told_of = listener.wait_for(2, WAIT).await;
+    let by_type = |ty: &str| -> Value {
+        told(
+            &told_of
+                .iter()
+                .find(|g| g.json()["type"] == ty)
+                .unwrap_or_else(|| panic!("no {ty}"))
+                .json(),
+        )
+    };
+    let delivered = by_type("dispatch.message.delivered");
+    assert_eq!(delivered["messageId"], first.as_str());
+    assert_eq!(delivered["targetId"], queue.as_str());
+    assert_eq!(delivered["attemptCount"], 1, "one receive");
+    assert_eq!(
+        delivered["deliveredAt"],
+        api.message(&first).await["deliveredAt"]
+    );
+    let died = by_type("dispatch.message.dead_lettered");
+    assert_eq!(died["messageId"], second.as_str());
+    assert_eq!(died["lastError"], dead["lastError"]);
+    assert_eq!(died["deadLetteredAt"], dead["deadLetteredAt"]);
+    settle(&api, &told_of).await;
+    assert_eq!(listener.count(), 2);
+    app.shutdown().await;
+}

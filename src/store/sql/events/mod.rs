@@ -19,4 +19,4 @@ mod publish;
 mod subscriptions;
 mod told;
 
-pub(crate) use told::tell;
+pub(crate) use told::{subscribes, tell, tell_rows, told_columns, ToldRow};

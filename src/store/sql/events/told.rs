@@ -8,11 +8,12 @@ use chrono::{DateTime, Utc};
 use super::{publish::publish_in, subscriptions::matching_targets};
 use crate::{
     domain::{
-        ids::AccountId,
-        told::{About, Happening},
+        event::OWN_PREFIX,
+        ids::{AccountId, EventId, MessageId, TargetId},
+        told::{self, About, Happening},
     },
     store::{
-        sql::{own::Own, Tx},
+        sql::{own::Own, Tx, Uid},
         EventView, PublishItem, ResponseJson, StoreResult,
     },
 };
@@ -62,4 +63,98 @@ pub(crate) async fn tell<B: Own>(
     };
     publish_in(store, tx, &items, &render).await?;
     Ok(items.len())
+}
+
+/// Whether some enabled subscription of the account `account` (an SQL
+/// expression) names events about messages: one index lookup per pattern
+/// text, the same on both databases.
+pub(crate) fn subscribes(account: &str) -> String {
+    let texts: Vec<String> = told::MESSAGE_PATTERNS
+        .iter()
+        .map(|p| format!("'{p}'"))
+        .collect();
+    format!(
+        "EXISTS (SELECT 1 FROM subscription_patterns p JOIN subscriptions s ON s.id = p.subscription_id \
+         WHERE p.account = {account} AND s.enabled = true AND p.pattern IN ({}))",
+        texts.join(", ")
+    )
+}
+
+/// The columns a statement that changes messages returns for what it may
+/// tell (`ToldRow`): `told` is whether it tells anything at all (the
+/// account subscribes, and the message was not made from a told event).
+pub(crate) fn told_columns() -> String {
+    format!(
+        "id, account, target_id, event_id, event_type, ordering_key, attempt_count, last_error, \
+         ((event_type IS NULL OR substr(event_type, 1, 9) <> '{OWN_PREFIX}') AND {}) AS told",
+        subscribes("messages.account")
+    )
+}
+
+/// A message a statement changed, as `told_columns` returns it.
+#[derive(sqlx::FromRow)]
+pub(crate) struct ToldRow {
+    pub id: Uid,
+    pub account: String,
+    pub target_id: String,
+    pub event_id: Option<Uid>,
+    pub event_type: Option<String>,
+    pub ordering_key: Option<String>,
+    pub attempt_count: i32,
+    pub last_error: Option<String>,
+    pub told: bool,
+}
+
+impl ToldRow {
+    /// The message, as the events about it name it; `None` when it tells
+    /// nothing.
+    pub fn about(&self) -> Option<About> {
+        self.told.then(|| About {
+            account: AccountId::from_trusted(self.account.clone()),
+            message: MessageId(self.id.0),
+            target: TargetId::from_trusted(self.target_id.clone()),
+            event: self
+                .event_id
+                .map(|e| EventId(e.0))
+                .zip(self.event_type.clone()),
+            ordering_key: self.ordering_key.clone(),
+        })
+    }
+}
+
+/// Tells, inside `tx`, that these messages were acknowledged (`Delivered`)
+/// or became dead letters at `now`.
+pub(crate) async fn tell_rows<B: Own>(
+    store: &B,
+    tx: &mut Tx,
+    rows: &[ToldRow],
+    delivered: bool,
+    now: DateTime<Utc>,
+) -> StoreResult<usize> {
+    let told: Vec<(About, Happening)> = rows
+        .iter()
+        .filter_map(|r| {
+            let about = r.about()?;
+            let attempt_count = r.attempt_count.max(0) as u32;
+            Some((
+                about,
+                if delivered {
+                    Happening::Delivered {
+                        attempt_count,
+                        at: now,
+                    }
+                } else {
+                    Happening::DeadLettered {
+                        attempt_count,
+                        last_error: r.last_error.clone(),
+                        at: now,
+                    }
+                },
+            ))
+        })
+        .collect();
+    if told.is_empty() {
+        return Ok(0);
+    }
+    tell(store, tx, &told, now).await
 }

@@ -2,11 +2,13 @@
 //! allowed receive, and after the target's retention.
 
 use super::*;
+use crate::store::sql::events::{tell_rows, told_columns, ToldRow};
 
 /// Makes dead letters of those of `ids` whose last allowed receive's
 /// visibility has run out by `now`, and enters each in its history. Their
 /// keys must be locked.
-pub(super) async fn end_received(
+pub(super) async fn end_received<B: Own>(
+    store: &B,
     tx: &mut Tx,
     ids_: &[Uuid],
     now: DateTime<Utc>,
@@ -25,9 +27,11 @@ pub(super) async fn end_received(
         ))
         .bind(At(now));
     ids(ids_).push_from(&mut stmt, "p");
-    stmt.push(") RETURNING id, target_id");
-    let dead: Vec<(Uid, String)> = stmt.fetch_all().await?;
+    stmt.push(&format!(") RETURNING {}", told_columns()));
+    let rows: Vec<ToldRow> = stmt.fetch_all().await?;
+    let dead: Vec<(Uid, String)> = rows.iter().map(|r| (r.id, r.target_id.clone())).collect();
     record_dead(tx, &dead, now).await?;
+    tell_rows(store, tx, &rows, false, now).await?;
     Ok(dead
         .into_iter()
         .map(|(id, t)| (MessageId(id.0), TargetId::from_trusted(t)))
@@ -108,9 +112,11 @@ pub(super) async fn expire_target<B: Own>(
         .bind(target)
         .bind(At(cutoff));
     ids(&found).push_from(&mut stmt, "p");
-    stmt.push(") RETURNING id, target_id");
-    let dead: Vec<(Uid, String)> = stmt.fetch_all().await?;
+    stmt.push(&format!(") RETURNING {}", told_columns()));
+    let rows: Vec<ToldRow> = stmt.fetch_all().await?;
+    let dead: Vec<(Uid, String)> = rows.iter().map(|r| (r.id, r.target_id.clone())).collect();
     record_dead(&mut tx, &dead, now).await?;
+    tell_rows(store, &mut tx, &rows, false, now).await?;
     store.settle_keys(&mut tx, &keys).await?;
     if !keys.is_empty() {
         store.notify_if_soon(&mut tx, now, now).await?;

@@ -2,6 +2,7 @@
 //! name locked (keys first, then rows in id order), and which handles did.
 
 use super::*;
+use crate::store::sql::events::{subscribes, tell_rows, told_columns, ToldRow};
 
 /// The messages the handles name are Scheduled messages of this target
 /// (`$target`) and account (`$account`); `$ids` is the handles' first
@@ -97,9 +98,11 @@ pub(super) async fn ack_each<B: Own>(
     handles(given).push_from(&mut stmt, "h");
     stmt.push(" WHERE id = hid AND lease_token = htoken AND ")
         .push(&of_target(d, 2, 3, 4))
-        .push(" RETURNING id");
-    let done: Vec<(Uid,)> = stmt.fetch_all().await?;
+        .push(&format!(" RETURNING {}", told_columns()));
+    let rows: Vec<ToldRow> = stmt.fetch_all().await?;
+    let done: Vec<(Uid,)> = rows.iter().map(|r| (r.id,)).collect();
     store.settle_keys(&mut tx, &keys).await?;
+    tell_rows(store, &mut tx, &rows, true, now).await?;
     if !keys.is_empty() {
         // The next message of a key may be receivable now, on any instance.
         store.notify_if_soon(&mut tx, now, now).await?;
@@ -128,11 +131,13 @@ pub(super) async fn ack_keyless_pg<B: Own>(
     handles(given).push_from(&mut stmt, "h");
     stmt.push(&format!(
         " JOIN messages m ON m.id = hid AND m.lease_token = htoken \
-         WHERE m.ordering_key IS NULL AND {} ORDER BY m.id FOR UPDATE OF m) \
+         WHERE m.ordering_key IS NULL AND {} AND NOT {} ORDER BY m.id FOR UPDATE OF m) \
          UPDATE messages SET state = 'Delivered', delivered_at = $3, claim_at = NULL, \
            next_attempt_at = NULL, lease_token = NULL, held = false, updated_at = $3 \
          FROM l WHERE id = lid RETURNING id",
-        "(m.state, m.pull, m.target_id, m.account) IS NOT DISTINCT FROM ('Scheduled', true, $4, $5)"
+        "(m.state, m.pull, m.target_id, m.account) IS NOT DISTINCT FROM ('Scheduled', true, $4, $5)",
+        // An account told of its acks takes the long way, in a transaction.
+        subscribes("$5")
     ));
     let done: Vec<(Uid,)> = stmt
         .bind(At(now))

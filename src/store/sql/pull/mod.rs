@@ -199,7 +199,7 @@ impl<B: Own> PullStore for B {
             .push(" RETURNING id");
         let done: Vec<(Uid,)> = stmt.fetch_all().await?;
         let done_ids: Vec<Uuid> = done.iter().map(|(id,)| id.0).collect();
-        end_received(&mut tx, &done_ids, now).await?;
+        end_received(self, &mut tx, &done_ids, now).await?;
         self.settle_keys(&mut tx, &keys).await?;
         self.notify_if_soon(&mut tx, until, now).await?;
         tx.commit().await?;
@@ -290,7 +290,7 @@ impl<B: Own> PullStore for B {
         let keys = self.keys_of(&mut tx, &message_ids).await?;
         self.lock_keys(&mut tx, &keys).await?;
         lock_rows(&mut tx, &found).await?;
-        let dead = end_received(&mut tx, &found, now).await?;
+        let dead = end_received(self, &mut tx, &found, now).await?;
         self.settle_keys(&mut tx, &keys).await?;
         if !keys.is_empty() {
             self.notify_if_soon(&mut tx, now, now).await?;
