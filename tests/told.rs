@@ -319,3 +319,71 @@ async fn a_pull_consumers_ack_and_its_last_receive_given_back_are_told() {
     assert_eq!(listener.count(), 2);
     app.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_breaker_that_opens_and_closes_is_told_in_order_and_its_probe_is_not() {
+    let app = TestApp::spawn_with(common::fast_ladder).await;
+    let api = app.api("acme").await;
+    let rx = Receiver::start().await;
+    rx.then([Reply::status(500), Reply::status(500)]);
+    rx.always(Reply::status(200));
+    let listener = Receiver::start().await;
+    let hears = api.webhook(&listener.url("/told")).await["targetId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    subscribe(&api, &hears, &["dispatch.target.*"]).await;
+    let target = api
+        .webhook_with(
+            &rx.url("/b"),
+            json!({"circuitBreaker": {"failures": 2, "cooldown": "1s"},
+                   "flowControl": {"parallelism": 1}}),
+        )
+        .await["targetId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let a = api.schedule(&target, &in_ms(0), "a").await["messageId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let b = api.schedule(&target, &in_ms(0), "b").await["messageId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    api.wait_for_state(&a, "Delivered", WAIT).await;
+    api.wait_for_state(&b, "Delivered", WAIT).await;
+
+    let got = listener.wait_for(2, WAIT).await;
+    let types: Vec<String> = got
+        .iter()
+        .map(|g| g.json()["type"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        types,
+        [
+            "dispatch.target.breaker_opened",
+            "dispatch.target.breaker_closed"
+        ]
+    );
+    let (opened, closed) = (told(&got[0].json()), told(&got[1].json()));
+    assert_eq!(opened["targetId"], target.as_str());
+    assert_eq!(opened["state"], "open");
+    assert_eq!(opened["consecutiveFailures"], 2);
+    assert!(opened["openUntil"].is_string(), "{opened}");
+    assert_eq!(
+        closed,
+        json!({"targetId": target, "state": "closed", "consecutiveFailures": 0, "openUntil": null})
+    );
+    for g in &got {
+        assert_eq!(
+            g.header("dispatch-ordering-key").as_deref(),
+            Some(target.as_str())
+        );
+    }
+    // The half-open probe and the messages' own fates were not told.
+    settle(&api, &got).await;
+    assert_eq!(listener.count(), 2);
+    assert!(events(&api, "dispatch.message.delivered").await.is_empty());
+    app.shutdown().await;
+}

@@ -10,6 +10,7 @@ use super::{
     ids::{AccountId, EventId, MessageId, TargetId},
     message::OrderingKey,
     payload::Payload,
+    target::gate::{BreakerChange, BreakerState, Health},
 };
 
 pub const DELIVERED: &str = "dispatch.message.delivered";
@@ -26,6 +27,49 @@ pub const MESSAGE_PATTERNS: [&str; 5] = [
     DEAD_LETTERED,
     ATTEMPT_FAILED,
 ];
+
+pub const BREAKER_OPENED: &str = "dispatch.target.breaker_opened";
+pub const BREAKER_CLOSED: &str = "dispatch.target.breaker_closed";
+
+/// The pattern texts that match the events about targets' breakers.
+pub const TARGET_PATTERNS: [&str; 4] = [
+    "dispatch.*",
+    "dispatch.target.*",
+    BREAKER_OPENED,
+    BREAKER_CLOSED,
+];
+
+/// The event that tells a breaker's change, if it tells one: opening and
+/// closing do; going half-open for a probe does not. Ordered per target
+/// (its orderingKey is the target's id).
+pub fn breaker_event(
+    account: &AccountId,
+    target: &TargetId,
+    change: BreakerChange,
+    health: &Health,
+    now: DateTime<Utc>,
+) -> Option<Event> {
+    let ty = match change.to {
+        BreakerState::Open => BREAKER_OPENED,
+        BreakerState::Closed => BREAKER_CLOSED,
+        BreakerState::HalfOpen => return None,
+    };
+    let payload = json!({
+        "targetId": target.as_str(),
+        "state": change.to.as_str(),
+        "consecutiveFailures": health.consecutive_failures,
+        "openUntil": health.open_until.map(instant),
+    });
+    Some(Event {
+        id: EventId::at(now),
+        account: account.clone(),
+        ty: EventType::from_trusted(ty),
+        payload: Payload::parse(payload.to_string()).expect("a short payload"),
+        delivery_time: now,
+        ordering_key: Some(OrderingKey::from_trusted(target.as_str())),
+        created_at: now,
+    })
+}
 
 /// The message a happening is about, as every payload names it.
 #[derive(Debug, Clone)]
@@ -229,6 +273,64 @@ mod tests {
         assert_eq!(p["eventId"], e.to_string());
         assert_eq!(p["type"], "order.created");
         assert!(about(Some((e, DELIVERED.into()))).is_told());
+    }
+
+    #[test]
+    fn a_breaker_tells_its_opening_and_closing_and_not_its_probe() {
+        let now = Utc::now();
+        let account = AccountId::from_trusted("acct".to_string());
+        let target = TargetId::from_trusted("DI-T-0011223344".to_string());
+        let open = Health {
+            state: BreakerState::Open,
+            consecutive_failures: 3,
+            open_until: Some(now),
+            cooldown_ms: 1000,
+        };
+        let change = |from, to| BreakerChange { from, to };
+        let e = breaker_event(
+            &account,
+            &target,
+            change(BreakerState::Closed, BreakerState::Open),
+            &open,
+            now,
+        )
+        .unwrap();
+        assert_eq!(e.ty.as_str(), BREAKER_OPENED);
+        assert_eq!(e.ordering_key.unwrap().as_str(), target.as_str());
+        let p: serde_json::Value = serde_json::from_str(e.payload.as_str()).unwrap();
+        assert_eq!(
+            p,
+            json!({"targetId": target.as_str(), "state": "open", "consecutiveFailures": 3,
+                   "openUntil": instant(now)})
+        );
+        assert!(breaker_event(
+            &account,
+            &target,
+            change(BreakerState::Open, BreakerState::HalfOpen),
+            &open,
+            now
+        )
+        .is_none());
+        let closed = Health {
+            state: BreakerState::Closed,
+            consecutive_failures: 0,
+            open_until: None,
+            cooldown_ms: 1000,
+        };
+        let e = breaker_event(
+            &account,
+            &target,
+            change(BreakerState::HalfOpen, BreakerState::Closed),
+            &closed,
+            now,
+        )
+        .unwrap();
+        assert_eq!(e.ty.as_str(), BREAKER_CLOSED);
+        for ty in [BREAKER_OPENED, BREAKER_CLOSED] {
+            for text in patterns_matching(ty) {
+                assert!(TARGET_PATTERNS.contains(&text.as_str()), "{text}");
+            }
+        }
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //! by side, and takes from all of them in one statement over arrays; SQLite's
 //! one writer reads and takes gate by gate. The two share no statement.
 
-use std::time::Duration;
+use std::{collections::HashMap, time::Duration};
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -14,6 +14,8 @@ use serde_json::Value;
 use sqlx::types::Json;
 
 use super::{
+    events::{publish_told, subscribes_to},
+    own::Own,
     pg_err,
     rows::{TargetRow, TARGET_COLUMNS},
     At, Keeps, Tx,
@@ -22,9 +24,10 @@ use crate::{
     domain::{
         ids::{AccountId, TargetId},
         target::{
-            gate::{BreakerChange, Health},
+            gate::{BreakerChange, BreakerState, Health},
             Target,
         },
+        told::{breaker_event, TARGET_PATTERNS},
     },
     store::{
         closed_from, learn, outcomes_by_target, ClaimShares, GateRow, GateStore, GatedClaim,
@@ -98,7 +101,7 @@ async fn write_health(tx: &mut Tx, id: &TargetId, h: &Health) -> StoreResult<()>
 }
 
 #[async_trait]
-impl<B: GateBackend> GateStore for B {
+impl<B: GateBackend + Own> GateStore for B {
     async fn claim_gated(
         &self,
         now: DateTime<Utc>,
@@ -118,13 +121,16 @@ impl<B: GateBackend> GateStore for B {
         let mut tx = self.db().begin().await?;
         let rows = gated_targets(&mut tx, by_target.keys().copied().collect()).await?;
         let mut changes = Vec::new();
+        let mut after: HashMap<TargetId, Health> = HashMap::new();
         for row in rows {
             let (id, mut gate) = row.into_gate(|c| c.0, |t| Some(t.0));
             let outcomes = by_target.get(id.as_str()).map_or(&[][..], Vec::as_slice);
             if learn(&id, &mut gate, outcomes, now, &mut changes) {
                 write_health(&mut tx, &id, &gate.health).await?;
+                after.insert(id, gate.health);
             }
         }
+        tell_breakers(self, &mut tx, &changes, &after, now).await?;
         tx.commit().await?;
         Ok(changes)
     }
@@ -156,11 +162,56 @@ impl<B: GateBackend> GateStore for B {
             .fetch_one()
             .await?;
         let change = closed_from(&was);
-        if change.is_some() {
-            self.notify_if_soon(&mut tx, now, now).await?;
-        }
         let target = row.into_target(self.sealer())?;
+        if let Some(c) = change {
+            self.notify_if_soon(&mut tx, now, now).await?;
+            let closed = HashMap::from([(id.clone(), target.health)]);
+            tell_breakers(self, &mut tx, &[(id.clone(), c)], &closed, now).await?;
+        }
         tx.commit().await?;
         Ok(Some((target, change)))
     }
+}
+
+/// Tells, inside `tx`, the breakers that opened or closed, to the accounts
+/// that subscribe to such events (read only when some breaker changed).
+async fn tell_breakers<B: Own>(
+    store: &B,
+    tx: &mut Tx,
+    changes: &[(TargetId, BreakerChange)],
+    after: &HashMap<TargetId, Health>,
+    now: DateTime<Utc>,
+) -> StoreResult<()> {
+    let told: Vec<&(TargetId, BreakerChange)> = changes
+        .iter()
+        .filter(|(_, c)| c.to != BreakerState::HalfOpen)
+        .collect();
+    if told.is_empty() {
+        return Ok(());
+    }
+    let mut stmt = tx.sql(format!(
+        "SELECT id, account FROM targets WHERE {} AND id IN (",
+        subscribes_to("targets.account", &TARGET_PATTERNS)
+    ));
+    for (i, (id, _)) in told.iter().enumerate() {
+        if i > 0 {
+            stmt.push(", ");
+        }
+        stmt.push_bind(id.as_str().to_string());
+    }
+    stmt.push(")");
+    let accounts: HashMap<String, String> = stmt
+        .fetch_all::<(String, String)>()
+        .await?
+        .into_iter()
+        .collect();
+    let events = told
+        .into_iter()
+        .filter_map(|(id, change)| {
+            let account = AccountId::from_trusted(accounts.get(id.as_str())?.clone());
+            breaker_event(&account, id, *change, after.get(id)?, now)
+        })
+        .collect();
+    publish_told(store, tx, events).await?;
+    Ok(())
 }

@@ -19,4 +19,6 @@ mod publish;
 mod subscriptions;
 mod told;
 
-pub(crate) use told::{subscribes, tell, tell_rows, told_columns, ToldRow};
+pub(crate) use told::{
+    publish_told, subscribes, subscribes_to, tell, tell_rows, told_columns, ToldRow,
+};

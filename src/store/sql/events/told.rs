@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use super::{publish::publish_in, subscriptions::matching_targets};
 use crate::{
     domain::{
-        event::OWN_PREFIX,
+        event::{Event, EventType, OWN_PREFIX},
         ids::{AccountId, EventId, MessageId, TargetId},
         told::{self, About, Happening},
     },
@@ -30,17 +30,29 @@ pub(crate) async fn tell<B: Own>(
     told: &[(About, Happening)],
     now: DateTime<Utc>,
 ) -> StoreResult<usize> {
-    let mut reach: HashMap<(&AccountId, &'static str), bool> = HashMap::new();
+    let events = told
+        .iter()
+        .filter(|(about, _)| !about.is_told())
+        .map(|(about, happening)| happening.event(about, now))
+        .collect();
+    publish_told(store, tx, events).await
+}
+
+/// Publishes, inside `tx`, those of Dispatch's own events that some enabled
+/// subscription of their account matches; the others are not kept.
+pub(crate) async fn publish_told<B: Own>(
+    store: &B,
+    tx: &mut Tx,
+    events: Vec<Event>,
+) -> StoreResult<usize> {
+    let mut reach: HashMap<(AccountId, EventType), bool> = HashMap::new();
     let mut items = Vec::new();
-    for (about, happening) in told {
-        if about.is_told() {
-            continue;
-        }
-        let key = (&about.account, happening.ty());
+    for event in events {
+        let key = (event.account.clone(), event.ty.clone());
         let reaches = match reach.get(&key) {
             Some(r) => *r,
             None => {
-                let r = !matching_targets(tx, &about.account, happening.ty())
+                let r = !matching_targets(tx, &event.account, event.ty.as_str())
                     .await?
                     .is_empty();
                 reach.insert(key, r);
@@ -48,10 +60,7 @@ pub(crate) async fn tell<B: Own>(
             }
         };
         if reaches {
-            items.push(PublishItem {
-                event: happening.event(about, now),
-                key: None,
-            });
+            items.push(PublishItem { event, key: None });
         }
     }
     if items.is_empty() {
@@ -69,10 +78,13 @@ pub(crate) async fn tell<B: Own>(
 /// expression) names events about messages: one index lookup per pattern
 /// text, the same on both databases.
 pub(crate) fn subscribes(account: &str) -> String {
-    let texts: Vec<String> = told::MESSAGE_PATTERNS
-        .iter()
-        .map(|p| format!("'{p}'"))
-        .collect();
+    subscribes_to(account, &told::MESSAGE_PATTERNS)
+}
+
+/// Whether some enabled subscription of the account `account` holds one of
+/// these pattern texts.
+pub(crate) fn subscribes_to(account: &str, patterns: &[&str]) -> String {
+    let texts: Vec<String> = patterns.iter().map(|p| format!("'{p}'")).collect();
     format!(
         "EXISTS (SELECT 1 FROM subscription_patterns p JOIN subscriptions s ON s.id = p.subscription_id \
          WHERE p.account = {account} AND s.enabled = true AND p.pattern IN ({}))",
