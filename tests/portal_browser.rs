@@ -18,6 +18,8 @@ mod people;
 mod pull;
 #[path = "portal_browser/secrets.rs"]
 mod secrets;
+#[path = "portal_browser/told.rs"]
+mod told;
 
 use std::time::Duration;
 

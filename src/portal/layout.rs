@@ -209,6 +209,9 @@ pub fn notice(code: Option<&str>, n: Option<u64>) -> Option<String> {
             plural("letter was", "letters were")
         ),
         "subscribed" => "The subscription was added: matching events now reach this target.".into(),
+        "dead-letters-told" => {
+            "Dead letters are now told: each one becomes a message to the target you chose.".into()
+        }
         "subscription-saved" => "The subscription was saved.".into(),
         "subscription-enabled" => "The subscription is enabled.".into(),
         "subscription-disabled" => {

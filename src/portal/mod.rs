@@ -104,6 +104,10 @@ pub fn router(state: AppState) -> Router<AppState> {
             "/portal/targets/{id}/subscriptions",
             post(subscriptions::create),
         )
+        .route(
+            "/portal/targets/{id}/notify-dead-letters",
+            post(subscriptions::notify_dead_letters),
+        )
         .route("/portal/subscriptions/{id}", post(subscriptions::update))
         .route(
             "/portal/subscriptions/{id}/enable",

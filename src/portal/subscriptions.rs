@@ -23,6 +23,7 @@ use crate::{
         event::{pattern_texts, Subscription},
         ids::SubscriptionId,
         target::Target,
+        told,
     },
     service::{Permission, ServiceError},
     state::AppState,
@@ -108,6 +109,115 @@ pub fn section(session: &Session, t: &Target, subs: &[Subscription]) -> Markup {
             }
         }
     }
+}
+
+/// Where the account's dead letters are told: its enabled subscriptions
+/// that match `dispatch.message.dead_lettered`, each with its target's name;
+/// and, for those who may configure targets, the targets to choose from.
+pub struct DeadLettersTold {
+    pub to: Vec<(Subscription, String)>,
+    pub choices: Vec<Target>,
+}
+
+/// The most targets and subscriptions read for the dead-letter section.
+const TOLD_READ: u32 = 1000;
+
+pub async fn dead_letters_told(
+    state: &AppState,
+    session: &Session,
+) -> PortalResult<DeadLettersTold> {
+    let reads = session.reads(state);
+    let (subs, targets) = tokio::try_join!(
+        reads.subscriptions(None, None, TOLD_READ),
+        session.reads(state).targets(None, TOLD_READ)
+    )?;
+    let name_of = |id: &str| {
+        targets
+            .iter()
+            .find(|t| t.id.as_str() == id)
+            .map_or_else(|| id.to_string(), |t| t.name.clone())
+    };
+    let to = subs
+        .into_iter()
+        .filter(|s| s.enabled && s.types.iter().any(|p| p.matches(told::DEAD_LETTERED)))
+        .map(|s| {
+            let name = name_of(s.target_id.as_str());
+            (s, name)
+        })
+        .collect();
+    let choices = if session.may(Permission::ConfigureTargets) {
+        targets
+    } else {
+        Vec::new()
+    };
+    Ok(DeadLettersTold { to, choices })
+}
+
+/// "Notify me of dead letters": where they are told, or a one-click
+/// subscription of a chosen target to them.
+pub fn dead_letters_section(session: &Session, t: &Target, told: &DeadLettersTold) -> Markup {
+    html! {
+        section #dead-letters aria-labelledby="dead-letters-heading" {
+            h2 #dead-letters-heading { "Dead letter notifications" }
+            @if told.to.is_empty() {
+                p #dead-letters-untold { "Nobody is told when a message of this account becomes a dead letter." }
+            } @else {
+                p #dead-letters-told {
+                    "Each dead letter of this account becomes a "
+                    code { (told::DEAD_LETTERED) } " event, sent to: "
+                    @for (i, (s, name)) in told.to.iter().enumerate() {
+                        @if i > 0 { ", " }
+                        a href={ "/portal/targets/" (s.target_id) "#subscriptions" } data-told-to=(s.target_id) { (name) }
+                    }
+                    "."
+                }
+            }
+            @if !told.choices.is_empty() {
+                form #notify-dead-letters method="post" action={ "/portal/targets/" (t.id) "/notify-dead-letters" } {
+                    (layout::csrf_field(session))
+                    div.field {
+                        label for="notify-to" { "Send them to" }
+                        select #notify-to name="to" {
+                            @for c in &told.choices {
+                                option value=(c.id) selected[c.id == t.id] { (c.name) }
+                            }
+                        }
+                    }
+                    div.actions { button type="submit" #notify-dead-letters-button { "Notify me of dead letters" } }
+                }
+            }
+        }
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct NotifyForm {
+    csrf: String,
+    to: String,
+}
+
+/// Subscribes the chosen target to the account's dead letters.
+pub async fn notify_dead_letters(
+    State(state): State<AppState>,
+    session: Session,
+    Path(id): Path<String>,
+    PortalForm(f): PortalForm<NotifyForm>,
+) -> PortalResult<Redirect> {
+    session.authorize(&f.csrf, Permission::ConfigureTargets)?;
+    let page = load(&state, &session, &id).await?;
+    let to = load(&state, &session, &f.to).await?;
+    let doc =
+        json!({"targetId": to.id.as_str(), "types": [told::DEAD_LETTERED], "name": "Dead letters"});
+    let spec = parse_subscription(&doc).map_err(ServiceError::Invalid)?;
+    state
+        .service
+        .create_subscription(session.actor(), spec)
+        .await?;
+    Ok(Redirect::to(&format!(
+        "/portal/targets/{}?notice=dead-letters-told#dead-letters",
+        page.id
+    )))
 }
 
 fn row_actions(session: &Session, s: &Subscription) -> Markup {

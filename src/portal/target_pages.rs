@@ -215,6 +215,7 @@ pub async fn show(
             .reads(&state)
             .subscriptions(Some(&t.id), None, super::subscriptions::SHOWN)
     )?;
+    let told = super::subscriptions::dead_letters_told(&state, &session).await?;
     // A pull target's queue (its consumers receive from it).
     let depth = match t.config.pull() {
         Some(_) => Some(state.service.pull_depth(session.actor(), &t.id).await?),
@@ -314,6 +315,7 @@ pub async fn show(
             }
         }
         (super::subscriptions::section(&session, &t, &subs))
+        (super::subscriptions::dead_letters_section(&session, &t, &told))
         @if session.may(Permission::ChangeMessages) {
             (super::ranges::section(&t))
             (super::event_replay::section(&t))
