@@ -164,6 +164,121 @@ async fn a_crash_with_attempts_in_flight_loses_no_message() {
     api_app.shutdown().await;
 }
 
+/// A count the database gives.
+async fn count(db: &sqlx::PgPool, sql: &str, target: &str) -> i64 {
+    sqlx::query_scalar(sql)
+        .bind(target)
+        .fetch_one(db)
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_crash_mid_burst_neither_loses_nor_doubles_what_is_told() {
+    // As above, with the account subscribed to Dispatch's own events: each
+    // message's delivery is told once, whoever recorded it.
+    let api_app = TestApp::spawn_postgres_with(|c| c.sweeper.enabled = false).await;
+    let rx = Receiver::start().await;
+    rx.always(Reply::status(200).delay(Duration::from_millis(400)));
+    let listener = Receiver::start().await;
+    let api = api_app.api("acme").await;
+    let target = api.webhook(&rx.url("/hook")).await["targetId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let hears = api.webhook(&listener.url("/told")).await["targetId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let r = api
+        .post(
+            "/subscriptions",
+            serde_json::json!({"targetId": hears, "types": ["dispatch.*"]}),
+        )
+        .await;
+    assert_eq!(r.status(), 201);
+    let n = 300;
+    let ids = schedule_many(&api, &target, &in_ms(-1_000), n).await;
+
+    let (mut worker, _) = serve_process(
+        &api_app.db.url,
+        &[
+            ("DISPATCH_WEBHOOK__TIMEOUT", "1s"),
+            ("DISPATCH_SWEEPER__LEASE", "2s"),
+            ("DISPATCH_SWEEPER__CONCURRENCY", "50"),
+        ],
+    )
+    .await;
+    rx.wait_for(60, Duration::from_secs(30)).await;
+    worker.start_kill().unwrap();
+    worker.wait().await.unwrap();
+    let db = sqlx::PgPool::connect(&api_app.db.url).await.unwrap();
+    let delivered = "SELECT count(*) FROM messages WHERE target_id = $1 AND state = 'Delivered'";
+    let before = count(&db, delivered, &target).await;
+    assert!(
+        before < n as i64,
+        "the crash came mid-burst ({before} delivered)"
+    );
+
+    let survivor = TestApp::spawn_on(api_app.db.clone(), |c| {
+        c.sweeper.lease = Duration::from_secs(2);
+        c.webhook.timeout = Duration::from_secs(1);
+    })
+    .await;
+    poll_until(Duration::from_secs(60), || async {
+        match count(&db, delivered, &target).await {
+            d if d == n as i64 => Ok(()),
+            d => Err(format!("{d} of {n} delivered")),
+        }
+    })
+    .await;
+    // Transitions against events: one delivered event per message, each once.
+    let told: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT convert_from(payload, 'UTF8')::json->>'messageId', count(*) FROM events \
+         WHERE type = 'dispatch.message.delivered' GROUP BY 1",
+    )
+    .fetch_all(&db)
+    .await
+    .unwrap();
+    let told: HashMap<String, i64> = told.into_iter().collect();
+    assert_eq!(told.len(), n, "one event per delivered message");
+    assert!(
+        ids.iter().all(|id| told.get(id) == Some(&1)),
+        "each told once"
+    );
+    // Every failed attempt recorded is told once too (an attempt cut by the
+    // kill was never recorded, and is not told).
+    let failed = count(
+        &db,
+        "SELECT count(*) FROM attempts WHERE target_id = $1 AND outcome <> 'Success'",
+        &target,
+    )
+    .await;
+    let failed_told: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM events WHERE type = 'dispatch.message.attempt_failed'",
+    )
+    .fetch_one(&db)
+    .await
+    .unwrap();
+    assert_eq!(failed_told, failed);
+    // Each event made one message to the listener, and those told nothing.
+    let made = count(
+        &db,
+        "SELECT count(*) FROM messages WHERE target_id = $1",
+        &hears,
+    )
+    .await;
+    let events: i64 = sqlx::query_scalar("SELECT count(*) FROM events")
+        .fetch_one(&db)
+        .await
+        .unwrap();
+    assert_eq!(made, events);
+    assert_eq!(events, n as i64 + failed);
+    db.close().await;
+    survivor.shutdown().await;
+    api_app.shutdown().await;
+}
+
 /// The test database, reached through a proxy that can be cut.
 async fn proxied_db() -> (Arc<TestDb>, Proxy, String) {
     let db = Arc::new(TestDb::postgres().await);
