@@ -16,7 +16,7 @@ pub(crate) struct Args {
     pub(crate) pg: String,
     /// Scenarios to run: burst, steady, backlog, ingest, batch, sqs, noisy,
     /// token, ordered, redrive, schedules, purge, fanout, publish,
-    /// publish-none, publish-crowd, pull, pull-wake, pull-idle (comma-separated).
+    /// publish-none, publish-crowd, pull, pull-wake, pull-idle, told (comma-separated).
     #[arg(long, default_value = "burst,steady,backlog,ingest,batch")]
     pub(crate) scenarios: String,
     /// The store Dispatch runs on: postgres or sqlite (the embedded store).

@@ -46,6 +46,7 @@ mod redrive;
 mod schedules;
 mod service;
 mod token;
+mod told;
 
 use args::Args;
 use axum::{body::Bytes, extract::State, routing::post, Router};
@@ -67,6 +68,9 @@ type Arrival = (String, DateTime<Utc>, DateTime<Utc>);
 struct Arrivals {
     /// Every arrival, duplicates included.
     seen: Mutex<Vec<Arrival>>,
+    /// The `told` scenario's events: the message each tells of, and when
+    /// it came.
+    told: Mutex<Vec<(String, DateTime<Utc>)>>,
 }
 
 /// How many distinct messages arrived, counted only once `n` requests
@@ -142,6 +146,7 @@ async fn run_scenario(args: &Args, scenario: &str, run: usize) -> anyhow::Result
     let app = Router::new()
         .route("/hook", post(receive))
         .route("/hang", post(noisy::hang))
+        .route(told::PATH, post(told::receive))
         .with_state(arrivals.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let hook = format!("http://{}/hook", listener.local_addr()?);
@@ -190,8 +195,11 @@ async fn run_scenario(args: &Args, scenario: &str, run: usize) -> anyhow::Result
     if scenario == "fanout" {
         fanout::subscribe(args, &service, &target_id, &hook).await?;
     }
+    if scenario == "told" {
+        told::subscribe(&service, &hook.replace("/hook", told::PATH)).await?;
+    }
     let n_planned = match scenario {
-        "burst" => args.burst,
+        "burst" | "told" => args.burst,
         "fanout" => args.fanout_events * args.fanout_targets,
         "steady" | "backlog" | "noisy" | "purge" => args.steady_rate * args.steady_seconds,
         "sqs" => args.sqs,
@@ -246,10 +254,16 @@ async fn run_scenario(args: &Args, scenario: &str, run: usize) -> anyhow::Result
     }
     tokio::time::sleep(Duration::from_millis(200)).await; // stragglers and duplicates
     let peak_rss_mb = service.peak_rss_mb();
-    let notes = if scenario == "purge" {
-        Some(purge::left(args, &service).await?)
-    } else {
-        None
+    let notes = match scenario {
+        "purge" => Some(purge::left(args, &service).await?),
+        "told" => {
+            let mut firsts: HashMap<String, Timing> = HashMap::new();
+            for (id, at, due) in arrivals.seen.lock().unwrap().iter() {
+                firsts.entry(id.clone()).or_insert((*at, *due));
+            }
+            Some(told::wait(&arrivals, &told::firsts(&firsts), Duration::from_secs(30)).await)
+        }
+        _ => None,
     };
     service.stop(&args.pg).await;
     server.abort();
