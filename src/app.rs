@@ -201,13 +201,16 @@ pub async fn start_with(
     listener: TcpListener,
 ) -> anyhow::Result<Running> {
     let addr = listener.local_addr()?;
+    let wake = Arc::new(crate::wake::Wake::default());
+    if let Backend::Sqlite(s) = &backend {
+        s.wakes(wake.clone());
+    }
     let (store, pool) = backend.into_parts();
     let config = Arc::new(config);
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let tokens = TokenService::new(store.clone(), &config.auth, clock.now())
         .await
         .context("loading token signing keys")?;
-    let wake = Arc::new(crate::wake::Wake::default());
     // What the sweeper claims ahead of its time; the service takes messages
     // back from it before their attempt.
     let held = Arc::new(crate::sweeper::ahead::Held::default());

@@ -132,9 +132,16 @@ async fn each_failed_attempt_then_the_delivery_is_told_in_order_and_the_telling_
     app.shutdown().await;
 }
 
+/// The sweeper looks on its own only every minute: what it delivers within
+/// a test's wait, something woke it for.
+fn woken_only(c: &mut dispatch::config::Config) {
+    common::fast_ladder(c);
+    c.sweeper.poll_interval = Duration::from_secs(60);
+}
+
 #[tokio::test]
 async fn a_dead_letter_is_told_to_the_subscription_that_names_its_type_alone() {
-    let app = TestApp::spawn_with(common::fast_ladder).await;
+    let app = TestApp::spawn_with(woken_only).await;
     let api = app.api("acme").await;
     let gone = Receiver::start().await;
     gone.always(Reply::status(410));
@@ -234,7 +241,7 @@ async fn star_and_other_accounts_hear_nothing_and_nothing_is_kept_for_them() {
 
 #[tokio::test]
 async fn a_pull_consumers_ack_and_its_last_receive_given_back_are_told() {
-    let app = TestApp::spawn().await;
+    let app = TestApp::spawn_with(woken_only).await;
     let api = app.api("acme").await;
     let listener = Receiver::start().await;
     let hears = api.webhook(&listener.url("/told")).await["targetId"]

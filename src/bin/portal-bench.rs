@@ -163,6 +163,7 @@ async fn fill(store: &dyn Store, n: usize) -> anyhow::Result<(Vec<TargetId>, Mes
                         Next::Delivered
                     },
                     key: None,
+                    told: false,
                 }
             })
             .collect();

@@ -71,6 +71,12 @@ pub fn breaker_event(
     })
 }
 
+/// Whether a message of this event type was made from one of Dispatch's
+/// own events (and so tells nothing).
+pub fn is_own(event_type: &str) -> bool {
+    event_type.starts_with(OWN_PREFIX)
+}
+
 /// The message a happening is about, as every payload names it.
 #[derive(Debug, Clone)]
 pub struct About {
@@ -86,9 +92,7 @@ impl About {
     /// Whether the message was itself made from one of Dispatch's own
     /// events: such a message tells nothing (no loops).
     pub fn is_told(&self) -> bool {
-        self.event
-            .as_ref()
-            .is_some_and(|(_, ty)| ty.starts_with(OWN_PREFIX))
+        self.event.as_ref().is_some_and(|(_, ty)| is_own(ty))
     }
 }
 
@@ -341,5 +345,16 @@ mod tests {
             }
         }
         assert!(!Pattern::All.matches(DELIVERED));
+        // And nothing else: each text names one of them, `*` none.
+        for text in MESSAGE_PATTERNS {
+            let p = Pattern::parse(text).unwrap();
+            assert!(
+                [DELIVERED, DEAD_LETTERED, ATTEMPT_FAILED]
+                    .iter()
+                    .any(|ty| p.matches(ty)),
+                "{text}"
+            );
+        }
+        assert!(!MESSAGE_PATTERNS.contains(&"*") && !TARGET_PATTERNS.contains(&"*"));
     }
 }

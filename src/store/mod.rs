@@ -340,6 +340,9 @@ pub struct Recorded {
     /// The message's target and orderingKey, when it has one: recording
     /// its result may hand the key to the next message.
     pub key: Option<(TargetId, OrderingKey)>,
+    /// The message was made from one of Dispatch's own events: its result
+    /// tells nothing (docs/api.md#dispatchs-own-events).
+    pub told: bool,
 }
 
 impl Recorded {

@@ -213,6 +213,10 @@ impl Sweeper {
                 .ordering_key
                 .as_ref()
                 .map(|k| (c.target_id.clone(), k.clone())),
+            told: c
+                .event_type
+                .as_deref()
+                .is_some_and(crate::domain::told::is_own),
         }
     }
 }

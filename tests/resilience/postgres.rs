@@ -180,6 +180,8 @@ async fn a_crash_mid_burst_neither_loses_nor_doubles_what_is_told() {
     let api_app = TestApp::spawn_postgres_with(|c| c.sweeper.enabled = false).await;
     let rx = Receiver::start().await;
     rx.always(Reply::status(200).delay(Duration::from_millis(400)));
+    // Each message's first attempt fails: failures are told too.
+    rx.fail_once_each();
     let listener = Receiver::start().await;
     let api = api_app.api("acme").await;
     let target = api.webhook(&rx.url("/hook")).await["targetId"]
@@ -206,10 +208,12 @@ async fn a_crash_mid_burst_neither_loses_nor_doubles_what_is_told() {
             ("DISPATCH_WEBHOOK__TIMEOUT", "1s"),
             ("DISPATCH_SWEEPER__LEASE", "2s"),
             ("DISPATCH_SWEEPER__CONCURRENCY", "50"),
+            ("DISPATCH_RETRY__MINUTE_DELAY", "50ms"),
+            ("DISPATCH_RETRY__HOUR_DELAY", "150ms"),
         ],
     )
     .await;
-    rx.wait_for(60, Duration::from_secs(30)).await;
+    rx.wait_for(n + 60, Duration::from_secs(30)).await;
     worker.start_kill().unwrap();
     worker.wait().await.unwrap();
     let db = sqlx::PgPool::connect(&api_app.db.url).await.unwrap();
@@ -223,6 +227,7 @@ async fn a_crash_mid_burst_neither_loses_nor_doubles_what_is_told() {
     let survivor = TestApp::spawn_on(api_app.db.clone(), |c| {
         c.sweeper.lease = Duration::from_secs(2);
         c.webhook.timeout = Duration::from_secs(1);
+        common::fast_ladder(c);
     })
     .await;
     poll_until(Duration::from_secs(60), || async {
@@ -260,6 +265,7 @@ async fn a_crash_mid_burst_neither_loses_nor_doubles_what_is_told() {
     .fetch_one(&db)
     .await
     .unwrap();
+    assert!(failed >= n as i64, "each message failed once ({failed})");
     assert_eq!(failed_told, failed);
     // Each event made one message to the listener, and those told nothing.
     let made = count(

@@ -218,6 +218,7 @@ pub(crate) fn recorded(c: &Claimed, attempts: Vec<Attempt>, next: Next) -> Recor
             .ordering_key
             .as_ref()
             .map(|k| (c.target_id.clone(), k.clone())),
+        told: false,
     }
 }
 

@@ -214,56 +214,18 @@ impl DeliveryStore for PgStore {
     }
 
     async fn record(&self, results: &[Recorded], now: DateTime<Utc>) -> StoreResult<u64> {
-        if results.is_empty() {
-            return Ok(0);
+        // The results of messages made from Dispatch's own events are
+        // recorded in a transaction of their own. It locks the keys of those
+        // messages and tells nothing; the other transaction locks its
+        // messages' keys, then the keys of the events it tells, which are the
+        // keys of such messages. Together, no transaction holds a key of a
+        // told message while it waits for another.
+        if results.iter().any(|r| r.told) && results.iter().any(|r| !r.told) {
+            let (told, rest): (Vec<Recorded>, Vec<Recorded>) =
+                results.iter().cloned().partition(|r| r.told);
+            return Ok(self.record_apart(&told, now).await? + self.record_apart(&rest, now).await?);
         }
-        let columns = RecordColumns::of(results);
-        let query = columns.statement(now);
-        // A result for a message with an orderingKey may hand its key to the
-        // next message: under the key's lock, taken before the row's.
-        let keys = distinct_keys(
-            results
-                .iter()
-                .filter_map(|r| r.key.as_ref().map(|(t, k)| (t.as_str(), k.as_str()))),
-        );
-        let mut tx = self.begin().await?;
-        if !keys.is_empty() {
-            ordering::lock_keys(&mut tx, &keys).await?;
-        }
-        let rows: Vec<ToldRow> = query.fetch_all(&mut *tx).await.map_err(map_err)?;
-        let recorded = rows.first().map_or(0, |r| r.written) as u64;
-        if !keys.is_empty() {
-            ordering::settle_keys(&mut tx, &keys).await?;
-        }
-        // What happened to the messages of accounts that subscribe to
-        // Dispatch's own events, published in this same transaction.
-        let told: Vec<_> = rows
-            .into_iter()
-            .filter_map(|row| {
-                let id = row.id?;
-                let r = results.iter().find(|r| r.id.0 == id)?;
-                let about = crate::domain::told::About {
-                    account: AccountId::from_trusted(row.account?),
-                    message: MessageId(id),
-                    target: TargetId::from_trusted(row.target_id?),
-                    event: row
-                        .event_id
-                        .map(crate::domain::ids::EventId)
-                        .zip(row.event_type),
-                    ordering_key: row.ordering_key,
-                };
-                Some(crate::store::rules::happenings(r, &about, row.last_error))
-            })
-            .flatten()
-            .collect();
-        if told.is_empty() {
-            tx.commit().await.map_err(map_err)?;
-            return Ok(recorded);
-        }
-        let mut tx = crate::store::sql::Tx::Postgres(tx);
-        crate::store::sql::events::tell(self, &mut tx, &told, now).await?;
-        tx.commit().await?;
-        Ok(recorded)
+        self.record_apart(results, now).await
     }
 
     async fn release(&self, leases: &[(MessageId, Uuid)]) -> StoreResult<u64> {
@@ -332,6 +294,62 @@ impl DeliveryStore for PgStore {
             idempotency_keys,
             events: 0,
         })
+    }
+}
+
+impl PgStore {
+    /// `DeliveryStore::record` of results that go in one transaction.
+    async fn record_apart(&self, results: &[Recorded], now: DateTime<Utc>) -> StoreResult<u64> {
+        if results.is_empty() {
+            return Ok(0);
+        }
+        let columns = RecordColumns::of(results);
+        let query = columns.statement(now);
+        // A result for a message with an orderingKey may hand its key to the
+        // next message: under the key's lock, taken before the row's.
+        let keys = distinct_keys(
+            results
+                .iter()
+                .filter_map(|r| r.key.as_ref().map(|(t, k)| (t.as_str(), k.as_str()))),
+        );
+        let mut tx = self.begin().await?;
+        if !keys.is_empty() {
+            ordering::lock_keys(&mut tx, &keys).await?;
+        }
+        let rows: Vec<ToldRow> = query.fetch_all(&mut *tx).await.map_err(map_err)?;
+        let recorded = rows.first().map_or(0, |r| r.written) as u64;
+        if !keys.is_empty() {
+            ordering::settle_keys(&mut tx, &keys).await?;
+        }
+        // What happened to the messages of accounts that subscribe to
+        // Dispatch's own events, published in this same transaction.
+        let told: Vec<_> = rows
+            .into_iter()
+            .filter_map(|row| {
+                let id = row.id?;
+                let r = results.iter().find(|r| r.id.0 == id)?;
+                let about = crate::domain::told::About {
+                    account: AccountId::from_trusted(row.account?),
+                    message: MessageId(id),
+                    target: TargetId::from_trusted(row.target_id?),
+                    event: row
+                        .event_id
+                        .map(crate::domain::ids::EventId)
+                        .zip(row.event_type),
+                    ordering_key: row.ordering_key,
+                };
+                Some(crate::store::rules::happenings(r, &about, row.last_error))
+            })
+            .flatten()
+            .collect();
+        if told.is_empty() {
+            tx.commit().await.map_err(map_err)?;
+            return Ok(recorded);
+        }
+        let mut tx = crate::store::sql::Tx::Postgres(tx);
+        crate::store::sql::events::tell(self, &mut tx, &told, now).await?;
+        tx.commit().await?;
+        Ok(recorded)
     }
 }
 

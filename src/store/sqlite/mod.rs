@@ -39,6 +39,9 @@ pub struct SqliteStore {
     /// Held for the store's lifetime by a serving process: one per database
     /// file. None for an admin command.
     _lock: Option<File>,
+    /// The serving process's wake-up (`wakes`): what the store itself makes
+    /// due (Dispatch's own events) wakes the sweeper.
+    wake: std::sync::OnceLock<Arc<crate::wake::Wake>>,
 }
 
 impl SqliteStore {
@@ -51,6 +54,12 @@ impl SqliteStore {
 
     fn sealer(&self) -> Option<&Sealer> {
         self.sealer.as_deref()
+    }
+
+    /// The serving process's wake-up: messages the store makes due soon
+    /// (Dispatch's own events, a key handed on) wake its sweeper.
+    pub fn wakes(&self, wake: Arc<crate::wake::Wake>) {
+        let _ = self.wake.set(wake);
     }
 
     /// `sqlite://PATH` (or `sqlite:PATH`) to a path.
@@ -80,10 +89,24 @@ impl super::sql::Backend for SqliteStore {
     }
 }
 
-/// Its sweeper is woken in process: nothing to notify.
+/// Its sweeper is woken in process. Woken before the commit: its claim
+/// goes through the one writer, so it reads what this transaction wrote.
+#[async_trait::async_trait]
 impl super::sql::Keeps for SqliteStore {
     fn sealer(&self) -> Option<&Sealer> {
         self.sealer.as_deref()
+    }
+
+    async fn notify_if_soon(
+        &self,
+        _tx: &mut super::sql::Tx,
+        at: chrono::DateTime<chrono::Utc>,
+        _now: chrono::DateTime<chrono::Utc>,
+    ) -> StoreResult<()> {
+        if let Some(w) = self.wake.get() {
+            w.due(at);
+        }
+        Ok(())
     }
 }
 

@@ -96,6 +96,7 @@ impl SqliteStore {
             path: path.to_path_buf(),
             sealer: None,
             _lock: lock,
+            wake: std::sync::OnceLock::new(),
         })
     }
 }
