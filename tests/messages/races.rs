@@ -165,6 +165,7 @@ async fn a_cancel_after_a_stalled_attempt_lost_its_lease_wins_over_the_attempts_
         ladder_attempts: 1,
         key: None,
         next: Next::Delivered,
+        told: false,
     };
     assert_eq!(store.record(&[late], now).await.unwrap(), 0, "recorded");
 
