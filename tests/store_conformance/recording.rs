@@ -12,6 +12,7 @@ checks!(
     a_record_with_a_stale_lease_token_is_dropped_whole,
     a_record_batch_applies_each_result_under_its_own_lease,
     a_record_after_a_cancel_or_reschedule_is_dropped,
+    a_batch_of_told_and_other_results_records_each_and_counts_all,
 );
 
 async fn recording_a_success_marks_the_message_delivered(store: Arc<dyn Store>) {
@@ -370,4 +371,40 @@ async fn a_record_after_a_cancel_or_reschedule_is_dropped(store: Arc<dyn Store>)
     assert_eq!(read.next_attempt_at, Some(new_time));
     assert_eq!(read.attempt_count, 0);
     assert!(attempts_of(&*store, &moved).await.is_empty());
+}
+
+/// Results of messages made from Dispatch's own events beside others in one
+/// batch (PostgreSQL records the two apart): each is recorded, the count is
+/// the batch's, and a stale one among them is still dropped.
+async fn a_batch_of_told_and_other_results_records_each_and_counts_all(store: Arc<dyn Store>) {
+    let t = add_target(&*store, &ACME).await;
+    let now = time::now();
+    let ms_: Vec<_> =
+        futures::future::join_all((0..4).map(|i| schedule(&*store, &t, now - secs(4 - i)))).await;
+    let claimed = store.claim_due(now, 10, LEASE).await.unwrap();
+    assert_eq!(claimed.len(), 4);
+    let mut batch: Vec<Recorded> = claimed
+        .iter()
+        .enumerate()
+        .map(|(i, c)| Recorded {
+            told: i % 2 == 0,
+            ..recorded(
+                c,
+                attempts_after(c, &[AttemptOutcome::Success], now + secs(1)),
+                Next::Delivered,
+            )
+        })
+        .collect();
+    // One of the told ones under a lease it does not hold.
+    batch[2].lease_token = Uuid::new_v4();
+    let stale = batch[2].id;
+    assert_eq!(store.record(&batch, now + secs(1)).await.unwrap(), 3);
+    for m in &ms_ {
+        let read = get(&*store, m).await;
+        if m.id == stale {
+            assert_eq!(read.state, State::Scheduled);
+        } else {
+            assert_eq!(read.state, State::Delivered, "{:?}", m.id);
+        }
+    }
 }
