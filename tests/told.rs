@@ -32,6 +32,21 @@ async fn events(api: &Api, ty: &str) -> Vec<Value> {
         .clone()
 }
 
+/// A webhook target at the receiver's `path`; its id.
+async fn hook(api: &Api, receiver: &Receiver, path: &str) -> String {
+    id_of(&api.webhook(&receiver.url(path)).await)
+}
+
+/// The id a created target or message answered with.
+fn id_of(created: &Value) -> String {
+    created
+        .get("messageId")
+        .or_else(|| created.get("targetId"))
+        .and_then(Value::as_str)
+        .unwrap_or_else(|| panic!("no id in {created}"))
+        .to_string()
+}
+
 /// The event's payload (a JSON text) as JSON.
 fn told(envelope: &Value) -> Value {
     serde_json::from_str(envelope["payload"].as_str().unwrap()).unwrap()
@@ -53,14 +68,8 @@ async fn each_failed_attempt_then_the_delivery_is_told_in_order_and_the_telling_
     let flaky = Receiver::start().await;
     flaky.fail_once_each();
     let listener = Receiver::start().await;
-    let work = api.webhook(&flaky.url("/hook")).await["targetId"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let hears = api.webhook(&listener.url("/told")).await["targetId"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let work = hook(&api, &flaky, "/hook").await;
+    let hears = hook(&api, &listener, "/told").await;
     // `dispatch.*` matches the events about the listener's own messages too:
     // were they told, this would never end.
     subscribe(&api, &hears, &["dispatch.*"]).await;
@@ -146,20 +155,11 @@ async fn a_dead_letter_is_told_to_the_subscription_that_names_its_type_alone() {
     let gone = Receiver::start().await;
     gone.always(Reply::status(410));
     let listener = Receiver::start().await;
-    let work = api.webhook(&gone.url("/hook")).await["targetId"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let hears = api.webhook(&listener.url("/told")).await["targetId"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let work = hook(&api, &gone, "/hook").await;
+    let hears = hook(&api, &listener, "/told").await;
     subscribe(&api, &hears, &["dispatch.message.dead_lettered"]).await;
 
-    let id = api.schedule(&work, &in_ms(0), "p").await["messageId"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let id = id_of(&api.schedule(&work, &in_ms(0), "p").await);
     let dead = api.wait_for_state(&id, "DeadLetter", WAIT).await;
     let got = listener.wait_for(1, WAIT).await;
     let e = got[0].json();
@@ -187,27 +187,15 @@ async fn star_and_other_accounts_hear_nothing_and_nothing_is_kept_for_them() {
     let other = app.api("globex").await;
     let receiver = Receiver::start().await;
     let listener = Receiver::start().await;
-    let work = acme.webhook(&receiver.url("/hook")).await["targetId"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let work = hook(&acme, &receiver, "/hook").await;
     // Acme listens to every type: `*` is not Dispatch's own.
-    let everything = acme.webhook(&listener.url("/all")).await["targetId"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let everything = hook(&acme, &listener, "/all").await;
     subscribe(&acme, &everything, &["*"]).await;
     // Another account listens to Dispatch's own: its own messages only.
-    let theirs = other.webhook(&listener.url("/other")).await["targetId"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let theirs = hook(&other, &listener, "/other").await;
     subscribe(&other, &theirs, &["dispatch.*"]).await;
 
-    let id = acme.schedule(&work, &in_ms(0), "p").await["messageId"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let id = id_of(&acme.schedule(&work, &in_ms(0), "p").await);
     acme.wait_for_state(&id, "Delivered", WAIT).await;
     assert_eq!(receiver.count(), 1);
     assert_eq!(listener.count(), 0);
@@ -229,10 +217,7 @@ async fn star_and_other_accounts_hear_nothing_and_nothing_is_kept_for_them() {
         )
         .await;
     assert_eq!(r.status(), 200);
-    let id = acme.schedule(&work, &in_ms(0), "q").await["messageId"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let id = id_of(&acme.schedule(&work, &in_ms(0), "q").await);
     acme.wait_for_state(&id, "Delivered", WAIT).await;
     assert!(events(&acme, "dispatch.message.delivered").await.is_empty());
     assert_eq!(listener.count(), 0);
@@ -244,10 +229,7 @@ async fn a_pull_consumers_ack_and_its_last_receive_given_back_are_told() {
     let app = TestApp::spawn_with(woken_only).await;
     let api = app.api("acme").await;
     let listener = Receiver::start().await;
-    let hears = api.webhook(&listener.url("/told")).await["targetId"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let hears = hook(&api, &listener, "/told").await;
     subscribe(&api, &hears, &["dispatch.message.*"]).await;
     let r = api
         .post(
@@ -260,14 +242,8 @@ async fn a_pull_consumers_ack_and_its_last_receive_given_back_are_told() {
         .as_str()
         .unwrap()
         .to_string();
-    let first = api.schedule(&queue, &in_ms(0), "one").await["messageId"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let second = api.schedule(&queue, &in_ms(0), "two").await["messageId"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let first = id_of(&api.schedule(&queue, &in_ms(0), "one").await);
+    let second = id_of(&api.schedule(&queue, &in_ms(0), "two").await);
     let got: Value = api
         .post(&format!("/targets/{queue}/receive"), json!({"max": 2}))
         .await
@@ -335,10 +311,7 @@ async fn a_breaker_that_opens_and_closes_is_told_in_order_and_its_probe_is_not()
     rx.then([Reply::status(500), Reply::status(500)]);
     rx.always(Reply::status(200));
     let listener = Receiver::start().await;
-    let hears = api.webhook(&listener.url("/told")).await["targetId"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let hears = hook(&api, &listener, "/told").await;
     subscribe(&api, &hears, &["dispatch.target.*"]).await;
     let target = api
         .webhook_with(
@@ -350,14 +323,8 @@ async fn a_breaker_that_opens_and_closes_is_told_in_order_and_its_probe_is_not()
         .as_str()
         .unwrap()
         .to_string();
-    let a = api.schedule(&target, &in_ms(0), "a").await["messageId"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let b = api.schedule(&target, &in_ms(0), "b").await["messageId"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let a = id_of(&api.schedule(&target, &in_ms(0), "a").await);
+    let b = id_of(&api.schedule(&target, &in_ms(0), "b").await);
     api.wait_for_state(&a, "Delivered", WAIT).await;
     api.wait_for_state(&b, "Delivered", WAIT).await;
 
