@@ -112,23 +112,24 @@ pub(crate) fn outcomes_by_target(
 }
 
 /// What a target's breaker learns from `outcomes`: its changes go into
-/// `changes`; true when its health must be written.
+/// `changes`, and the health each left into `left` (one for one); true
+/// when its health must be written.
 pub(crate) fn learn(
     id: &TargetId,
     gate: &mut Gate,
     outcomes: &[Option<bool>],
     now: DateTime<Utc>,
     changes: &mut Vec<(TargetId, BreakerChange)>,
+    left: &mut Vec<Health>,
 ) -> bool {
     if gate.limits.breaker.is_none() {
         return false;
     }
     let before = gate.health;
-    changes.extend(
-        gate.ended(now, outcomes)
-            .into_iter()
-            .map(|c| (id.clone(), c)),
-    );
+    for (c, h) in gate.ended_each(now, outcomes) {
+        changes.push((id.clone(), c));
+        left.push(h);
+    }
     gate.health != before
 }
 

@@ -315,6 +315,19 @@ impl Gate {
     /// success, `Some(false)` a retryable failure, `None` a failure the
     /// receiver answered for good (it is reachable: the count starts over).
     pub fn ended(&mut self, now: DateTime<Utc>, outcomes: &[Option<bool>]) -> Vec<BreakerChange> {
+        self.ended_each(now, outcomes)
+            .into_iter()
+            .map(|(c, _)| c)
+            .collect()
+    }
+
+    /// `ended`, each change with the health it left (what an event about
+    /// it tells, when several happen at once).
+    pub fn ended_each(
+        &mut self,
+        now: DateTime<Utc>,
+        outcomes: &[Option<bool>],
+    ) -> Vec<(BreakerChange, Health)> {
         let Some(breaker) = self.limits.breaker else {
             return Vec::new();
         };
@@ -322,8 +335,9 @@ impl Gate {
         let mut changes = Vec::new();
         let mut go = |h: &mut Health, to: BreakerState| {
             if h.state != to {
-                changes.push(BreakerChange { from: h.state, to });
+                let change = BreakerChange { from: h.state, to };
                 h.state = to;
+                changes.push((change, *h));
             }
         };
         for outcome in outcomes {

@@ -121,16 +121,15 @@ impl<B: GateBackend + Own> GateStore for B {
         let mut tx = self.db().begin().await?;
         let rows = gated_targets(&mut tx, by_target.keys().copied().collect()).await?;
         let mut changes = Vec::new();
-        let mut after: HashMap<TargetId, Health> = HashMap::new();
+        let mut left = Vec::new();
         for row in rows {
             let (id, mut gate) = row.into_gate(|c| c.0, |t| Some(t.0));
             let outcomes = by_target.get(id.as_str()).map_or(&[][..], Vec::as_slice);
-            if learn(&id, &mut gate, outcomes, now, &mut changes) {
+            if learn(&id, &mut gate, outcomes, now, &mut changes, &mut left) {
                 write_health(&mut tx, &id, &gate.health).await?;
-                after.insert(id, gate.health);
             }
         }
-        tell_breakers(self, &mut tx, &changes, &after, now).await?;
+        tell_breakers(self, &mut tx, &changes, &left, now).await?;
         tx.commit().await?;
         Ok(changes)
     }
@@ -165,8 +164,7 @@ impl<B: GateBackend + Own> GateStore for B {
         let target = row.into_target(self.sealer())?;
         if let Some(c) = change {
             self.notify_if_soon(&mut tx, now, now).await?;
-            let closed = HashMap::from([(id.clone(), target.health)]);
-            tell_breakers(self, &mut tx, &[(id.clone(), c)], &closed, now).await?;
+            tell_breakers(self, &mut tx, &[(id.clone(), c)], &[target.health], now).await?;
         }
         tx.commit().await?;
         Ok(Some((target, change)))
@@ -174,17 +172,20 @@ impl<B: GateBackend + Own> GateStore for B {
 }
 
 /// Tells, inside `tx`, the breakers that opened or closed, to the accounts
-/// that subscribe to such events (read only when some breaker changed).
+/// that subscribe to such events (read only when some breaker changed);
+/// `left` is the health each change left, one for one.
 async fn tell_breakers<B: Own>(
     store: &B,
     tx: &mut Tx,
     changes: &[(TargetId, BreakerChange)],
-    after: &HashMap<TargetId, Health>,
+    left: &[Health],
     now: DateTime<Utc>,
 ) -> StoreResult<()> {
-    let told: Vec<&(TargetId, BreakerChange)> = changes
+    let told: Vec<(&TargetId, BreakerChange, &Health)> = changes
         .iter()
-        .filter(|(_, c)| c.to != BreakerState::HalfOpen)
+        .zip(left)
+        .filter(|((_, c), _)| c.to != BreakerState::HalfOpen)
+        .map(|((id, c), h)| (id, *c, h))
         .collect();
     if told.is_empty() {
         return Ok(());
@@ -193,7 +194,7 @@ async fn tell_breakers<B: Own>(
         "SELECT id, account FROM targets WHERE {} AND id IN (",
         subscribes_to("targets.account", &TARGET_PATTERNS)
     ));
-    for (i, (id, _)) in told.iter().enumerate() {
+    for (i, (id, ..)) in told.iter().enumerate() {
         if i > 0 {
             stmt.push(", ");
         }
@@ -207,9 +208,9 @@ async fn tell_breakers<B: Own>(
         .collect();
     let events = told
         .into_iter()
-        .filter_map(|(id, change)| {
+        .filter_map(|(id, change, health)| {
             let account = AccountId::from_trusted(accounts.get(id.as_str())?.clone());
-            breaker_event(&account, id, *change, after.get(id)?, now)
+            breaker_event(&account, id, change, health, now)
         })
         .collect();
     publish_told(store, tx, events).await?;

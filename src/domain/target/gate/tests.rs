@@ -169,3 +169,22 @@ fn periods_read_and_write_as_the_api_shows_them() {
     assert_eq!(period::format(3_600_000), "1h");
     assert_eq!(period::format(1500), "1500ms");
 }
+
+#[test]
+fn each_change_of_one_batch_comes_with_the_health_it_left() {
+    // An attempt that began before the breaker opened succeeds late, in
+    // the same batch: it opened, then closed.
+    let mut g = gate(None, breaker(2, 1000));
+    let each = g.ended_each(t(0), &[Some(false), Some(false), Some(true)]);
+    assert_eq!(each.len(), 2);
+    let (opened, open) = each[0];
+    assert_eq!(opened.to, BreakerState::Open);
+    assert_eq!(open.state, BreakerState::Open);
+    assert_eq!(open.consecutive_failures, 2);
+    assert_eq!(open.open_until, Some(t(1000)));
+    let (closed, after) = each[1];
+    assert_eq!(closed.to, BreakerState::Closed);
+    assert_eq!(after.consecutive_failures, 0);
+    assert_eq!(after.open_until, None);
+    assert_eq!(g.health, after, "the last change left the gate's health");
+}
