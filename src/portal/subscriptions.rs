@@ -207,13 +207,22 @@ pub async fn notify_dead_letters(
     session.authorize(&f.csrf, Permission::ConfigureTargets)?;
     let page = load(&state, &session, &id).await?;
     let to = load(&state, &session, &f.to).await?;
-    let doc =
-        json!({"targetId": to.id.as_str(), "types": [told::DEAD_LETTERED], "name": "Dead letters"});
-    let spec = parse_subscription(&doc).map_err(ServiceError::Invalid)?;
-    state
-        .service
-        .create_subscription(session.actor(), spec)
-        .await?;
+    // A second click (or a target told already) makes no second subscription.
+    let told_already = session
+        .reads(&state)
+        .subscriptions(Some(&to.id), None, SHOWN)
+        .await?
+        .iter()
+        .any(|s| s.enabled && s.types.iter().any(|p| p.matches(told::DEAD_LETTERED)));
+    if !told_already {
+        let doc = json!({"targetId": to.id.as_str(), "types": [told::DEAD_LETTERED],
+                         "name": "Dead letters"});
+        let spec = parse_subscription(&doc).map_err(ServiceError::Invalid)?;
+        state
+            .service
+            .create_subscription(session.actor(), spec)
+            .await?;
+    }
     Ok(Redirect::to(&format!(
         "/portal/targets/{}?notice=dead-letters-told#dead-letters",
         page.id

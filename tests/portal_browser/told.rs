@@ -46,9 +46,19 @@ async fn an_admin_has_dead_letters_told_to_a_chosen_target_in_one_click() {
         subs["items"][0]["types"],
         json!(["dispatch.message.dead_lettered"])
     );
-    // Shown on every target's page of the account.
+    // Shown on every target's page of the account; a second click there
+    // makes no second subscription.
     b.goto(&format!("/portal/targets/{alerts}")).await;
     assert!(b.text("#dead-letters-told").await.contains("Alerts"));
+    b.set_value("#notify-to", &alerts).await;
+    b.click_and_wait("#notify-dead-letters-button").await;
+    let subs: Value = api
+        .get(&format!("/subscriptions?targetId={alerts}"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(subs["items"].as_array().unwrap().len(), 1, "{subs}");
 
     let dead = dead_letter(&api, &work, "invoice").await;
     let got = alerts_rx.wait_for(1, WAIT).await;
