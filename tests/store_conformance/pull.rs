@@ -5,8 +5,14 @@
 //! the check's own.
 
 use dispatch::{
-    domain::{receipt::ReceiptHandle, target::pull::PullConfig},
-    store::pull::ReceiveAsk,
+    domain::{
+        event::{Pattern, Subscription},
+        ids::SubscriptionId,
+        receipt::ReceiptHandle,
+        target::pull::PullConfig,
+        told::DEAD_LETTERED,
+    },
+    store::{pull::ReceiveAsk, EventQuery},
 };
 
 use crate::support::*;
@@ -16,6 +22,7 @@ checks!(
     the_store_says_when_a_target_next_has_something_to_receive,
     the_last_allowed_receive_ends_in_a_dead_letter_when_its_visibility_runs_out,
     the_sweeper_never_claims_a_pull_targets_message,
+    the_dead_letters_after_a_last_receive_and_after_retention_are_told,
 );
 
 async fn pull_target(store: &dyn Store) -> Target {
@@ -192,4 +199,85 @@ async fn the_sweeper_never_claims_a_pull_targets_message(store: Arc<dyn Store>) 
     schedule_at(&*store, &t, now - secs(1), now - secs(1)).await;
     assert!(store.claim_due(now, 100, LEASE).await.unwrap().is_empty());
     assert_eq!(store.next_due().await.unwrap(), None);
+}
+
+/// The janitor's and the retention pass's dead letters are told, in their
+/// transactions, to an account subscribed to them.
+async fn the_dead_letters_after_a_last_receive_and_after_retention_are_told(store: Arc<dyn Store>) {
+    let t = pull_target(&*store).await;
+    let listener = add_target(&*store, &ACME).await;
+    let now = time::now();
+    assert!(store
+        .insert_subscription(&Subscription {
+            id: SubscriptionId::new(),
+            account: ACME.clone(),
+            target_id: listener.id.clone(),
+            name: String::new(),
+            types: vec![Pattern::parse(DEAD_LETTERED).unwrap()],
+            enabled: true,
+            created_at: now,
+            updated_at: now,
+        })
+        .await
+        .unwrap());
+    let received = schedule_at(&*store, &t, now - secs(1), now - secs(1)).await;
+    store
+        .receive(&ACME, &t.id, ask(1, secs(10), 1), now)
+        .await
+        .unwrap();
+    let never = schedule_at(&*store, &t, now + secs(1), now - secs(1)).await;
+    assert_eq!(
+        store
+            .dead_letter_unacked(now + secs(10), 100)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    // After the default retention (14 days) from its delivery time.
+    assert_eq!(
+        store
+            .expire_unreceived(now + TimeDelta::days(15), 100)
+            .await
+            .unwrap(),
+        1
+    );
+    let told = store
+        .list_published_events(
+            &ACME,
+            &EventQuery {
+                ty: Some(DEAD_LETTERED.into()),
+                from: None,
+                to: None,
+            },
+            None,
+            10,
+        )
+        .await
+        .unwrap();
+    let mut about: Vec<(String, Option<String>)> = told
+        .iter()
+        .map(|e| {
+            let p: serde_json::Value = serde_json::from_str(e.event.payload.as_str()).unwrap();
+            (
+                p["messageId"].as_str().unwrap().to_string(),
+                p["lastError"].as_str().map(str::to_string),
+            )
+        })
+        .collect();
+    about.sort();
+    let mut expected = vec![
+        (
+            received.id.to_string(),
+            Some("not acknowledged after 1 receives".to_string()),
+        ),
+        (never.id.to_string(), get(&*store, &never).await.last_error),
+    ];
+    expected.sort();
+    assert_eq!(about, expected);
+    assert!(expected[0].1.is_some() && expected[1].1.is_some());
+    // Each made one message to the listener.
+    assert!(told
+        .iter()
+        .all(|e| e.messages.len() == 1 && e.messages[0].target_id == listener.id));
 }
