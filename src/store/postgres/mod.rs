@@ -26,6 +26,7 @@ mod messages;
 mod open;
 mod ordering;
 mod own;
+mod record;
 mod rows;
 
 use std::{sync::Arc, time::Duration};

@@ -13,6 +13,7 @@ mod messages;
 mod open;
 mod ordering;
 mod own;
+mod record;
 mod rows;
 
 use std::{
