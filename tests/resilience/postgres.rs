@@ -265,7 +265,13 @@ async fn a_crash_mid_burst_neither_loses_nor_doubles_what_is_told() {
     .fetch_one(&db)
     .await
     .unwrap();
-    assert!(failed >= n as i64, "each message failed once ({failed})");
+    // Each message's first attempt failed; where that attempt was in flight
+    // at the kill (at most the worker's 50), its answer was never recorded
+    // and the retry met a receiver that no longer fails it.
+    assert!(
+        failed >= n as i64 - 50,
+        "each message failed once, but for those cut by the kill ({failed})"
+    );
     assert_eq!(failed_told, failed);
     // Each event made one message to the listener, and those told nothing.
     let made = count(
