@@ -15,7 +15,7 @@ use common::{
     Api, Backend, TestApp, TestDb,
 };
 use futures::{stream, StreamExt};
-use serde_json::Value;
+use serde_json::{json, Value};
 use tokio::io::AsyncBufReadExt;
 
 /// Schedules `n` messages for `target` at `at`, 16 requests at a time; returns their ids.
@@ -220,10 +220,24 @@ async fn retention_purges_what_expired_and_keeps_the_rest() {
 }
 
 #[tokio::test]
-async fn a_message_whose_stored_target_is_unreadable_is_dead_lettered_and_the_rest_delivered() {
+async fn a_message_whose_stored_target_is_unreadable_is_dead_lettered_told_and_the_rest_delivered()
+{
     let app = TestApp::spawn_with(|c| c.sweeper.enabled = false).await;
     let rx = Receiver::start().await;
     let api = app.api("acme").await;
+    // The account hears of its dead letters, as of every other.
+    let listener = Receiver::start().await;
+    let hears = api.webhook(&listener.url("/told")).await["targetId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let r = api
+        .post(
+            "/subscriptions",
+            json!({"targetId": hears, "types": ["dispatch.message.dead_lettered"]}),
+        )
+        .await;
+    assert_eq!(r.status(), 201);
     let good = api.webhook(&rx.url("/good")).await["targetId"]
         .as_str()
         .unwrap()
@@ -284,5 +298,14 @@ async fn a_message_whose_stored_target_is_unreadable_is_dead_lettered_and_the_re
     assert_eq!(kind, "DeadLettered", "its history says so");
     assert_eq!(detail.as_deref(), m["lastError"].as_str());
     assert_eq!(rx.count(), 1);
+    // The event made with the dead letter goes out with the next sweep.
+    app.running().sweeper.deliver_due_now().await;
+    let got = listener.wait_for(1, Duration::from_secs(10)).await;
+    let envelope = got[0].json();
+    assert_eq!(envelope["type"], "dispatch.message.dead_lettered");
+    let told: Value = serde_json::from_str(envelope["payload"].as_str().unwrap()).unwrap();
+    assert_eq!(told["messageId"], bad.as_str());
+    assert_eq!(told["targetId"], broken.as_str());
+    assert_eq!(told["lastError"], m["lastError"]);
     app.shutdown().await;
 }

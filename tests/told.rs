@@ -361,3 +361,55 @@ async fn a_breaker_that_opens_and_closes_is_told_in_order_and_its_probe_is_not()
     assert!(events(&api, "dispatch.message.delivered").await.is_empty());
     app.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_breaker_taken_away_while_open_is_told_closed_and_its_messages_go() {
+    let app = TestApp::spawn_with(common::fast_ladder).await;
+    let api = app.api("acme").await;
+    let rx = Receiver::start().await;
+    rx.then([Reply::status(500)]);
+    rx.always(Reply::status(200));
+    let listener = Receiver::start().await;
+    let hears = hook(&api, &listener, "/told").await;
+    subscribe(&api, &hears, &["dispatch.target.*"]).await;
+    // Open after one failure, for an hour: only the patch can close it.
+    let target = id_of(
+        &api.webhook_with(
+            &rx.url("/b"),
+            json!({"circuitBreaker": {"failures": 1, "cooldown": "1h"}}),
+        )
+        .await,
+    );
+    let a = id_of(&api.schedule(&target, &in_ms(0), "a").await);
+    let opened = listener.wait_for(1, WAIT).await;
+    assert_eq!(opened[0].json()["type"], "dispatch.target.breaker_opened");
+    let r = api.get(&format!("/targets/{target}")).await;
+    assert_eq!(r.json::<Value>().await.unwrap()["health"]["state"], "open");
+
+    let r = api
+        .patch(
+            &format!("/targets/{target}"),
+            json!({"config": {"circuitBreaker": null}}),
+        )
+        .await;
+    assert_eq!(r.status(), 200, "{:?}", r.text().await);
+    let patched: Value = r.json().await.unwrap();
+    // Without a breaker there is no health to show.
+    assert!(patched["health"].is_null(), "{patched}");
+    let got = listener.wait_for(2, WAIT).await;
+    assert_eq!(got[1].json()["type"], "dispatch.target.breaker_closed");
+    assert_eq!(
+        told(&got[1].json()),
+        json!({"targetId": target, "state": "closed", "consecutiveFailures": 0, "openUntil": null})
+    );
+    // The message the breaker held goes on its ladder.
+    api.wait_for_state(&a, "Delivered", WAIT).await;
+    // A patch that keeps no breaker and had none tells nothing more.
+    let r = api
+        .patch(&format!("/targets/{target}"), json!({"name": "renamed"}))
+        .await;
+    assert_eq!(r.status(), 200);
+    settle(&api, &got).await;
+    assert_eq!(listener.count(), 2);
+    app.shutdown().await;
+}

@@ -12,7 +12,7 @@ use crate::{
     delivery::policy::OutboundPolicy,
     domain::{
         ids::TargetId,
-        target::{self, PreviousSecret, Target, TargetConfig, TargetSpec},
+        target::{self, gate::BreakerState, PreviousSecret, Target, TargetConfig, TargetSpec},
     },
     store::{self, DeleteTarget, TargetCursor},
 };
@@ -123,6 +123,12 @@ impl Service {
                 .await?
                 .ok_or(ServiceError::NotFound)?;
             self.give_back_held(id).await;
+            if current.health.state != BreakerState::Closed
+                && updated.config.limits().breaker.is_none()
+            {
+                // Taken away while open or probing: the breaker closed.
+                metrics::counter!(crate::metrics::BREAKER, "state" => "closed").increment(1);
+            }
             updated
         } else {
             current

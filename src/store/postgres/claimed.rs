@@ -7,13 +7,13 @@ use std::{collections::HashMap, sync::Arc};
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use super::{map_err, ordering, rows::*, PgStore};
+use super::{rows::*, PgStore};
 use crate::{
     domain::{
         ids::{EventId, MessageId, TargetId},
         target::TargetConfig,
     },
-    store::{sealed::open_config, *},
+    store::{sealed::open_config, sql::dead::dead_letter_unreadable, *},
 };
 
 impl PgStore {
@@ -27,7 +27,7 @@ impl PgStore {
         now: DateTime<Utc>,
     ) -> StoreResult<Vec<Claimed>> {
         let mut claimed = Vec::with_capacity(rows.len());
-        let (mut bad_ids, mut bad_reasons) = (Vec::new(), Vec::new());
+        let mut unreadable: Vec<(Uuid, String)> = Vec::new();
         // Each message carries its target's row; a target is opened once a claim.
         let mut configs: HashMap<String, Result<Arc<TargetConfig>, StoreError>> = HashMap::new();
         let mut unopened: Vec<String> = Vec::new();
@@ -53,8 +53,7 @@ impl PgStore {
                     continue;
                 }
                 Err(e) => {
-                    bad_ids.push(id);
-                    bad_reasons.push(error_chain(e));
+                    unreadable.push((id, error_chain(e)));
                     continue;
                 }
             };
@@ -78,41 +77,14 @@ impl PgStore {
             };
             match read() {
                 Ok(c) => claimed.push(c),
-                Err(e) => {
-                    bad_ids.push(id);
-                    bad_reasons.push(e.to_string());
-                }
+                Err(e) => unreadable.push((id, e.to_string())),
             }
         }
         report_left_leased(unopened);
-        if !bad_ids.is_empty() {
-            // A row that cannot be read cannot be delivered: dead-letter it,
-            // saying why, rather than let it hold the batch's lease forever.
-            tracing::error!(
-                count = bad_ids.len(),
-                "dead-lettering messages whose stored data is unreadable"
-            );
-            let mut tx = self.begin().await?;
-            let keys = ordering::keys_of(&mut tx, &bad_ids).await?;
-            ordering::lock_keys(&mut tx, &keys).await?;
-            sqlx::query(
-                "WITH dead AS ( \
-                   UPDATE messages m SET state = 'DeadLetter', dead_lettered_at = $3, next_attempt_at = NULL, \
-                     claim_at = NULL, lease_token = NULL, last_error = u.reason, updated_at = $3 \
-                   FROM unnest($1::uuid[], $2::text[]) AS u(id, reason) WHERE m.id = u.id AND m.lease_token = $4 \
-                   RETURNING m.id, m.account, u.reason) \
-                 INSERT INTO message_events (message_id, at, kind, from_state, account, detail) \
-                 SELECT id, $3, 'DeadLettered', 'Scheduled', account, reason FROM dead",
-            )
-            .bind(&bad_ids)
-            .bind(&bad_reasons)
-            .bind(now)
-            .bind(token)
-            .execute(&mut *tx)
-            .await
-            .map_err(map_err)?;
-            ordering::settle_keys(&mut tx, &keys).await?;
-            tx.commit().await.map_err(map_err)?;
+        if !unreadable.is_empty() {
+            let mut tx = crate::store::sql::Tx::Postgres(self.begin().await?);
+            dead_letter_unreadable(self, &mut tx, &unreadable, token, now).await?;
+            tx.commit().await?;
         }
         Ok(claimed)
     }

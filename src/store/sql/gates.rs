@@ -174,7 +174,7 @@ impl<B: GateBackend + Own> GateStore for B {
 /// Tells, inside `tx`, the breakers that opened or closed, to the accounts
 /// that subscribe to such events (read only when some breaker changed);
 /// `left` is the health each change left, one for one.
-async fn tell_breakers<B: Own>(
+pub(super) async fn tell_breakers<B: Own>(
     store: &B,
     tx: &mut Tx,
     changes: &[(TargetId, BreakerChange)],

@@ -32,6 +32,7 @@ mod accounts;
 mod actions;
 mod activity;
 mod build;
+pub(crate) mod dead;
 mod dialect;
 pub(crate) mod events;
 pub(super) mod filter;

@@ -13,12 +13,14 @@ use sqlx::types::Json;
 
 use super::{
     accounts::insert_account,
+    gates::tell_breakers,
+    own::Own,
     rows::{TargetRow, TARGET_COLUMNS},
-    At, Keeps, Tx,
+    At, Tx,
 };
 use crate::store::{
-    sealed::seal_config, AccountId, DeleteTarget, StoreResult, Target, TargetCursor, TargetId,
-    TargetStore,
+    gates::closed_from, sealed::seal_config, AccountId, DeleteTarget, StoreResult, Target,
+    TargetCursor, TargetId, TargetStore,
 };
 
 /// Whether deleting a target deletes its messages by itself. PostgreSQL's
@@ -29,7 +31,7 @@ fn deletes_messages_itself(tx: &Tx) -> bool {
 }
 
 #[async_trait]
-impl<B: Keeps> TargetStore for B {
+impl<B: Own> TargetStore for B {
     async fn insert_target(&self, t: &Target) -> StoreResult<bool> {
         let mut tx = self.db().begin().await?;
         let postgres = matches!(tx, Tx::Postgres(_));
@@ -104,15 +106,15 @@ impl<B: Keeps> TargetStore for B {
         let limits = t.config.limits();
         let mut tx = self.db().begin().await?;
         let lock = tx.for_update();
-        let before: Option<(bool,)> = tx
+        let before: Option<(bool, String)> = tx
             .sql(format!(
-                "SELECT gated FROM targets WHERE id = $1 AND account = $2{lock}"
+                "SELECT gated, breaker_state FROM targets WHERE id = $1 AND account = $2{lock}"
             ))
             .bind(t.id.as_str())
             .bind(&t.account)
             .fetch_optional()
             .await?;
-        let Some((was_gated,)) = before else {
+        let Some((was_gated, was_breaker)) = before else {
             return Ok(None);
         };
         // A breaker taken away forgets its state; one kept keeps it. A rate
@@ -156,6 +158,22 @@ impl<B: Keeps> TargetStore for B {
                 .await?;
         }
         let target = row.into_target(self.sealer())?;
+        // A breaker taken away while open has closed: told as any closing.
+        let closed = limits
+            .breaker
+            .is_none()
+            .then(|| closed_from(&was_breaker))
+            .flatten();
+        if let Some(change) = closed {
+            tell_breakers(
+                self,
+                &mut tx,
+                &[(t.id.clone(), change)],
+                &[target.health],
+                t.updated_at,
+            )
+            .await?;
+        }
         tx.commit().await?;
         Ok(Some(target))
     }

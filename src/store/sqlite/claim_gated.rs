@@ -125,8 +125,7 @@ impl GateBackend for SqliteStore {
         .fetch_one(&mut *tx)
         .await
         .map_err(map_err)?;
-        let claimed = self.open_claimed(&mut tx, rows, token, now).await?;
-        tx.commit().await.map_err(map_err)?;
+        let claimed = self.open_claimed(tx, rows, token, now).await?;
         Ok(GatedClaim {
             claimed,
             changes,

@@ -8,13 +8,13 @@ use chrono::{DateTime, Utc};
 use sqlx::{QueryBuilder, Sqlite};
 use uuid::Uuid;
 
-use super::{map_err, ordering, rows::*, SqliteStore};
+use super::{map_err, rows::*, SqliteStore};
 use crate::{
     domain::{
         ids::{MessageId, TargetId},
         target::TargetConfig,
     },
-    store::*,
+    store::{sql::dead::dead_letter_unreadable, *},
 };
 
 #[async_trait]
@@ -77,9 +77,7 @@ impl DeliveryStore for SqliteStore {
         .fetch_all(&mut *tx)
         .await
         .map_err(map_err)?;
-        let claimed = self.open_claimed(&mut tx, rows, token, now).await?;
-        tx.commit().await.map_err(map_err)?;
-        Ok(claimed)
+        self.open_claimed(tx, rows, token, now).await
     }
 
     async fn next_due_except(&self, full: &[TargetId]) -> StoreResult<Option<DateTime<Utc>>> {
@@ -258,17 +256,16 @@ impl SqliteStore {
                 .map_err(map_err)?
             }
         };
-        let claimed = self.open_claimed(&mut tx, rows, token, now).await?;
-        tx.commit().await.map_err(map_err)?;
-        Ok(claimed)
+        self.open_claimed(tx, rows, token, now).await
     }
 
     /// Opens claimed rows' targets and hands out the messages, oldest due
-    /// first; a row that cannot be read is dead-lettered, one sealed under a
-    /// key this instance lacks stays leased.
+    /// first, and commits the claim's transaction; a row that cannot be read
+    /// is dead-lettered, one sealed under a key this instance lacks stays
+    /// leased.
     pub(super) async fn open_claimed(
         &self,
-        tx: &mut sqlx::SqliteConnection,
+        mut tx: sqlx::Transaction<'static, Sqlite>,
         rows: Vec<ClaimRow>,
         token: Uuid,
         now: DateTime<Utc>,
@@ -307,6 +304,8 @@ impl SqliteStore {
         }
         let mut claimed: Vec<(i64, Claimed)> = Vec::with_capacity(rows.len());
         let mut unopened: Vec<String> = Vec::new();
+        let mut unreadable: Vec<(Uuid, String)> = Vec::new();
+        let mut unnamed: Vec<(String, String)> = Vec::new();
         for r in rows {
             let read = match targets.get(&r.target_id) {
                 Some(Ok(target)) => parse_id(&r.id).and_then(|id| {
@@ -345,35 +344,30 @@ impl SqliteStore {
                         due_at: r.due_at.map(from_ms),
                     },
                 )),
-                Err(e) => {
-                    // A row that cannot be read cannot be delivered: dead-letter
-                    // it, saying why, rather than fail every claim after it.
-                    tracing::error!(message_id = %r.id, error = %e, "dead-lettering an unreadable message");
-                    sqlx::query(
-                        "UPDATE messages SET state = 'DeadLetter', dead_lettered_at = ?2, next_attempt_at = NULL, \
-                           claim_at = NULL, lease_token = NULL, last_error = ?3, updated_at = ?2 WHERE id = ?1",
-                    )
-                    .bind(&r.id)
-                    .bind(ms(now))
-                    .bind(e.to_string())
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(map_err)?;
-                    sqlx::query(
-                        "INSERT INTO message_events (message_id, at, kind, from_state, account, detail) \
-                         SELECT id, dead_lettered_at, 'DeadLettered', 'Scheduled', account, last_error \
-                         FROM messages WHERE id = ?",
-                    )
-                    .bind(&r.id)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(map_err)?;
-                    let keys = ordering::keys_of(&mut *tx, std::slice::from_ref(&r.id)).await?;
-                    ordering::settle_keys(&mut *tx, &keys).await?;
-                }
+                Err(e) => match Uuid::parse_str(&r.id) {
+                    Ok(id) => unreadable.push((id, e.to_string())),
+                    // Not even its id reads: the row is ended by its text.
+                    Err(_) => unnamed.push((r.id, e.to_string())),
+                },
             }
         }
         report_left_leased(unopened);
+        for (id, reason) in unnamed {
+            tracing::error!(message_id = %id, error = %reason, "dead-lettering a message whose id is unreadable");
+            sqlx::query(
+                "UPDATE messages SET state = 'DeadLetter', dead_lettered_at = ?2, next_attempt_at = NULL, \
+                   claim_at = NULL, lease_token = NULL, last_error = ?3, updated_at = ?2 WHERE id = ?1",
+            )
+            .bind(&id)
+            .bind(ms(now))
+            .bind(reason)
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?;
+        }
+        let mut tx = crate::store::sql::Tx::Sqlite(tx);
+        dead_letter_unreadable(self, &mut tx, &unreadable, token, now).await?;
+        tx.commit().await?;
         // RETURNING has no order; hand out the oldest due first.
         claimed.sort_by_key(|(due, _)| *due);
         Ok(claimed.into_iter().map(|(_, c)| c).collect())

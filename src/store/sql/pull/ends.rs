@@ -2,7 +2,10 @@
 //! allowed receive, and after the target's retention.
 
 use super::*;
-use crate::store::sql::events::{tell_rows, told_columns, ToldRow};
+use crate::store::sql::{
+    dead::record_dead,
+    events::{tell_rows, told_columns, ToldRow},
+};
 
 /// Makes dead letters of those of `ids` whose last allowed receive's
 /// visibility has run out by `now`, and enters each in its history. Their
@@ -36,30 +39,6 @@ pub(super) async fn end_received<B: Own>(
         .into_iter()
         .map(|(id, t)| (MessageId(id.0), TargetId::from_trusted(t)))
         .collect())
-}
-
-/// Enters new dead letters in their messages' history (the portal's
-/// overview counts them there).
-pub(super) async fn record_dead(
-    tx: &mut Tx,
-    dead: &[(Uid, String)],
-    now: DateTime<Utc>,
-) -> StoreResult<()> {
-    if dead.is_empty() {
-        return Ok(());
-    }
-    let mut stmt = tx
-        .sql(
-            "INSERT INTO message_events (message_id, at, kind, from_state, account, detail) \
-         SELECT id, $1, 'DeadLettered', 'Scheduled', account, last_error FROM messages \
-         WHERE id IN (SELECT id FROM ",
-        )
-        .bind(At(now));
-    let ids_: Vec<Uuid> = dead.iter().map(|(id, _)| id.0).collect();
-    ids(&ids_).push_from(&mut stmt, "p");
-    stmt.push(")");
-    stmt.execute().await?;
-    Ok(())
 }
 
 /// One pull target's messages not received within its retention.
