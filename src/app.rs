@@ -75,6 +75,7 @@ async fn open_store_as(config: &Config, serving: bool) -> anyhow::Result<Backend
         .await
         .map_err(|e| connect_error(url, e))?;
         store.migrate().await.context("applying migrations")?;
+        store = store.with_limits(config.limits);
         if let Some(sealer) = sealer {
             store = store.with_sealer(sealer);
         }
@@ -94,6 +95,7 @@ async fn open_store_as(config: &Config, serving: bool) -> anyhow::Result<Backend
     };
     let mut store =
         opened.with_context(|| format!("opening the embedded store {}", path.display()))?;
+    store = store.with_limits(config.limits);
     if let Some(sealer) = sealer {
         store = store.with_sealer(sealer);
     }

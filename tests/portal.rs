@@ -1584,3 +1584,38 @@ async fn pages_carry_security_headers_and_work_without_any_external_asset() {
         .await;
     assert_eq!(missing.status, StatusCode::NOT_FOUND);
 }
+
+#[tokio::test]
+async fn a_target_made_with_the_form_past_the_accounts_limit_is_refused_in_words_and_not_made() {
+    let app = TestApp::spawn_with(|c| c.limits.targets = 1).await;
+    let mut b = signed_in(&app, "acme", "ops@example.com").await;
+    let csrf = b.csrf().await;
+    let form = |name: &'static str| {
+        vec![
+            ("csrf", csrf.clone()),
+            ("name", name.to_string()),
+            ("type", "webhook".to_string()),
+            ("enabled", "on".to_string()),
+            ("url", "https://example.com/hook".to_string()),
+        ]
+    };
+    let first = form("first");
+    let first: Vec<(&str, &str)> = first.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    assert_eq!(
+        b.post("/portal/targets", &first).await.status,
+        StatusCode::SEE_OTHER
+    );
+    let second = form("second");
+    let second: Vec<(&str, &str)> = second.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let p = b.post("/portal/targets", &second).await;
+    assert_eq!(p.status, StatusCode::CONFLICT, "{}", p.body);
+    assert!(
+        p.body.contains("limit of 1 targets") && p.body.contains("limits.targets"),
+        "{}",
+        p.body
+    );
+    let api = app.api("acme").await;
+    let listed = api.get("/targets").await.json::<Value>().await.unwrap();
+    assert_eq!(listed["items"].as_array().unwrap().len(), 1);
+    app.shutdown().await;
+}

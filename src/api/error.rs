@@ -28,6 +28,9 @@ pub enum ApiError {
     NotFound,
     #[error("{0}")]
     Conflict(String),
+    /// An account limit (its configuration key is in the detail).
+    #[error("{0}")]
+    Quota(crate::domain::limits::OverLimit),
     #[error("method not allowed")]
     MethodNotAllowed,
     #[error("request body too large")]
@@ -54,7 +57,7 @@ impl ApiError {
             ApiError::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::NotFound => StatusCode::NOT_FOUND,
-            ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::Conflict(_) | ApiError::Quota(_) => StatusCode::CONFLICT,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -97,6 +100,7 @@ impl ApiError {
             ),
             ApiError::NotFound => ("not-found", "Not found", "no such resource".into()),
             ApiError::Conflict(d) => ("conflict", "Conflict", d.clone()),
+            ApiError::Quota(over) => ("quota", "Account limit reached", over.to_string()),
             ApiError::MethodNotAllowed => (
                 "method-not-allowed",
                 "Method not allowed",
@@ -212,6 +216,7 @@ impl IntoResponse for ApiError {
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match e {
+            StoreError::Quota(over) => ApiError::Quota(over),
             e if e.is_unavailable() => {
                 tracing::warn!(error = %e, "database unavailable");
                 ApiError::Unavailable
@@ -242,6 +247,7 @@ impl From<ServiceError> for ApiError {
             }
             ServiceError::NotFound => ApiError::NotFound,
             ServiceError::Conflict(c) => ApiError::Conflict(c.to_string()),
+            ServiceError::Quota(over) => ApiError::Quota(over),
             ServiceError::Store(e) => e.into(),
             ServiceError::IdsExhausted => {
                 tracing::error!("no free id after several tries");

@@ -53,6 +53,7 @@ fn respond(status: StatusCode, s: &Subscription) -> Response {
     responses(
         (status = 201, description = "Created", body = SubscriptionOut, headers(("Location" = String))),
         (status = 400, description = "Invalid input; errors[].field names each field (`types[2]`)", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The account is at limits.subscriptions (problem type …/quota)", body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = ["targets:write"]))
 )]

@@ -50,6 +50,7 @@ fn respond(status: StatusCode, s: &Schedule, now: chrono::DateTime<chrono::Utc>)
     responses(
         (status = 201, description = "Created", body = ScheduleOut, headers(("Location" = String))),
         (status = 400, description = "Invalid input; errors[].field names each field", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The account is at limits.schedules or limits.schedule_runs_per_second (problem type …/quota)", body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = ["messages:write"]))
 )]
@@ -144,7 +145,7 @@ pub async fn get(
     )),
     responses((status = 200, body = ScheduleOut), (status = 400, body = Problem, content_type = "application/problem+json"),
               (status = 404, body = Problem, content_type = "application/problem+json"),
-              (status = 409, description = "Other changes kept landing at the same time", body = Problem, content_type = "application/problem+json")),
+              (status = 409, description = "Other changes kept landing at the same time, or the new rule would pass limits.schedule_runs_per_second (problem type …/quota)", body = Problem, content_type = "application/problem+json")),
     security(("bearer" = ["messages:write"]))
 )]
 pub async fn patch(

@@ -43,6 +43,7 @@ fn respond(status: StatusCode, t: &Target, show_generated_secret: bool) -> Respo
     responses(
         (status = 201, description = "Created", body = TargetOut, headers(("Location" = String))),
         (status = 400, description = "Invalid configuration", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The account is at limits.targets (problem type …/quota)", body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = ["targets:write"]))
 )]

@@ -41,6 +41,9 @@ pub struct Config {
     pub bulk: BulkConfig,
     #[serde(default)]
     pub schedules: SchedulesConfig,
+    /// What one account may hold (docs/api.md#account-limits).
+    #[serde(default)]
+    pub limits: crate::domain::limits::Limits,
     /// Where the private-network guard looks names up: the system's
     /// resolver. Not read from any file or variable; a test gives a fixed
     /// table here, to judge names by answers it chooses.

@@ -3,6 +3,7 @@
 pub mod event;
 pub mod ids;
 pub mod lateness;
+pub mod limits;
 pub mod message;
 pub mod payload;
 pub mod receipt;

@@ -280,6 +280,13 @@ impl From<ServiceError> for PortalError {
                     .into(),
             ),
             ServiceError::Conflict(other) => PortalError::Conflict(other.to_string()),
+            ServiceError::Quota(over) => PortalError::Conflict(format!(
+                "The account is at its limit of {} {}. Delete some first, or ask the \
+                 operator to raise {}.",
+                over.max,
+                over.limit.counts(),
+                over.limit.key()
+            )),
             ServiceError::Store(e) => PortalError::Store(e),
             ServiceError::IdsExhausted => {
                 PortalError::BadRequest("an id collided; send the form again".into())

@@ -30,7 +30,7 @@ use chrono::{DateTime, Utc};
 use crate::{
     clock::{Clock, SystemClock},
     config::Config,
-    domain::{message::State, target::FieldError},
+    domain::{limits::OverLimit, message::State, target::FieldError},
     store::{Store, StoreError},
     sweeper::ahead::Held,
     wake::Wake,
@@ -141,11 +141,25 @@ pub enum ServiceError {
     NotFound,
     #[error("{0}")]
     Conflict(Conflict),
+    /// The account is at one of its limits; nothing changed.
+    #[error("{0}")]
+    Quota(OverLimit),
     #[error(transparent)]
-    Store(#[from] StoreError),
+    Store(StoreError),
     /// Every fresh id collided (astronomically unlikely).
     #[error("no free id could be found")]
     IdsExhausted,
+}
+
+/// A limit the store found the account at is a refusal like any other;
+/// every other store error stays one.
+impl From<StoreError> for ServiceError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Quota(over) => ServiceError::Quota(over),
+            other => ServiceError::Store(other),
+        }
+    }
 }
 
 impl ServiceError {

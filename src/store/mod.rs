@@ -85,6 +85,10 @@ pub enum StoreError {
     /// One failure answered to every request of a group commit.
     #[error(transparent)]
     Shared(std::sync::Arc<StoreError>),
+    /// The write would take the account past one of its limits; nothing
+    /// was written.
+    #[error(transparent)]
+    Quota(crate::domain::limits::OverLimit),
     /// A stored secret does not open with the configured keys. `row` names
     /// the row (`target DI-T-…`, `signing key …`), never a secret.
     #[error("the secrets of {row} cannot be read")]

@@ -134,6 +134,16 @@ impl Recurrence {
             Recurrence::Cron(_) => None,
         }
     }
+
+    /// The most runs it makes in a minute (`limits.schedule_runs_per_second`
+    /// sums them): a five-field cron at most one; `every` sixty seconds
+    /// over its period (60 for `1s`, 0.5 for `2m`).
+    pub fn runs_per_minute(&self) -> f64 {
+        match self {
+            Recurrence::Cron(_) => 1.0,
+            Recurrence::Every(e) => 60.0 / e.period.as_secs_f64(),
+        }
+    }
 }
 
 /// `every`: a duration such as `30s`, `15m`, `1h 30m` or `1500ms`, at least

@@ -37,7 +37,7 @@ use sqlx::{PgPool, Postgres, Transaction};
 
 use super::sql::pg_err as map_err;
 use super::*;
-use crate::sealing::Sealer;
+use crate::{domain::limits::Limits, sealing::Sealer};
 
 /// The channel other instances LISTEN on.
 pub const WAKE_CHANNEL: &str = "dispatch_wake";
@@ -49,6 +49,8 @@ pub struct PgStore {
     wake_horizon: chrono::TimeDelta,
     /// Seals target secrets and signing keys when an encryption key is set.
     sealer: Option<Arc<Sealer>>,
+    /// What one account may hold.
+    limits: Limits,
 }
 
 impl PgStore {
@@ -96,6 +98,10 @@ impl super::sql::Backend for PgStore {
 impl super::sql::Keeps for PgStore {
     fn sealer(&self) -> Option<&Sealer> {
         self.sealer.as_deref()
+    }
+
+    fn limits(&self) -> &Limits {
+        &self.limits
     }
 
     async fn notify_if_soon(

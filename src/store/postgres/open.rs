@@ -10,6 +10,7 @@ use sqlx::{
 
 use super::{map_err, PgStore};
 use crate::{
+    domain::limits::Limits,
     sealing::Sealer,
     store::{StoreError, StoreResult},
 };
@@ -44,6 +45,7 @@ impl PgStore {
             wake_horizon: chrono::TimeDelta::from_std(wake_horizon)
                 .unwrap_or(chrono::TimeDelta::seconds(5)),
             sealer: None,
+            limits: Limits::default(),
         })
     }
 
@@ -51,6 +53,12 @@ impl PgStore {
     /// secrets sealed under it or its previous keys read.
     pub fn with_sealer(mut self, sealer: Sealer) -> Self {
         self.sealer = Some(Arc::new(sealer));
+        self
+    }
+
+    /// Refuses writes that would take an account past `limits`.
+    pub fn with_limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
         self
     }
 

@@ -5,12 +5,15 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use super::{Backend, Tx};
-use crate::{sealing::Sealer, store::StoreResult};
+use crate::{domain::limits::Limits, sealing::Sealer, store::StoreResult};
 
 #[async_trait]
 pub(crate) trait Keeps: Backend {
     /// Seals target secrets and signing keys when an encryption key is set.
     fn sealer(&self) -> Option<&Sealer>;
+
+    /// What one account may hold (`sql::limits` counts against it).
+    fn limits(&self) -> &Limits;
 
     /// Inside `tx`: tells the sweepers of other instances that something
     /// falls due at `at`, when that is soon after `now`. Only PostgreSQL

@@ -39,6 +39,7 @@ pub(super) mod filter;
 pub(super) mod gates;
 mod identities;
 mod keeps;
+pub(crate) mod limits;
 pub(super) mod ordering;
 pub(crate) mod own;
 pub(super) mod people;

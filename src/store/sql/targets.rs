@@ -14,6 +14,7 @@ use sqlx::types::Json;
 use super::{
     accounts::insert_account,
     gates::tell_breakers,
+    limits::{room_for, Rows},
     own::Own,
     rows::{TargetRow, TARGET_COLUMNS},
     At, Tx,
@@ -38,6 +39,7 @@ impl<B: Own> TargetStore for B {
         insert_account(|sql| tx.sql(sql), postgres, &t.account, t.created_at)
             .execute()
             .await?;
+        room_for(self, &mut tx, &t.account, Rows::Targets, 1).await?;
         let stored = seal_config(self.sealer(), t.id.as_str(), &t.config);
         let inserted = tx
             .sql(

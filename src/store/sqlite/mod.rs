@@ -27,7 +27,7 @@ use sqlx::{Sqlite, SqlitePool, Transaction};
 
 use super::sql::sqlite_err as map_err;
 use super::*;
-use crate::sealing::Sealer;
+use crate::{domain::limits::Limits, sealing::Sealer};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
 
@@ -37,6 +37,8 @@ pub struct SqliteStore {
     path: PathBuf,
     /// Seals target secrets and signing keys when an encryption key is set.
     sealer: Option<Arc<Sealer>>,
+    /// What one account may hold.
+    limits: Limits,
     /// Held for the store's lifetime by a serving process: one per database
     /// file. None for an admin command.
     _lock: Option<File>,
@@ -55,6 +57,12 @@ impl SqliteStore {
 
     fn sealer(&self) -> Option<&Sealer> {
         self.sealer.as_deref()
+    }
+
+    /// Refuses writes that would take an account past `limits`.
+    pub fn with_limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
     }
 
     /// The serving process's wake-up: messages the store makes due soon
@@ -96,6 +104,10 @@ impl super::sql::Backend for SqliteStore {
 impl super::sql::Keeps for SqliteStore {
     fn sealer(&self) -> Option<&Sealer> {
         self.sealer.as_deref()
+    }
+
+    fn limits(&self) -> &Limits {
+        &self.limits
     }
 
     async fn notify_if_soon(

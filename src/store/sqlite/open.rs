@@ -10,6 +10,7 @@ use std::{
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 
 use super::{map_err, SqliteStore, MIGRATOR};
+use crate::domain::limits::Limits;
 use crate::store::{StoreError, StoreResult};
 
 impl SqliteStore {
@@ -95,6 +96,7 @@ impl SqliteStore {
             reader,
             path: path.to_path_buf(),
             sealer: None,
+            limits: Limits::default(),
             _lock: lock,
             wake: std::sync::OnceLock::new(),
         })

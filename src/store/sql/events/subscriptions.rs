@@ -3,7 +3,11 @@
 use async_trait::async_trait;
 use sqlx::types::Json;
 
-use crate::store::sql::{own::Own, At, Tx};
+use crate::store::sql::{
+    limits::{room_for, Rows},
+    own::Own,
+    At, Tx,
+};
 use crate::{
     domain::{
         event::{pattern_texts, patterns_matching, Pattern, Subscription},
@@ -101,6 +105,7 @@ impl<B: Own> SubscriptionStore for B {
         if target.is_none() {
             return Ok(false);
         }
+        room_for(self, &mut tx, &s.account, Rows::Subscriptions, 1).await?;
         tx.sql(
             "INSERT INTO subscriptions (id, account, target_id, name, types, enabled, created_at, updated_at) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",

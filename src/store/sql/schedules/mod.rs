@@ -21,7 +21,11 @@ mod withdraw;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
-use super::{own::Own, At};
+use super::{
+    limits::{room_for, room_for_runs, Rows},
+    own::Own,
+    At,
+};
 use crate::{
     domain::{
         ids::{AccountId, ScheduleId, TargetId},
@@ -35,8 +39,11 @@ use withdraw::withdraw_runs_ahead;
 #[async_trait]
 impl<B: Own> ScheduleStore for B {
     async fn insert_schedule(&self, s: &Schedule) -> StoreResult<bool> {
+        let mut tx = self.db().begin().await?;
+        room_for(self, &mut tx, &s.account, Rows::Schedules, 1).await?;
+        room_for_runs(self, &mut tx, &s.account, &s.recurrence, None).await?;
         let inserted = bind_columns(
-            self.db().write(
+            tx.sql(
                 "INSERT INTO schedules (id, account, target_id, name, cron, every, time_zone, payload, ordering_key, \
                    start_at, end_at, paused, next_run_at, revision, created_at, updated_at) \
                  SELECT $1, $2, t.id, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16 \
@@ -48,6 +55,7 @@ impl<B: Own> ScheduleStore for B {
         .bind(At(s.updated_at))
         .execute()
         .await?;
+        tx.commit().await?;
         Ok(inserted == 1)
     }
 
@@ -122,6 +130,8 @@ impl<B: Own> ScheduleStore for B {
             return Ok(SaveSchedule::Stale);
         }
         if restart {
+            // Only a change of rule changes the runs a minute.
+            room_for_runs(self, &mut tx, &s.account, &s.recurrence, Some(&s.id)).await?;
             withdraw_runs_ahead(
                 self,
                 &mut tx,

@@ -1,0 +1,121 @@
+//! Account limits (`domain::limits`) counted once for both databases, in
+//! the transaction that would pass them. Where writers run side by side
+//! (PostgreSQL), every writer of one account's count takes the same
+//! transaction-level advisory lock first, so that two requests racing past
+//! a limit by one leave the account at the limit: the second counts after
+//! the first has committed. SQLite's one writer serialises them already.
+
+use super::{dialect::Dialect, keeps::Keeps, Tx};
+use crate::{
+    domain::{
+        ids::{AccountId, ScheduleId},
+        limits::{check, Limit, OverLimit},
+        schedule::{Every, Recurrence},
+    },
+    store::{StoreError, StoreResult},
+};
+
+/// The advisory locks' class ("LIMT"), beside the hash of account and limit.
+const LOCK_CLASS: i32 = 0x4c49_4d54;
+
+/// Locks `limit`'s count of `account` for the rest of the transaction.
+async fn lock(tx: &mut Tx, account: &AccountId, limit: Limit) -> StoreResult<()> {
+    if tx.conn().dialect() == Dialect::Sqlite {
+        return Ok(());
+    }
+    tx.sql("SELECT pg_advisory_xact_lock($1, hashtext($2 || chr(31) || $3))")
+        .bind(LOCK_CLASS)
+        .bind(account)
+        .bind(limit.key())
+        .execute()
+        .await?;
+    Ok(())
+}
+
+/// What a limit of rows counts.
+#[derive(Clone, Copy)]
+pub(crate) enum Rows {
+    Targets,
+    Subscriptions,
+    Schedules,
+}
+
+impl Rows {
+    fn limit(self) -> Limit {
+        match self {
+            Rows::Targets => Limit::Targets,
+            Rows::Subscriptions => Limit::Subscriptions,
+            Rows::Schedules => Limit::Schedules,
+        }
+    }
+
+    fn table(self) -> &'static str {
+        match self {
+            Rows::Targets => "targets",
+            Rows::Subscriptions => "subscriptions",
+            Rows::Schedules => "schedules",
+        }
+    }
+}
+
+/// Inside `tx`, before the write: refuses (`StoreError::Quota`) what would
+/// take `account` past its limit of `rows` by `adding`, and holds the count
+/// still until the transaction ends.
+pub(crate) async fn room_for<B: Keeps>(
+    store: &B,
+    tx: &mut Tx,
+    account: &AccountId,
+    rows: Rows,
+    adding: u64,
+) -> StoreResult<()> {
+    let limit = rows.limit();
+    lock(tx, account, limit).await?;
+    let (has,): (i64,) = tx
+        .sql(format!(
+            "SELECT count(*) FROM {} WHERE account = $1",
+            rows.table()
+        ))
+        .bind(account)
+        .fetch_one()
+        .await?;
+    check(limit, store.limits().of(limit), has.max(0) as u64, adding).map_err(StoreError::Quota)
+}
+
+/// Inside `tx`, before a schedule is saved: refuses what would take the
+/// runs a minute of all of `account`'s schedules, with `rule` in place of
+/// the schedule `replacing` (when it is a change), past
+/// `limits.schedule_runs_per_second` times sixty; holds the schedules'
+/// rules still until the transaction ends.
+pub(crate) async fn room_for_runs<B: Keeps>(
+    store: &B,
+    tx: &mut Tx,
+    account: &AccountId,
+    rule: &Recurrence,
+    replacing: Option<&ScheduleId>,
+) -> StoreResult<()> {
+    let limit = Limit::ScheduleRunsPerSecond;
+    lock(tx, account, limit).await?;
+    // A five-field cron runs at most once a minute; only `every` is read.
+    let everies: Vec<(Option<String>,)> = tx
+        .sql("SELECT every FROM schedules WHERE account = $1 AND id <> $2")
+        .bind(account)
+        .bind(replacing.map_or("", ScheduleId::as_str))
+        .fetch_all()
+        .await?;
+    let has: f64 = everies
+        .iter()
+        .map(|(every,)| match every.as_deref().map(str::parse::<Every>) {
+            Some(Ok(every)) => Recurrence::Every(every).runs_per_minute(),
+            // A cron, or an `every` that no longer reads (it did when saved).
+            _ => 1.0,
+        })
+        .sum();
+    // A minute's runs against sixty times the limit, so that a limit
+    // reached exactly (1,000 schedules every second: 60,000 a minute) is
+    // allowed; a hair of slack absorbs the sum's rounding.
+    let max = store.limits().of(limit);
+    if has + rule.runs_per_minute() > max as f64 * 60.0 + 1e-6 {
+        return Err(StoreError::Quota(OverLimit { limit, max }));
+    }
+    Ok(())
+}

@@ -1,0 +1,202 @@
+//! Account limits (docs/api.md#account-limits) through the API, on the store
+//! under test: each refusal is a 409 whose problem type ends in `/quota`
+//! and whose detail names the key; nothing changes; reaching a limit is
+//! allowed; other accounts are untouched; requests racing past a limit by
+//! one leave the account at the limit.
+
+mod common;
+
+use common::{Api, TestApp};
+use futures::future::join_all;
+use serde_json::{json, Value};
+
+fn small(c: &mut dispatch::config::Config) {
+    c.limits.targets = 3;
+    c.limits.subscriptions = 2;
+    c.limits.schedules = 3;
+    c.limits.schedule_runs_per_second = 2;
+}
+
+/// Asserts a 409 quota refusal naming `key`.
+async fn refused(r: reqwest::Response, key: &str) {
+    assert_eq!(r.status(), 409);
+    assert_eq!(
+        r.headers()["content-type"].to_str().unwrap(),
+        "application/problem+json"
+    );
+    let p: Value = r.json().await.unwrap();
+    assert!(p["type"].as_str().unwrap().ends_with("/quota"), "{p}");
+    assert!(p["detail"].as_str().unwrap().contains(key), "{p}");
+}
+
+async fn target(api: &Api, name: &str) -> reqwest::Response {
+    api.post(
+        "/targets",
+        json!({"name": name, "type": "webhook", "config": {"url": "https://example.com/hook"}}),
+    )
+    .await
+}
+
+async fn count(api: &Api, path: &str) -> usize {
+    let r = api.get(&format!("{path}?limit=100")).await;
+    assert_eq!(r.status(), 200);
+    r.json::<Value>().await.unwrap()["items"]
+        .as_array()
+        .unwrap()
+        .len()
+}
+
+fn id(v: &Value, field: &str) -> String {
+    v[field].as_str().unwrap().to_string()
+}
+
+#[tokio::test]
+async fn targets_up_to_the_limit_then_409_naming_the_key_and_other_accounts_unaffected() {
+    let app = TestApp::spawn_with(small).await;
+    let api = app.api("acme").await;
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        let r = target(&api, &format!("t{i}")).await;
+        assert_eq!(r.status(), 201, "the limit itself is reached");
+        ids.push(id(&r.json().await.unwrap(), "targetId"));
+    }
+    refused(target(&api, "one too many").await, "limits.targets").await;
+    assert_eq!(count(&api, "/targets").await, 3, "nothing was made");
+    // Another account has its own count.
+    let other = app.api("globex").await;
+    assert_eq!(target(&other, "theirs").await.status(), 201);
+    // Room again once one is deleted.
+    assert_eq!(
+        api.delete(&format!("/targets/{}", ids[0])).await.status(),
+        204
+    );
+    assert_eq!(target(&api, "again").await.status(), 201);
+    refused(target(&api, "past it").await, "limits.targets").await;
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn targets_created_at_once_past_the_limit_leave_the_account_exactly_at_it() {
+    let app = TestApp::spawn_with(|c| c.limits.targets = 5).await;
+    let api = app.api("acme").await;
+    for i in 0..4 {
+        assert_eq!(target(&api, &format!("t{i}")).await.status(), 201);
+    }
+    // Eight requests race for the one place left.
+    let answers = join_all((0..8).map(|i| {
+        let api = &api;
+        async move { target(api, &format!("racer{i}")).await }
+    }))
+    .await;
+    let mut created = 0;
+    for r in answers {
+        match r.status().as_u16() {
+            201 => created += 1,
+            409 => refused(r, "limits.targets").await,
+            other => panic!("{other}: {:?}", r.text().await),
+        }
+    }
+    assert_eq!(created, 1);
+    assert_eq!(count(&api, "/targets").await, 5);
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn subscriptions_up_to_the_limit_and_racing_ones_stop_at_it() {
+    let app = TestApp::spawn_with(small).await;
+    let api = app.api("acme").await;
+    let t = id(&target(&api, "t").await.json().await.unwrap(), "targetId");
+    let subscribe = |name: String| {
+        let api = &api;
+        let t = t.clone();
+        async move {
+            api.post(
+                "/subscriptions",
+                json!({"targetId": t, "types": ["order.*"], "name": name}),
+            )
+            .await
+        }
+    };
+    assert_eq!(subscribe("first".into()).await.status(), 201);
+    // Five race for the one place left.
+    let answers = join_all((0..5).map(|i| subscribe(format!("racer{i}")))).await;
+    let mut created = 0;
+    for r in answers {
+        match r.status().as_u16() {
+            201 => created += 1,
+            409 => refused(r, "limits.subscriptions").await,
+            other => panic!("{other}: {:?}", r.text().await),
+        }
+    }
+    assert_eq!(created, 1);
+    assert_eq!(count(&api, "/subscriptions").await, 2);
+    app.shutdown().await;
+}
+
+async fn schedule(api: &Api, target: &str, rule: Value) -> reqwest::Response {
+    let mut body = json!({"targetId": target, "name": "s", "payload": "tick"});
+    for (k, v) in rule.as_object().unwrap() {
+        body[k] = v.clone();
+    }
+    api.post("/schedules", body).await
+}
+
+#[tokio::test]
+async fn schedules_paused_or_not_count_and_runs_a_second_bound_create_and_patch() {
+    // 2 runs a second: 120 a minute.
+    let app = TestApp::spawn_with(small).await;
+    let api = app.api("acme").await;
+    let t = id(&target(&api, "t").await.json().await.unwrap(), "targetId");
+    // Each every second: 60 a minute; two reach the limit exactly.
+    let a = schedule(&api, &t, json!({"every": "1s"})).await;
+    assert_eq!(a.status(), 201);
+    let a = id(&a.json().await.unwrap(), "scheduleId");
+    let b = schedule(&api, &t, json!({"every": "1s", "paused": true})).await;
+    assert_eq!(b.status(), 201, "{:?}", b.text().await);
+    // Even a cron (once a minute) would pass it; a paused schedule counts.
+    refused(
+        schedule(&api, &t, json!({"cron": "* * * * *"})).await,
+        "limits.schedule_runs_per_second",
+    )
+    .await;
+    refused(
+        schedule(&api, &t, json!({"every": "1h"})).await,
+        "limits.schedule_runs_per_second",
+    )
+    .await;
+    assert_eq!(count(&api, "/schedules").await, 2, "nothing was made");
+    // A patch that makes a rule quieter is allowed ...
+    let r = api
+        .patch(
+            &format!("/schedules/{a}"),
+            json!({"cron": null, "every": "2s"}),
+        )
+        .await;
+    assert_eq!(r.status(), 200, "{:?}", r.text().await);
+    // ... and leaves room: 30 + 60 + 1 a minute.
+    assert_eq!(
+        schedule(&api, &t, json!({"cron": "0 9 * * *"}))
+            .await
+            .status(),
+        201
+    );
+    // One that makes it busier again would pass it: refused, nothing changes.
+    let r = api
+        .patch(&format!("/schedules/{a}"), json!({"every": "1s"}))
+        .await;
+    refused(r, "limits.schedule_runs_per_second").await;
+    let got: Value = api
+        .get(&format!("/schedules/{a}"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(got["every"], "2s", "the refused patch changed nothing");
+    // Three schedules are the limit of schedules, whatever their runs.
+    refused(
+        schedule(&api, &t, json!({"cron": "0 10 1 1 *"})).await,
+        "limits.schedules",
+    )
+    .await;
+    app.shutdown().await;
+}
