@@ -79,6 +79,16 @@ pub async fn run(
             _ = interval.tick() => {}
             _ = shutdown.cancelled() => return,
         }
+        // What an instance that stopped while enabling or disabling a target
+        // left: that target's messages follow its flag now.
+        match store.align_targets(clock.now()).await {
+            Ok(0) => {}
+            Ok(n) => info!(
+                targets = n,
+                "messages brought in line with their targets' enabled"
+            ),
+            Err(e) => warn!(error = %e, "aligning targets failed; will try again"),
+        }
         match purge_as_of(store.as_ref(), &config, clock.as_ref()).await {
             Ok(p) if p != Purged::default() => {
                 metrics::counter!(m::PURGED, "kind" => "messages").increment(p.messages);

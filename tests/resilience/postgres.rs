@@ -443,3 +443,104 @@ async fn a_message_scheduled_on_one_instance_wakes_the_sweeper_of_another() {
     b.shutdown().await;
     a.shutdown().await;
 }
+
+/// Schedules `n` messages due `at` for `target` with `/messages/batch`.
+async fn batch_many(api: &Api, target: &str, at: &str, n: usize) {
+    let mut left = n;
+    while left > 0 {
+        let k = left.min(1000);
+        let items: Vec<Value> = (0..k)
+            .map(|i| serde_json::json!({"targetId": target, "deliveryTime": at, "payload": format!("m{i}")}))
+            .collect();
+        let r = api
+            .post("/messages/batch", serde_json::json!({ "messages": items }))
+            .await;
+        assert_eq!(r.status(), 200, "{:?}", r.text().await);
+        left -= k;
+    }
+}
+
+#[tokio::test]
+async fn a_target_flipped_by_an_instance_that_stopped_before_its_messages_followed_is_finished() {
+    let app = TestApp::spawn_postgres_with(|c| c.sweeper.enabled = false).await;
+    let rx = Receiver::start().await;
+    let api = app.api("acme").await;
+    let off = api.webhook(&rx.url("/off")).await["targetId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let on = api.webhook(&rx.url("/on")).await["targetId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // More than a claim's batch (500) and than an alignment batch (1000).
+    let n = 2500;
+    batch_many(&api, &off, &in_ms(-2_000), n).await;
+    // Another account's message falls due after all of them.
+    let other = app.api("globex").await;
+    let theirs = other.webhook(&rx.url("/theirs")).await["targetId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    other.schedule(&theirs, &in_ms(-1_000), "theirs").await;
+    let db = sqlx::PgPool::connect(&app.db.url).await.unwrap();
+    let unpaused =
+        "SELECT count(*) FROM messages WHERE target_id = $1 AND state = 'Scheduled' AND NOT paused";
+    let pending = "SELECT count(*) FROM targets WHERE id = $1 AND align_seq > aligned_seq";
+
+    // As if the instance that disabled `off` stopped right after the flip
+    // committed: the target is off, none of its messages paused yet.
+    sqlx::query("UPDATE targets SET enabled = false, align_seq = align_seq + 1 WHERE id = $1")
+        .bind(&off)
+        .execute(&db)
+        .await
+        .unwrap();
+    assert_eq!(count(&db, unpaused, &off).await, n as i64);
+    // Each claim pauses what it picked of the disabled target rather than
+    // sending it, so the claims after it reach the other account's message.
+    let mut sweeps = 0;
+    while rx.count() == 0 {
+        sweeps += 1;
+        assert!(sweeps <= n / 500 + 2, "the other message was never claimed");
+        app.running().sweeper.deliver_due_now().await;
+    }
+    let got = rx.wait_for(1, Duration::from_secs(5)).await;
+    assert_eq!(got[0].path, "/theirs");
+    assert_eq!(
+        count(&db, unpaused, &off).await,
+        0,
+        "the claims paused them"
+    );
+    // The janitor marks the flip done; nothing was sent to the target.
+    assert_eq!(count(&db, pending, &off).await, 1);
+    assert_eq!(app.store().align_targets(app.now()).await.unwrap(), 1);
+    assert_eq!(count(&db, pending, &off).await, 0);
+    assert_eq!(app.store().align_targets(app.now()).await.unwrap(), 0);
+
+    // The same after an enable: the janitor resumes the paused messages.
+    sqlx::query("UPDATE targets SET enabled = true, align_seq = align_seq + 1 WHERE id = $1")
+        .bind(&off)
+        .execute(&db)
+        .await
+        .unwrap();
+    app.running().sweeper.deliver_due_now().await;
+    assert_eq!(rx.count(), 1, "paused messages wait for the janitor");
+    assert_eq!(app.store().align_targets(app.now()).await.unwrap(), 1);
+    assert_eq!(count(&db, unpaused, &off).await, n as i64);
+    assert_eq!(count(&db, pending, &off).await, 0);
+    while app.running().sweeper.deliver_due_now().await > 0 {}
+    assert_eq!(rx.count(), n + 1);
+
+    // Through the API, a disable and an enable of a target with more
+    // messages than a batch move every one of them.
+    batch_many(&api, &on, &in_ms(60_000), n).await;
+    let r = api.post_empty(&format!("/targets/{on}/disable")).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(count(&db, unpaused, &on).await, 0);
+    assert_eq!(count(&db, pending, &on).await, 0);
+    let r = api.post_empty(&format!("/targets/{on}/enable")).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(count(&db, unpaused, &on).await, n as i64);
+    assert_eq!(count(&db, pending, &on).await, 0);
+    app.shutdown().await;
+}

@@ -38,6 +38,12 @@ pub trait TargetStore: Send + Sync + 'static {
         now: DateTime<Utc>,
     ) -> StoreResult<Option<Target>>;
 
+    /// Finishes bringing messages in line with their target's `enabled`
+    /// where an instance that flipped it stopped before its batches ended
+    /// (PostgreSQL; SQLite does it in the flip's transaction). Answers how
+    /// many targets it finished.
+    async fn align_targets(&self, now: DateTime<Utc>) -> StoreResult<u64>;
+
     async fn delete_target(&self, account: &AccountId, id: &TargetId) -> StoreResult<DeleteTarget>;
 }
 

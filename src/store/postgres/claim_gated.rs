@@ -93,7 +93,7 @@ async fn lock_due_gates(
          CROSS JOIN LATERAL (SELECT m.claim_at FROM messages m WHERE m.target_id = t.id \
            AND m.state = 'Scheduled' AND NOT m.paused AND m.gated AND NOT m.held AND m.claim_at <= $1 \
            ORDER BY m.claim_at LIMIT 1) head \
-         WHERE t.gated ORDER BY head.claim_at FOR NO KEY UPDATE OF t SKIP LOCKED"
+         WHERE t.gated AND t.enabled ORDER BY head.claim_at FOR NO KEY UPDATE OF t SKIP LOCKED"
     ))
     .bind(now)
     .fetch_all(&mut **tx)

@@ -4,7 +4,10 @@
 //! A change that moves a target's waiting messages is decided on its row:
 //! PostgreSQL locks it (`FOR UPDATE`, which conflicts with the `KEY SHARE`
 //! lock a concurrent schedule takes), SQLite's one writer orders it against
-//! concurrent schedules. PostgreSQL also tells other instances when
+//! concurrent schedules. On PostgreSQL an enable or disable holds the row
+//! only to flip it; the messages follow in short batches (`align_paused`),
+//! so that no insert, of this account or another, waits while a target with
+//! a million messages changes. PostgreSQL also tells other instances when
 //! messages may fall due at once (`Keeps::notify_if_soon`).
 
 use async_trait::async_trait;
@@ -17,12 +20,13 @@ use super::{
     limits::{room_for, Rows},
     own::Own,
     rows::{TargetRow, TARGET_COLUMNS},
-    At, Tx,
+    At, Keeps, Tx, Uid,
 };
 use crate::store::{
     gates::closed_from, sealed::seal_config, AccountId, DeleteTarget, StoreResult, Target,
     TargetCursor, TargetId, TargetStore,
 };
+use uuid::Uuid;
 
 /// Whether deleting a target deletes its messages by itself. PostgreSQL's
 /// messages lost their foreign key to the target (their inserts check it),
@@ -188,6 +192,12 @@ impl<B: Own> TargetStore for B {
         now: DateTime<Utc>,
     ) -> StoreResult<Option<Target>> {
         let mut tx = self.db().begin().await?;
+        // Where writers run side by side, the row lock waits for the inserts
+        // under way for this target (they hold its key) and makes the next
+        // ones wait, for this short transaction only: every message inserted
+        // after it reads the new `enabled`, and the ones before it are
+        // committed when the batches below look for them.
+        let side_by_side = tx.locks_rows();
         let lock = tx.for_update();
         let before: Option<(bool,)> = tx
             .sql(format!(
@@ -211,7 +221,15 @@ impl<B: Own> TargetStore for B {
             .bind(At(now))
             .fetch_one()
             .await?;
-        if was_enabled != enabled {
+        let flipped = was_enabled != enabled;
+        if flipped && side_by_side {
+            // The messages follow in batches once this commits.
+            tx.sql("UPDATE targets SET align_seq = align_seq + 1 WHERE id = $1")
+                .bind(id.as_str())
+                .execute()
+                .await?;
+        } else if flipped {
+            // One writer: the messages change in the same transaction.
             tx.sql(
                 "UPDATE messages SET paused = $2 \
                  WHERE target_id = $1 AND state = 'Scheduled' AND paused <> $2",
@@ -228,7 +246,25 @@ impl<B: Own> TargetStore for B {
         // Read before commit: a row this instance cannot open changes nothing.
         let target = row.into_target(self.sealer())?;
         tx.commit().await?;
+        if flipped && side_by_side {
+            align_paused(self, id.as_str(), now).await?;
+        }
         Ok(Some(target))
+    }
+
+    async fn align_targets(&self, now: DateTime<Utc>) -> StoreResult<u64> {
+        if !matches!(self.db().dialect(), super::dialect::Dialect::Postgres) {
+            return Ok(0);
+        }
+        let pending: Vec<(String,)> = self
+            .db()
+            .read("SELECT id FROM targets WHERE align_seq > aligned_seq LIMIT 100")
+            .fetch_all()
+            .await?;
+        for (id,) in &pending {
+            align_paused(self, id, now).await?;
+        }
+        Ok(pending.len() as u64)
     }
 
     async fn delete_target(&self, account: &AccountId, id: &TargetId) -> StoreResult<DeleteTarget> {
@@ -273,4 +309,63 @@ impl<B: Own> TargetStore for B {
         tx.commit().await?;
         Ok(DeleteTarget::Deleted)
     }
+}
+
+/// Messages sought by the batches of `align_paused` in one transaction.
+const ALIGN_BATCH: i64 = 1000;
+
+/// PostgreSQL: brings the `paused` flag of a target's Scheduled messages in
+/// line with the target's `enabled`, a batch of messages a transaction (in
+/// the order of their ids), so that no transaction holds many of them, and
+/// none holds the target's row. Each batch reads `enabled` as it is then:
+/// batches of two flips in a row both end at the last. Marks the flips it
+/// saw done (`aligned_seq`), unless the target is gone.
+pub(crate) async fn align_paused<B: Keeps>(
+    store: &B,
+    target: &str,
+    now: DateTime<Utc>,
+) -> StoreResult<()> {
+    let db = store.db();
+    let seen: Option<(i64,)> = db
+        .read("SELECT align_seq FROM targets WHERE id = $1")
+        .bind(target)
+        .fetch_optional()
+        .await?;
+    let Some((seen,)) = seen else {
+        return Ok(());
+    };
+    let mut after = Uid(Uuid::nil());
+    loop {
+        let mut tx = db.begin().await?;
+        let (scanned, last, changed, enabled): (i64, Option<Uid>, i64, Option<bool>) = tx
+            .sql(
+                "WITH t AS (SELECT enabled FROM targets WHERE id = $1), \
+                 scan AS (SELECT id, paused FROM messages \
+                   WHERE target_id = $1 AND state = 'Scheduled' AND id > $2 ORDER BY id LIMIT $3), \
+                 upd AS (UPDATE messages m SET paused = NOT t.enabled FROM scan, t \
+                   WHERE m.id = scan.id AND scan.paused = t.enabled AND m.state = 'Scheduled' RETURNING 1) \
+                 SELECT (SELECT count(*) FROM scan), (SELECT id FROM scan ORDER BY id DESC LIMIT 1), \
+                   (SELECT count(*) FROM upd), (SELECT enabled FROM t)",
+            )
+            .bind(target)
+            .bind(after)
+            .bind(ALIGN_BATCH)
+            .fetch_one()
+            .await?;
+        if enabled == Some(true) && changed > 0 {
+            // Waiting messages go: other instances' sweepers are woken.
+            store.notify_if_soon(&mut tx, now, now).await?;
+        }
+        tx.commit().await?;
+        match last {
+            Some(last) if scanned == ALIGN_BATCH && enabled.is_some() => after = last,
+            _ => break,
+        }
+    }
+    db.write("UPDATE targets SET aligned_seq = GREATEST(aligned_seq, $2) WHERE id = $1")
+        .bind(target)
+        .bind(seen)
+        .execute()
+        .await?;
+    Ok(())
 }

@@ -40,6 +40,7 @@ pub(super) async fn receive_pg<B: Own>(
         "WITH picked AS ( \
            SELECT id AS pid, claim_at AS pat FROM messages \
            WHERE target_id = $1 AND {waiting} AND claim_at <= $2 AND {RECEIVES_LEFT} AND account = $3 \
+             AND EXISTS (SELECT 1 FROM targets t WHERE t.id = $1 AND t.enabled) \
            ORDER BY claim_at, id LIMIT $4 FOR UPDATE SKIP LOCKED), \
          received AS ( \
            UPDATE messages SET {set} FROM picked WHERE id = pid \
