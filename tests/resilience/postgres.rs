@@ -542,5 +542,32 @@ async fn a_target_flipped_by_an_instance_that_stopped_before_its_messages_follow
     assert_eq!(r.status(), 200);
     assert_eq!(count(&db, unpaused, &on).await, n as i64);
     assert_eq!(count(&db, pending, &on).await, 0);
+
+    // A gate given by a change whose batches did not run: the claim that
+    // picks the target's messages gates them rather than send them past it.
+    let gated =
+        "SELECT count(*) FROM messages WHERE target_id = $1 AND state = 'Scheduled' AND gated";
+    sqlx::query(
+        "UPDATE targets SET gated = true, align_seq = align_seq + 1, \
+           config = jsonb_set(config, '{flowControl}', '{\"parallelism\": 1}') WHERE id = $1",
+    )
+    .bind(&theirs)
+    .execute(&db)
+    .await
+    .unwrap();
+    other.schedule(&theirs, &in_ms(-1_000), "gated now").await;
+    sqlx::query("UPDATE messages SET gated = false WHERE target_id = $1")
+        .bind(&theirs)
+        .execute(&db)
+        .await
+        .unwrap();
+    let claimed = app
+        .store()
+        .claim_due(app.now(), 500, Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert!(claimed.is_empty(), "nothing past the gate");
+    assert_eq!(count(&db, gated, &theirs).await, 1);
+    assert_eq!(app.store().align_targets(app.now()).await.unwrap(), 1);
     app.shutdown().await;
 }

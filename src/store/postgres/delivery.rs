@@ -16,17 +16,18 @@ use crate::{
 /// How a claim leases the messages of its `due` CTE ($1 now, $3 the lease
 /// in ms, $4 the lease token) and what it returns of them: one text for
 /// every claim. It follows the `WITH` list, ending it with `heal`: a
-/// message of a disabled target whose `paused` its batches have not set yet
-/// (`sql::targets::align_paused`) is paused, not leased, so that no claim
-/// picks it again.
+/// message whose flags its target's batches have not set yet
+/// (`sql::targets::align_flags`: of a target just disabled, or just given
+/// or relieved of a gate) takes them now and is not leased, so that no
+/// claim picks it again nor sends it past its target's gate.
 macro_rules! lease_due {
     () => {
         ", heal AS ( \
-           UPDATE messages m SET paused = true FROM due, targets t \
-           WHERE m.id = due.id AND t.id = m.target_id AND NOT t.enabled) \
+           UPDATE messages m SET paused = NOT t.enabled, gated = t.gated FROM due, targets t \
+           WHERE m.id = due.id AND t.id = m.target_id AND (NOT t.enabled OR m.gated <> t.gated)) \
          UPDATE messages m SET claim_at = $1 + make_interval(secs => $3::double precision / 1000), \
            lease_token = $4 \
-         FROM due, targets t WHERE m.id = due.id AND t.id = m.target_id AND t.enabled \
+         FROM due, targets t WHERE m.id = due.id AND t.id = m.target_id AND t.enabled AND m.gated = t.gated \
          RETURNING m.id, m.target_id, t.kind, t.config, t.secrets_key_id, t.sealed_secrets, m.payload, \
            m.delivery_time, m.attempt_count, m.ladder_attempts, m.updated_at AS scheduled_at, m.gated, m.ordering_key, m.event_id, m.event_type"
     };
@@ -175,11 +176,11 @@ impl DeliveryStore for PgStore {
                WHERE ", recheck_picked!(), " AND m.lease_token IS NULL \
                FOR UPDATE OF m SKIP LOCKED), \
              heal AS ( \
-               UPDATE messages m SET paused = true FROM due, targets t \
-               WHERE m.id = due.id AND t.id = m.target_id AND NOT t.enabled) \
+               UPDATE messages m SET paused = NOT t.enabled, gated = t.gated FROM due, targets t \
+               WHERE m.id = due.id AND t.id = m.target_id AND (NOT t.enabled OR m.gated <> t.gated)) \
              UPDATE messages m SET claim_at = m.claim_at + make_interval(secs => $3::double precision / 1000), \
                lease_token = $4 \
-             FROM due, targets t WHERE m.id = due.id AND t.id = m.target_id AND t.enabled \
+             FROM due, targets t WHERE m.id = due.id AND t.id = m.target_id AND t.enabled AND m.gated = t.gated \
              RETURNING m.id, m.target_id, t.kind, t.config, t.secrets_key_id, t.sealed_secrets, m.payload, \
                m.delivery_time, m.attempt_count, m.ladder_attempts, m.updated_at AS scheduled_at, m.gated, m.ordering_key, m.event_id, m.event_type, \
                m.claim_at - make_interval(secs => $3::double precision / 1000) AS due_at",

@@ -5,7 +5,7 @@
 //! PostgreSQL locks it (`FOR UPDATE`, which conflicts with the `KEY SHARE`
 //! lock a concurrent schedule takes), SQLite's one writer orders it against
 //! concurrent schedules. On PostgreSQL an enable or disable holds the row
-//! only to flip it; the messages follow in short batches (`align_paused`),
+//! only to flip it; the messages follow in short batches (`align_flags`),
 //! so that no insert, of this account or another, waits while a target with
 //! a million messages changes. PostgreSQL also tells other instances when
 //! messages may fall due at once (`Keeps::notify_if_soon`).
@@ -149,8 +149,16 @@ impl<B: Own> TargetStore for B {
             .bind(limits.flow.is_some_and(|f| f.rate.is_some()))
             .fetch_one()
             .await?;
-        if was_gated != limits.gated() {
-            // Its waiting messages move between the claims at once.
+        let regated = was_gated != limits.gated();
+        let side_by_side = tx.locks_rows();
+        if regated && side_by_side {
+            // The messages follow in batches once this commits.
+            tx.sql("UPDATE targets SET align_seq = align_seq + 1 WHERE id = $1")
+                .bind(t.id.as_str())
+                .execute()
+                .await?;
+        } else if regated {
+            // One writer: its waiting messages move between the claims at once.
             tx.sql(
                 "UPDATE messages SET gated = $2 \
                  WHERE target_id = $1 AND state = 'Scheduled' AND gated <> $2",
@@ -181,6 +189,9 @@ impl<B: Own> TargetStore for B {
             .await?;
         }
         tx.commit().await?;
+        if regated && side_by_side {
+            align_flags(self, t.id.as_str(), t.updated_at).await?;
+        }
         Ok(Some(target))
     }
 
@@ -247,7 +258,7 @@ impl<B: Own> TargetStore for B {
         let target = row.into_target(self.sealer())?;
         tx.commit().await?;
         if flipped && side_by_side {
-            align_paused(self, id.as_str(), now).await?;
+            align_flags(self, id.as_str(), now).await?;
         }
         Ok(Some(target))
     }
@@ -262,7 +273,7 @@ impl<B: Own> TargetStore for B {
             .fetch_all()
             .await?;
         for (id,) in &pending {
-            align_paused(self, id, now).await?;
+            align_flags(self, id, now).await?;
         }
         Ok(pending.len() as u64)
     }
@@ -311,16 +322,17 @@ impl<B: Own> TargetStore for B {
     }
 }
 
-/// Messages sought by the batches of `align_paused` in one transaction.
+/// Messages sought by the batches of `align_flags` in one transaction.
 const ALIGN_BATCH: i64 = 1000;
 
-/// PostgreSQL: brings the `paused` flag of a target's Scheduled messages in
-/// line with the target's `enabled`, a batch of messages a transaction (in
-/// the order of their ids), so that no transaction holds many of them, and
-/// none holds the target's row. Each batch reads `enabled` as it is then:
-/// batches of two flips in a row both end at the last. Marks the flips it
-/// saw done (`aligned_seq`), unless the target is gone.
-pub(crate) async fn align_paused<B: Keeps>(
+/// PostgreSQL: brings the `paused` and `gated` flags of a target's
+/// Scheduled messages in line with the target's `enabled` and `gated`, a
+/// batch of messages a transaction (in the order of their ids), so that no
+/// transaction holds many of them, and none holds the target's row. Each
+/// batch reads the target as it is then: batches of two changes in a row
+/// both end at the last. Marks the changes it saw done (`aligned_seq`),
+/// unless the target is gone.
+pub(crate) async fn align_flags<B: Keeps>(
     store: &B,
     target: &str,
     now: DateTime<Utc>,
@@ -339,11 +351,12 @@ pub(crate) async fn align_paused<B: Keeps>(
         let mut tx = db.begin().await?;
         let (scanned, last, changed, enabled): (i64, Option<Uid>, i64, Option<bool>) = tx
             .sql(
-                "WITH t AS (SELECT enabled FROM targets WHERE id = $1), \
-                 scan AS (SELECT id, paused FROM messages \
+                "WITH t AS (SELECT enabled, gated FROM targets WHERE id = $1), \
+                 scan AS (SELECT id, paused, gated FROM messages \
                    WHERE target_id = $1 AND state = 'Scheduled' AND id > $2 ORDER BY id LIMIT $3), \
-                 upd AS (UPDATE messages m SET paused = NOT t.enabled FROM scan, t \
-                   WHERE m.id = scan.id AND scan.paused = t.enabled AND m.state = 'Scheduled' RETURNING 1) \
+                 upd AS (UPDATE messages m SET paused = NOT t.enabled, gated = t.gated FROM scan, t \
+                   WHERE m.id = scan.id AND (scan.paused = t.enabled OR scan.gated <> t.gated) \
+                     AND m.state = 'Scheduled' RETURNING 1) \
                  SELECT (SELECT count(*) FROM scan), (SELECT id FROM scan ORDER BY id DESC LIMIT 1), \
                    (SELECT count(*) FROM upd), (SELECT enabled FROM t)",
             )
