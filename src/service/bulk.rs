@@ -8,6 +8,7 @@ use super::{
 use crate::{
     domain::message::State,
     store::{Bulk, BulkAction},
+    sweeper::ahead::Fence,
 };
 
 /// Messages a bulk action changes in one transaction: deliveries (which
@@ -46,16 +47,11 @@ impl Service {
         // a cancel wins over an attempt not yet started.
         let cancels_scheduled = matches!(bulk.action, BulkAction::Cancel { .. })
             && bulk.action.states().contains(&State::Scheduled);
-        let _no_claims_ahead = if cancels_scheduled {
-            let gate = self.held.gate.write().await;
-            let back: Vec<_> = self
-                .held
-                .take_all()
-                .into_iter()
-                .map(|c| (c.id, c.lease_token))
-                .collect();
+        let _fence = if cancels_scheduled {
+            let (fence, held) = self.held.fence(Fence::Account(account.clone())).await;
+            let back: Vec<_> = held.into_iter().map(|c| (c.id, c.lease_token)).collect();
             self.give_back(&back).await?;
-            Some(gate)
+            Some(fence)
         } else {
             None
         };

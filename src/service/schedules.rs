@@ -14,6 +14,7 @@ use crate::{
         time::truncate_ms,
     },
     store::SaveSchedule,
+    sweeper::ahead::{Fence, Fenced},
     wire::schedule::{self as wire, ScheduleSpec},
 };
 
@@ -91,8 +92,7 @@ impl Service {
             .await?
             .ok_or(ServiceError::NotFound)?;
         let deleted = {
-            let _no_claims_ahead = self.held.gate.write().await;
-            self.take_back_held(&current).await?;
+            let _fence = self.take_back_held(&current).await?;
             self.store.delete_schedule(account, id, self.now()).await?
         };
         if !deleted {
@@ -127,8 +127,7 @@ impl Service {
                 // What this instance claimed ahead goes back first, so the
                 // runs it holds are cancelled too (as a cancel takes a held
                 // message back), and nothing is claimed ahead meanwhile.
-                let _no_claims_ahead = self.held.gate.write().await;
-                self.take_back_held(&current).await?;
+                let _fence = self.take_back_held(&current).await?;
                 let now = self.now();
                 changed.updated_at = truncate_ms(now);
                 changed.restart_at(now);
@@ -161,15 +160,13 @@ impl Service {
     /// The messages this instance claimed ahead of their time for the
     /// schedule's target go back to the store, due as before, so that a
     /// withdrawal that follows cancels the schedule's among them; the others
-    /// are claimed again. The caller holds the held messages' gate.
-    async fn take_back_held(&self, s: &Schedule) -> ServiceResult<()> {
-        let back: Vec<_> = self
-            .held
-            .take_target(&s.target_id)
-            .into_iter()
-            .map(|c| (c.id, c.lease_token))
-            .collect();
-        Ok(self.give_back(&back).await?)
+    /// are claimed again. Nothing of the target is held ahead while the
+    /// answer, a fence on it, is kept.
+    async fn take_back_held(&self, s: &Schedule) -> ServiceResult<Fenced<'_>> {
+        let (fence, held) = self.held.fence(Fence::Target(s.target_id.clone())).await;
+        let back: Vec<_> = held.into_iter().map(|c| (c.id, c.lease_token)).collect();
+        self.give_back(&back).await?;
+        Ok(fence)
     }
 
     /// After runs were withdrawn (cancelled): as after a cancel, the next

@@ -15,6 +15,7 @@ use crate::{
         target::{self, gate::BreakerState, PreviousSecret, Target, TargetConfig, TargetSpec},
     },
     store::{self, DeleteTarget, TargetCursor},
+    sweeper::ahead::Fence,
 };
 
 /// What a rotation's overlap must be (`target::MAX_SECRET_OVERLAP`).
@@ -116,13 +117,10 @@ impl Service {
         };
         let limits_changed = changed.config.limits() != current.config.limits();
         let mut updated = if changed.name != current.name || changed.config != current.config {
-            let _no_claims_ahead = self.held.gate.write().await;
-            let updated = self
-                .store
-                .update_target(&changed)
-                .await?
-                .ok_or(ServiceError::NotFound)?;
-            self.give_back_held(id).await;
+            let (_fence, held) = self.held.fence(Fence::Target(id.clone())).await;
+            let updated = self.store.update_target(&changed).await;
+            self.give_back_held(id, held).await;
+            let updated = updated?.ok_or(ServiceError::NotFound)?;
             if current.health.state != BreakerState::Closed
                 && updated.config.limits().breaker.is_none()
             {
@@ -183,13 +181,10 @@ impl Service {
             updated_at: now,
             ..current
         };
-        let _no_claims_ahead = self.held.gate.write().await;
-        let target = self
-            .store
-            .update_target(&changed)
-            .await?
-            .ok_or(ServiceError::NotFound)?;
-        self.give_back_held(id).await;
+        let (_fence, held) = self.held.fence(Fence::Target(id.clone())).await;
+        let target = self.store.update_target(&changed).await;
+        self.give_back_held(id, held).await;
+        let target = target?.ok_or(ServiceError::NotFound)?;
         Ok(Saved {
             target,
             generated_secret: true,
@@ -228,36 +223,35 @@ impl Service {
         enabled: bool,
     ) -> ServiceResult<Target> {
         let account = actor.allow(Permission::ConfigureTargets)?;
-        let _no_claims_ahead = if enabled {
-            None
-        } else {
-            Some(self.held.gate.write().await)
+        // Disabled, what this instance holds of it ahead goes back, and
+        // no more is held while the change runs.
+        let fence = match enabled {
+            false => Some(self.held.fence(Fence::Target(id.clone())).await),
+            true => None,
         };
         let t = self
             .store
             .set_target_enabled(account, id, enabled, self.now())
-            .await?
-            .ok_or(ServiceError::NotFound)?;
-        if enabled {
-            self.wake.now();
-        } else {
-            self.give_back_held(id).await;
+            .await;
+        match fence {
+            Some((_fence, held)) => self.give_back_held(id, held).await,
+            None => self.wake.now(),
         }
-        Ok(t)
+        t?.ok_or(ServiceError::NotFound)
     }
 
     /// Messages of the target this instance claimed ahead of their time go
-    /// back to the store, due as before, once its change is committed: they
-    /// are claimed again as the target is now (its new address, secret or
-    /// limits; disabled, not at all). The caller holds the held messages'
-    /// gate, so no claim ahead read the target before the change and holds
-    /// its messages after this. Should the give-back fail, their leases end
-    /// on their own (late, not lost).
-    async fn give_back_held(&self, id: &TargetId) {
-        let back: Vec<_> = self
-            .held
-            .take_target(id)
+    /// back to the store, due as before, once its change is over: they are
+    /// claimed again as the target is now (its new address, secret or
+    /// limits; disabled, not at all). `held` is what the caller's fence on
+    /// the target took; the fence keeps claims ahead off the target while
+    /// the change runs, and a claim ahead that read it before gives its
+    /// messages back itself. Should the give-back fail, their leases end on
+    /// their own (late, not lost).
+    async fn give_back_held(&self, id: &TargetId, held: Vec<store::Claimed>) {
+        let back: Vec<_> = held
             .into_iter()
+            .chain(self.held.take_target(id))
             .map(|c| (c.id, c.lease_token))
             .collect();
         if let Err(e) = self.give_back(&back).await {

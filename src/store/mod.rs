@@ -269,6 +269,9 @@ pub struct MessageFilter {
 #[derive(Debug, Clone)]
 pub struct Claimed {
     pub id: MessageId,
+    /// Its account: fairness between accounts, and the changes that fence
+    /// off an account's messages from claims ahead, go by it.
+    pub account: AccountId,
     pub target_id: TargetId,
     /// Shared by the messages of one claim that go to the same target.
     pub target: Arc<TargetConfig>,

@@ -259,7 +259,8 @@ impl Sweeper {
         horizon: Option<TimeDelta>,
     ) -> StoreResult<bool> {
         let held = &self.held;
-        let (Some(horizon), Some(_gate)) = (horizon, held.gate.try_read().ok()) else {
+        // Not while a change waits to set its fence (it waits for this).
+        let (Some(horizon), Ok(_claiming)) = (horizon, held.claiming.try_read()) else {
             return Ok(false);
         };
         let limit = held
@@ -268,6 +269,11 @@ impl Sweeper {
         if limit == 0 {
             return Ok(false);
         }
+        // What a change fences off is left out, and what a change fenced
+        // off while this claim ran goes back.
+        let since = held.epoch();
+        let (accounts, mut except) = held.fenced();
+        except.extend(dispatch.targets.full());
         let ahead = self
             .store
             .claim_ahead(
@@ -275,14 +281,21 @@ impl Sweeper {
                 now + horizon,
                 limit,
                 self.config.lease,
-                &dispatch.targets.full(),
+                &except,
+                &accounts,
             )
             .await?;
         let full = ahead.len() as u32 == limit;
         if !ahead.is_empty() {
             metrics::histogram!(m::CLAIM_BATCH).record(ahead.len() as f64);
         }
-        held.hold(ahead);
+        let refused = held.hold_since(ahead, since);
+        if !refused.is_empty() {
+            let leases: Vec<_> = refused.iter().map(|c| (c.id, c.lease_token)).collect();
+            if let Err(e) = self.store.release(&leases).await {
+                warn!(error = %e, count = leases.len(), "giving back fenced messages failed; their leases end on their own");
+            }
+        }
         Ok(full)
     }
 

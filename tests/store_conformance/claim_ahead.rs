@@ -8,6 +8,7 @@ use crate::support::*;
 checks!(
     an_ahead_claim_takes_only_what_falls_due_in_its_window_leased_from_the_due_time,
     an_ahead_claim_goes_round_robin_over_targets_and_leaves_out_full_ones,
+    an_ahead_claim_leaves_out_the_accounts_fenced_off_and_no_other,
     a_message_claimed_ahead_is_cancelled_or_rescheduled_only_by_the_holder_of_its_lease,
 );
 
@@ -38,7 +39,7 @@ async fn an_ahead_claim_takes_only_what_falls_due_in_its_window_leased_from_the_
     assert!(due.iter().all(|c| c.due_at.is_none()));
 
     let ahead = store
-        .claim_ahead(now, now + secs(2), 10, LEASE, &[])
+        .claim_ahead(now, now + secs(2), 10, LEASE, &[], &[])
         .await
         .unwrap();
     assert_eq!(
@@ -62,7 +63,7 @@ async fn an_ahead_claim_takes_only_what_falls_due_in_its_window_leased_from_the_
 
     // A wider window takes the rest.
     let rest = store
-        .claim_ahead(now, now + secs(3), 10, LEASE, &[])
+        .claim_ahead(now, now + secs(3), 10, LEASE, &[], &[])
         .await
         .unwrap();
     assert_eq!(claimed_ids(&rest), vec![later.id]);
@@ -89,12 +90,12 @@ async fn an_ahead_claim_takes_only_what_falls_due_in_its_window_leased_from_the_
 
     // A limit of 0, or a window that is over, claims nothing.
     assert!(store
-        .claim_ahead(now, now + secs(3), 0, LEASE, &[])
+        .claim_ahead(now, now + secs(3), 0, LEASE, &[], &[])
         .await
         .unwrap()
         .is_empty());
     assert!(store
-        .claim_ahead(now + secs(3), now, 10, LEASE, &[])
+        .claim_ahead(now + secs(3), now, 10, LEASE, &[], &[])
         .await
         .unwrap()
         .is_empty());
@@ -115,7 +116,14 @@ async fn an_ahead_claim_goes_round_robin_over_targets_and_leaves_out_full_ones(
     let full_one = schedule(&*store, &full, now + ms(50)).await;
 
     let first = store
-        .claim_ahead(now, now + secs(1), 3, LEASE, std::slice::from_ref(&full.id))
+        .claim_ahead(
+            now,
+            now + secs(1),
+            3,
+            LEASE,
+            std::slice::from_ref(&full.id),
+            &[],
+        )
         .await
         .unwrap();
     assert_eq!(
@@ -125,7 +133,7 @@ async fn an_ahead_claim_goes_round_robin_over_targets_and_leaves_out_full_ones(
     );
     assert!(!claimed_ids(&first).contains(&full_one.id));
     let rest = store
-        .claim_ahead(now, now + secs(1), 10, LEASE, &[])
+        .claim_ahead(now, now + secs(1), 10, LEASE, &[], &[])
         .await
         .unwrap();
     assert_eq!(
@@ -143,7 +151,7 @@ async fn a_message_claimed_ahead_is_cancelled_or_rescheduled_only_by_the_holder_
     let b = schedule(&*store, &t, now + ms(600)).await;
     let c = schedule(&*store, &t, now + ms(700)).await;
     let held = store
-        .claim_ahead(now, now + secs(1), 10, LEASE, &[])
+        .claim_ahead(now, now + secs(1), 10, LEASE, &[], &[])
         .await
         .unwrap();
     assert_eq!(claimed_ids(&held), vec![a.id, b.id, c.id]);
@@ -202,4 +210,38 @@ async fn a_message_claimed_ahead_is_cancelled_or_rescheduled_only_by_the_holder_
     // anyone.
     let due = store.claim_due(now + hours(1), 10, LEASE).await.unwrap();
     assert_eq!(claimed_ids(&due), vec![c.id, b.id]);
+}
+
+async fn an_ahead_claim_leaves_out_the_accounts_fenced_off_and_no_other(store: Arc<dyn Store>) {
+    let ours = add_target(&*store, &ACME).await;
+    let theirs = add_target(&*store, &GLOBEX).await;
+    let now = time::now();
+    let fenced = schedule(&*store, &ours, now + ms(100)).await;
+    let free = schedule(&*store, &theirs, now + ms(200)).await;
+    let ahead = store
+        .claim_ahead(
+            now,
+            now + secs(1),
+            10,
+            LEASE,
+            &[],
+            std::slice::from_ref(&*ACME),
+        )
+        .await
+        .unwrap();
+    assert_eq!(claimed_ids(&ahead), vec![free.id]);
+    assert_eq!(
+        ahead[0].account, *GLOBEX,
+        "a claim says whose message it is"
+    );
+    let later = store
+        .claim_ahead(now, now + secs(1), 10, LEASE, &[], &[])
+        .await
+        .unwrap();
+    assert_eq!(
+        claimed_ids(&later),
+        vec![fenced.id],
+        "taken once the fence is down"
+    );
+    assert_eq!(later[0].account, *ACME);
 }

@@ -245,7 +245,7 @@ async fn a_run_held_under_another_lease_is_left_to_it_and_not_made_twice(store: 
     let (_, s) = every_second_made_ahead(&*store, start).await;
     // Another instance claimed the runs due within two seconds ahead.
     let held = store
-        .claim_ahead(start + ms(100), start + secs(2), 10, LEASE, &[])
+        .claim_ahead(start + ms(100), start + secs(2), 10, LEASE, &[], &[])
         .await
         .unwrap();
     let held_at: Vec<_> = held.iter().map(|c| c.delivery_time).collect();

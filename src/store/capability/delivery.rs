@@ -41,7 +41,8 @@ pub trait DeliveryStore: Send + Sync + 'static {
     /// Claims messages that fall due after `now` and no later than `until`,
     /// for the sweeper to hold and attempt at their instant: oldest due
     /// first, round robin over the targets among the oldest `CLAIM_WINDOW`
-    /// claims' worth, none of a target in `full`; never a gated message or
+    /// claims' worth, none of a target in `full` nor of an account in
+    /// `fenced` (`sweeper::ahead::Fence`); never a gated message or
     /// one with an orderingKey (a message of its key scheduled later for an
     /// earlier time must still go first). Each is leased from its due time for `lease` (a cancel
     /// meets the lease, as it would an attempt under way) and carries its
@@ -53,6 +54,7 @@ pub trait DeliveryStore: Send + Sync + 'static {
         limit: u32,
         lease: Duration,
         full: &[TargetId],
+        fenced: &[AccountId],
     ) -> StoreResult<Vec<Claimed>>;
 
     /// The earliest `claim_at` among claimable messages.

@@ -60,6 +60,7 @@ impl PgStore {
             let read = || -> StoreResult<Claimed> {
                 Ok(Claimed {
                     id: MessageId(r.id),
+                    account: AccountId::from_trusted(r.account),
                     target,
                     target_id: TargetId::from_trusted(r.target_id),
                     payload: payload_from_bytes(r.payload)?.into_inner(),

@@ -28,7 +28,7 @@ macro_rules! lease_due {
          UPDATE messages m SET claim_at = $1 + make_interval(secs => $3::double precision / 1000), \
            lease_token = $4 \
          FROM due, targets t WHERE m.id = due.id AND t.id = m.target_id AND t.enabled AND m.gated = t.gated \
-         RETURNING m.id, m.target_id, t.kind, t.config, t.secrets_key_id, t.sealed_secrets, m.payload, \
+         RETURNING m.id, m.account, m.target_id, t.kind, t.config, t.secrets_key_id, t.sealed_secrets, m.payload, \
            m.delivery_time, m.attempt_count, m.ladder_attempts, m.updated_at AS scheduled_at, m.gated, m.ordering_key, m.event_id, m.event_type"
     };
 }
@@ -152,12 +152,14 @@ impl DeliveryStore for PgStore {
         limit: u32,
         lease: Duration,
         full: &[TargetId],
+        fenced: &[AccountId],
     ) -> StoreResult<Vec<Claimed>> {
         if limit == 0 || until <= now {
             return Ok(Vec::new());
         }
         let token = Uuid::new_v4();
         let full: Vec<&str> = full.iter().map(TargetId::as_str).collect();
+        let fenced: Vec<&str> = fenced.iter().map(AccountId::as_str).collect();
         // The lease runs from the due time: `claim_at` moves on by the lease,
         // so the message is claimable again (by any instance) once its
         // attempt would have ended, had this instance gone.
@@ -166,6 +168,7 @@ impl DeliveryStore for PgStore {
                SELECT id, target_id, claim_at FROM messages \
                WHERE state = 'Scheduled' AND NOT paused AND NOT gated AND NOT held AND NOT pull AND lease_token IS NULL \
                  AND ordering_key IS NULL AND claim_at > $1 AND claim_at <= $5 AND NOT (target_id = ANY($6)) \
+                 AND NOT (account = ANY($8)) \
                ORDER BY claim_at LIMIT $7), \
              pick AS ( \
                SELECT id, claim_at FROM (SELECT id, claim_at, \
@@ -181,7 +184,7 @@ impl DeliveryStore for PgStore {
              UPDATE messages m SET claim_at = m.claim_at + make_interval(secs => $3::double precision / 1000), \
                lease_token = $4 \
              FROM due, targets t WHERE m.id = due.id AND t.id = m.target_id AND t.enabled AND m.gated = t.gated \
-             RETURNING m.id, m.target_id, t.kind, t.config, t.secrets_key_id, t.sealed_secrets, m.payload, \
+             RETURNING m.id, m.account, m.target_id, t.kind, t.config, t.secrets_key_id, t.sealed_secrets, m.payload, \
                m.delivery_time, m.attempt_count, m.ladder_attempts, m.updated_at AS scheduled_at, m.gated, m.ordering_key, m.event_id, m.event_type, \
                m.claim_at - make_interval(secs => $3::double precision / 1000) AS due_at",
         ))
@@ -192,6 +195,7 @@ impl DeliveryStore for PgStore {
         .bind(until)
         .bind(&full)
         .bind(i64::from(limit.saturating_mul(CLAIM_WINDOW)))
+        .bind(&fenced)
         .fetch_all(&self.pool)
         .await
         .map_err(map_err)?;

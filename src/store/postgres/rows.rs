@@ -15,6 +15,7 @@ pub use crate::store::sql::rows::{AttemptRow, MessageRow, ATTEMPT_COLUMNS, MESSA
 #[derive(sqlx::FromRow)]
 pub struct ClaimRow {
     pub id: Uuid,
+    pub account: String,
     pub target_id: String,
     pub kind: String,
     pub config: Value,

@@ -89,7 +89,7 @@ impl GateBackend for SqliteStore {
                 "UPDATE messages SET claim_at = ?2, lease_token = ?3 WHERE id IN ( \
                    SELECT id FROM messages WHERE target_id = ?4 AND state = 'Scheduled' AND paused = 0 \
                      AND gated = 1 AND held = 0 AND claim_at <= ?1 ORDER BY claim_at LIMIT ?5) \
-                 RETURNING id, target_id, payload, delivery_time, attempt_count, \
+                 RETURNING id, account, target_id, payload, delivery_time, attempt_count, \
                    ladder_attempts, updated_at AS scheduled_at, gated, ordering_key, event_id, event_type",
             )
             .bind(ms(now))

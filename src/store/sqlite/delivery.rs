@@ -45,10 +45,12 @@ impl DeliveryStore for SqliteStore {
         limit: u32,
         lease: Duration,
         full: &[TargetId],
+        fenced: &[AccountId],
     ) -> StoreResult<Vec<Claimed>> {
         if limit == 0 || until <= now {
             return Ok(Vec::new());
         }
+        let fenced: Vec<&str> = fenced.iter().map(AccountId::as_str).collect();
         let token = Uuid::new_v4();
         let lease_ms = i64::try_from(lease.as_millis()).unwrap_or(i64::MAX / 4);
         let full: Vec<&str> = full.iter().map(TargetId::as_str).collect();
@@ -62,9 +64,10 @@ impl DeliveryStore for SqliteStore {
                    WHERE state = 'Scheduled' AND paused = 0 AND gated = 0 AND held = 0 AND pull = 0 AND lease_token IS NULL \
                      AND ordering_key IS NULL AND claim_at > ?1 AND claim_at <= ?5 \
                      AND target_id NOT IN (SELECT value FROM json_each(?6)) \
+                     AND account NOT IN (SELECT value FROM json_each(?8)) \
                    ORDER BY claim_at LIMIT ?7)) \
                ORDER BY rn, claim_at LIMIT ?4) \
-             RETURNING id, target_id, payload, delivery_time, attempt_count, \
+             RETURNING id, account, target_id, payload, delivery_time, attempt_count, \
                ladder_attempts, updated_at AS scheduled_at, gated, ordering_key, event_id, event_type, claim_at - ?2 AS due_at",
         )
         .bind(ms(now))
@@ -74,6 +77,7 @@ impl DeliveryStore for SqliteStore {
         .bind(ms(until))
         .bind(serde_json::to_string(&full).expect("ids serialize"))
         .bind(i64::from(limit.saturating_mul(CLAIM_WINDOW)))
+        .bind(serde_json::to_string(&fenced).expect("ids serialize"))
         .fetch_all(&mut *tx)
         .await
         .map_err(map_err)?;
@@ -196,7 +200,7 @@ impl SqliteStore {
         let update = |pick: &str| {
             format!(
                 "UPDATE messages SET claim_at = ?2, lease_token = ?3 WHERE id IN ({pick}) \
-                 RETURNING id, target_id, payload, delivery_time, attempt_count, \
+                 RETURNING id, account, target_id, payload, delivery_time, attempt_count, \
                    ladder_attempts, updated_at AS scheduled_at, gated, ordering_key, event_id, event_type"
             )
         };
@@ -329,6 +333,7 @@ impl SqliteStore {
                     r.delivery_time,
                     Claimed {
                         id,
+                        account: AccountId::from_trusted(r.account),
                         target_id: TargetId::from_trusted(r.target_id),
                         target,
                         payload: r.payload,

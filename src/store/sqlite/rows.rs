@@ -64,6 +64,7 @@ pub fn config_from_row(
 #[derive(sqlx::FromRow)]
 pub struct ClaimRow {
     pub id: String,
+    pub account: String,
     pub target_id: String,
     pub payload: String,
     pub delivery_time: i64,
