@@ -488,7 +488,9 @@ mod tests {
             let held = held.clone();
             async move {
                 let (_fence, taken) = held
-                    .fence(Fence::Target(TargetId::from_trusted("DI-T-aaaaaaaaaa".into())))
+                    .fence(Fence::Target(TargetId::from_trusted(
+                        "DI-T-aaaaaaaaaa".into(),
+                    )))
                     .await;
                 ids(&taken)
             }

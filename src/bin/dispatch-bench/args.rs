@@ -16,7 +16,8 @@ pub(crate) struct Args {
     pub(crate) pg: String,
     /// Scenarios to run: burst, steady, backlog, ingest, batch, sqs, noisy,
     /// token, ordered, redrive, schedules, purge, fanout, publish,
-    /// publish-none, publish-crowd, pull, pull-wake, pull-idle, told (comma-separated).
+    /// publish-none, publish-crowd, pull, pull-wake, pull-idle, told,
+    /// neighbours (comma-separated).
     #[arg(long, default_value = "burst,steady,backlog,ingest,batch")]
     pub(crate) scenarios: String,
     /// The store Dispatch runs on: postgres or sqlite (the embedded store).
@@ -62,6 +63,14 @@ pub(crate) struct Args {
     /// noisy scenario (which is otherwise the steady one).
     #[arg(long, default_value_t = 10_000)]
     pub(crate) noisy: usize,
+    /// Messages on the neighbour account's target that the neighbours
+    /// scenario disables and enables while the benchmark's own account
+    /// posts, and messages the neighbour then cancels in one bulk call
+    /// while the own account changes a target (at most bulk.max).
+    #[arg(long, default_value_t = 200_000)]
+    pub(crate) neighbours: usize,
+    #[arg(long, default_value_t = 100_000)]
+    pub(crate) neighbours_cancel: usize,
     /// Keys, and messages per key, of the ordered scenario.
     #[arg(long, default_value_t = 10_000)]
     pub(crate) ordered_keys: usize,

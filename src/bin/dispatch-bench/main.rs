@@ -38,6 +38,7 @@ mod args;
 mod charts;
 mod fanout;
 mod ingest;
+mod neighbours;
 mod noisy;
 mod ordered;
 mod pull;
@@ -165,6 +166,9 @@ async fn run_scenario(args: &Args, scenario: &str, run: usize) -> anyhow::Result
     }
     if scenario == "batch" {
         return ingest::ingest_batch(args, service, server, &target_id, run).await;
+    }
+    if scenario == "neighbours" {
+        return neighbours::neighbours(args, service, server, &target_id, &hook, run).await;
     }
     if scenario.starts_with("publish") {
         return fanout::publish(args, service, server, &target_id, &hook, scenario, run).await;

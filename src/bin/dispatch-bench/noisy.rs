@@ -16,7 +16,11 @@ pub(crate) async fn hang() -> &'static str {
 
 /// A token for a client of `account`, made with `dispatch clients create`
 /// beside the running service.
-async fn account_token(args: &Args, service: &Service, account: &str) -> anyhow::Result<String> {
+pub(crate) async fn account_token(
+    args: &Args,
+    service: &Service,
+    account: &str,
+) -> anyhow::Result<String> {
     let out = tokio::process::Command::new(super::service::dispatch_binary(args))
         .args(["clients", "create", "--account", account, "--name", account])
         .env("DATABASE_URL", &service.db_url)
