@@ -346,6 +346,22 @@ pub(crate) async fn align_flags<B: Keeps>(
     let Some((seen,)) = seen else {
         return Ok(());
     };
+    // Every message inserted before the target's row changed was committed
+    // when it changed (the change waited for their inserts), so has an id
+    // no greater than this; every one inserted since read the new row and
+    // needs nothing. The batches stop here, however fast the target's
+    // account keeps posting to it.
+    let last: Option<(Uid,)> = db
+        .read(
+            "SELECT id FROM messages WHERE target_id = $1 AND state = 'Scheduled' \
+             ORDER BY id DESC LIMIT 1",
+        )
+        .bind(target)
+        .fetch_optional()
+        .await?;
+    let Some((upto,)) = last else {
+        return mark_aligned(store, target, seen).await;
+    };
     let mut after = Uid(Uuid::nil());
     loop {
         let mut tx = db.begin().await?;
@@ -353,7 +369,8 @@ pub(crate) async fn align_flags<B: Keeps>(
             .sql(
                 "WITH t AS (SELECT enabled, gated FROM targets WHERE id = $1), \
                  scan AS (SELECT id, paused, gated FROM messages \
-                   WHERE target_id = $1 AND state = 'Scheduled' AND id > $2 ORDER BY id LIMIT $3), \
+                   WHERE target_id = $1 AND state = 'Scheduled' AND id > $2 AND id <= $4 \
+                   ORDER BY id LIMIT $3), \
                  upd AS (UPDATE messages m SET paused = NOT t.enabled, gated = t.gated FROM scan, t \
                    WHERE m.id = scan.id AND (scan.paused = t.enabled OR scan.gated <> t.gated) \
                      AND m.state = 'Scheduled' RETURNING 1) \
@@ -363,6 +380,7 @@ pub(crate) async fn align_flags<B: Keeps>(
             .bind(target)
             .bind(after)
             .bind(ALIGN_BATCH)
+            .bind(upto)
             .fetch_one()
             .await?;
         if enabled == Some(true) && changed > 0 {
@@ -375,7 +393,14 @@ pub(crate) async fn align_flags<B: Keeps>(
             _ => break,
         }
     }
-    db.write("UPDATE targets SET aligned_seq = GREATEST(aligned_seq, $2) WHERE id = $1")
+    mark_aligned(store, target, seen).await
+}
+
+/// The target's changes up to `seen` are followed by its messages.
+async fn mark_aligned<B: Keeps>(store: &B, target: &str, seen: i64) -> StoreResult<()> {
+    store
+        .db()
+        .write("UPDATE targets SET aligned_seq = GREATEST(aligned_seq, $2) WHERE id = $1")
         .bind(target)
         .bind(seen)
         .execute()
