@@ -63,6 +63,10 @@ pub(crate) struct Args {
     /// noisy scenario (which is otherwise the steady one).
     #[arg(long, default_value_t = 10_000)]
     pub(crate) noisy: usize,
+    /// Hanging targets the noisy account spreads its messages over (each
+    /// holds at most `sweeper.target_concurrency` of an instance's slots).
+    #[arg(long, default_value_t = 1)]
+    pub(crate) noisy_targets: usize,
     /// Messages on the neighbour account's target that the neighbours
     /// scenario disables and enables while the benchmark's own account
     /// posts, and messages the neighbour then cancels in one bulk call

@@ -35,8 +35,9 @@ pub(crate) async fn account_token(
     super::service::token_for(&service.base, &client).await
 }
 
-/// Account `noisy`: a webhook at `hang_url` (30 s per attempt) and
-/// `args.noisy` messages due now, through the batch endpoint.
+/// Account `noisy`: `args.noisy_targets` webhooks at `hang_url` (30 s per
+/// attempt) and `args.noisy` messages due now spread over them, through the
+/// batch endpoint.
 pub(crate) async fn noisy_neighbour(
     args: &Args,
     service: &Service,
@@ -44,21 +45,32 @@ pub(crate) async fn noisy_neighbour(
 ) -> anyhow::Result<()> {
     let token = account_token(args, service, "noisy").await?;
     let http = reqwest::Client::new();
-    let target: Value = http
-        .post(format!("{}/targets", service.base))
-        .bearer_auth(&token)
-        .json(&json!({"name": "hangs", "type": "webhook",
-                      "config": {"url": hang_url, "timeoutMs": 30000}}))
-        .send()
-        .await?
-        .json()
-        .await?;
-    let id = target["targetId"].as_str().context("a target id")?;
+    let mut ids = Vec::new();
+    for _ in 0..args.noisy_targets.max(1) {
+        let target: Value = http
+            .post(format!("{}/targets", service.base))
+            .bearer_auth(&token)
+            .json(&json!({"name": "hangs", "type": "webhook",
+                          "config": {"url": hang_url, "timeoutMs": 30000}}))
+            .send()
+            .await?
+            .json()
+            .await?;
+        ids.push(
+            target["targetId"]
+                .as_str()
+                .context("a target id")?
+                .to_string(),
+        );
+    }
     let now = dispatch::domain::time::format(&Utc::now());
     let mut left = args.noisy;
+    let mut batch = 0;
     while left > 0 {
         let n = left.min(1000);
         left -= n;
+        let id = &ids[batch % ids.len()];
+        batch += 1;
         let messages: Vec<Value> = (0..n)
             .map(|_| json!({"targetId": id, "deliveryTime": now, "payload": "noise"}))
             .collect();
