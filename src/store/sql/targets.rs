@@ -190,7 +190,7 @@ impl<B: Own> TargetStore for B {
         }
         tx.commit().await?;
         if regated && side_by_side {
-            align_flags(self, t.id.as_str(), t.updated_at).await?;
+            align_or_leave(self, t.id.as_str(), t.updated_at).await;
         }
         Ok(Some(target))
     }
@@ -258,7 +258,7 @@ impl<B: Own> TargetStore for B {
         let target = row.into_target(self.sealer())?;
         tx.commit().await?;
         if flipped && side_by_side {
-            align_flags(self, id.as_str(), now).await?;
+            align_or_leave(self, id.as_str(), now).await;
         }
         Ok(Some(target))
     }
@@ -319,6 +319,15 @@ impl<B: Own> TargetStore for B {
             .await?;
         tx.commit().await?;
         Ok(DeleteTarget::Deleted)
+    }
+}
+
+/// `align_flags` after a change that committed: should the batches fail
+/// (the database went away), the change stands, a claim never sends what
+/// it should not, and the retention pass finishes them.
+async fn align_or_leave<B: Keeps>(store: &B, target: &str, now: DateTime<Utc>) {
+    if let Err(e) = align_flags(store, target, now).await {
+        tracing::warn!(error = %e, target_id = target, "the target changed; its messages follow with the next retention pass");
     }
 }
 
