@@ -36,6 +36,25 @@ async fn schedule_many(api: &Api, target: &str, at: &str, n: usize) -> Vec<Strin
         .await
 }
 
+/// A webhook target at the listener's `/told`, subscribed to `types` (of
+/// Dispatch's own events); its id.
+async fn listening_to(api: &Api, listener: &Receiver, types: &[&str]) -> String {
+    let hears = target_at(api, &listener.url("/told")).await;
+    let r = api
+        .post("/subscriptions", json!({"targetId": hears, "types": types}))
+        .await;
+    assert_eq!(r.status(), 201, "{:?}", r.text().await);
+    hears
+}
+
+/// A webhook target at `url`; its id.
+async fn target_at(api: &Api, url: &str) -> String {
+    api.webhook(url).await["targetId"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
 /// How many times each message id reached the receiver.
 fn arrivals(rx: &Receiver) -> HashMap<String, usize> {
     let mut seen = HashMap::new();
@@ -227,25 +246,9 @@ async fn a_message_whose_stored_target_is_unreadable_is_dead_lettered_told_and_t
     let api = app.api("acme").await;
     // The account hears of its dead letters, as of every other.
     let listener = Receiver::start().await;
-    let hears = api.webhook(&listener.url("/told")).await["targetId"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let r = api
-        .post(
-            "/subscriptions",
-            json!({"targetId": hears, "types": ["dispatch.message.dead_lettered"]}),
-        )
-        .await;
-    assert_eq!(r.status(), 201);
-    let good = api.webhook(&rx.url("/good")).await["targetId"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let broken = api.webhook(&rx.url("/broken")).await["targetId"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    listening_to(&api, &listener, &["dispatch.message.dead_lettered"]).await;
+    let good = target_at(&api, &rx.url("/good")).await;
+    let broken = target_at(&api, &rx.url("/broken")).await;
     let ok = api.schedule(&good, &in_ms(-1), "fine").await["messageId"]
         .as_str()
         .unwrap()

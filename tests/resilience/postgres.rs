@@ -60,10 +60,7 @@ async fn two_instances_deliver_2000_due_messages_each_exactly_once() {
             .held_until(&gate),
     );
     let api = a.api("acme").await;
-    let target = api.webhook(&rx.url("/hook")).await["targetId"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let target = target_at(&api, &rx.url("/hook")).await;
     // Far enough ahead that scheduling finishes first; then all fall due together.
     let ids = schedule_many(&api, &target, &in_ms(4_000), 2_000).await;
     rx.wait_for(concurrency as usize + 1, Duration::from_secs(30))
@@ -99,10 +96,7 @@ async fn a_crash_with_attempts_in_flight_loses_no_message() {
     let rx = Receiver::start().await;
     rx.always(Reply::status(200).delay(Duration::from_millis(400)));
     let api = api_app.api("acme").await;
-    let target = api.webhook(&rx.url("/hook")).await["targetId"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let target = target_at(&api, &rx.url("/hook")).await;
     let ids = schedule_many(&api, &target, &in_ms(-1_000), 300).await;
 
     let (mut worker, _) = serve_process(
@@ -184,21 +178,8 @@ async fn a_crash_mid_burst_neither_loses_nor_doubles_what_is_told() {
     rx.fail_once_each();
     let listener = Receiver::start().await;
     let api = api_app.api("acme").await;
-    let target = api.webhook(&rx.url("/hook")).await["targetId"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let hears = api.webhook(&listener.url("/told")).await["targetId"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let r = api
-        .post(
-            "/subscriptions",
-            serde_json::json!({"targetId": hears, "types": ["dispatch.*"]}),
-        )
-        .await;
-    assert_eq!(r.status(), 201);
+    let target = target_at(&api, &rx.url("/hook")).await;
+    let hears = listening_to(&api, &listener, &["dispatch.*"]).await;
     let n = 300;
     let ids = schedule_many(&api, &target, &in_ms(-1_000), n).await;
 
@@ -333,10 +314,7 @@ async fn a_database_outage_makes_the_service_unready_and_loses_nothing() {
     let rx = Receiver::start().await;
     rx.always(Reply::status(200).delay(Duration::from_millis(300)));
     let api = app.api("acme").await;
-    let target = api.webhook(&rx.url("/hook")).await["targetId"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let target = target_at(&api, &rx.url("/hook")).await;
     let now = schedule_many(&api, &target, &in_ms(-10), 20).await;
     let later_due = chrono::Utc::now() + chrono::TimeDelta::milliseconds(1_500);
     let later = schedule_many(
@@ -412,10 +390,7 @@ async fn a_message_scheduled_on_one_instance_wakes_the_sweeper_of_another() {
     let a = TestApp::spawn_on(db.clone(), |c| c.sweeper.enabled = false).await;
     let rx = Receiver::start().await;
     let api = a.api("acme").await;
-    let target = api.webhook(&rx.url("/hook")).await["targetId"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let target = target_at(&api, &rx.url("/hook")).await;
     poll_until(Duration::from_secs(10), || async {
         match listening(&db).await {
             2 => Ok(()),
@@ -465,23 +440,14 @@ async fn a_target_flipped_by_an_instance_that_stopped_before_its_messages_follow
     let app = TestApp::spawn_postgres_with(|c| c.sweeper.enabled = false).await;
     let rx = Receiver::start().await;
     let api = app.api("acme").await;
-    let off = api.webhook(&rx.url("/off")).await["targetId"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let on = api.webhook(&rx.url("/on")).await["targetId"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let off = target_at(&api, &rx.url("/off")).await;
+    let on = target_at(&api, &rx.url("/on")).await;
     // More than a claim's batch (500) and than an alignment batch (1000).
     let n = 2500;
     batch_many(&api, &off, &in_ms(-2_000), n).await;
     // Another account's message falls due after all of them.
     let other = app.api("globex").await;
-    let theirs = other.webhook(&rx.url("/theirs")).await["targetId"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let theirs = target_at(&other, &rx.url("/theirs")).await;
     other.schedule(&theirs, &in_ms(-1_000), "theirs").await;
     let db = sqlx::PgPool::connect(&app.db.url).await.unwrap();
     let unpaused =
