@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use sqlx::{QueryBuilder, Sqlite};
 use uuid::Uuid;
 
-use super::{map_err, rows::*, SqliteStore};
+use super::{map_err, ordering, rows::*, SqliteStore};
 use crate::{
     domain::{
         ids::{MessageId, TargetId},
@@ -369,6 +369,18 @@ impl SqliteStore {
             .execute(&mut *tx)
             .await
             .map_err(map_err)?;
+            // Entered in its history and its key handed on, as every dead letter.
+            sqlx::query(
+                "INSERT INTO message_events (message_id, at, kind, from_state, account, detail) \
+                 SELECT id, dead_lettered_at, 'DeadLettered', 'Scheduled', account, last_error \
+                 FROM messages WHERE id = ?",
+            )
+            .bind(&id)
+            .execute(&mut *tx)
+            .await
+            .map_err(map_err)?;
+            let keys = ordering::keys_of(&mut tx, std::slice::from_ref(&id)).await?;
+            ordering::settle_keys(&mut tx, &keys).await?;
         }
         let mut tx = crate::store::sql::Tx::Sqlite(tx);
         dead_letter_unreadable(self, &mut tx, &unreadable, token, now).await?;
