@@ -249,11 +249,8 @@ impl Service {
     /// messages back itself. Should the give-back fail, their leases end on
     /// their own (late, not lost).
     async fn give_back_held(&self, id: &TargetId, held: Vec<store::Claimed>) {
-        let back: Vec<_> = held
-            .into_iter()
-            .chain(self.held.take_target(id))
-            .map(|c| (c.id, c.lease_token))
-            .collect();
+        // The fence holds no more of the target once set: `held` is all.
+        let back: Vec<_> = held.into_iter().map(|c| (c.id, c.lease_token)).collect();
         if let Err(e) = self.give_back(&back).await {
             tracing::warn!(error = %e, target_id = %id, count = back.len(), "giving back held messages failed; their leases end on their own");
         }

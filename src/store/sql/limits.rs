@@ -5,7 +5,7 @@
 //! a limit by one leave the account at the limit: the second counts after
 //! the first has committed. SQLite's one writer serialises them already.
 
-use super::{dialect::Dialect, keeps::Keeps, Tx};
+use super::{keeps::Keeps, Tx};
 use crate::{
     domain::{
         ids::{AccountId, ScheduleId},
@@ -20,7 +20,7 @@ const LOCK_CLASS: i32 = 0x4c49_4d54;
 
 /// Locks `limit`'s count of `account` for the rest of the transaction.
 async fn lock(tx: &mut Tx, account: &AccountId, limit: Limit) -> StoreResult<()> {
-    if tx.conn().dialect() == Dialect::Sqlite {
+    if !tx.locks_rows() {
         return Ok(());
     }
     tx.sql("SELECT pg_advisory_xact_lock($1, hashtext($2 || chr(31) || $3))")

@@ -34,10 +34,7 @@ pub use fence::{Fence, Fenced};
 use super::{dispatch::Dispatch, Sweeper};
 
 use crate::{
-    domain::{
-        ids::{MessageId, TargetId},
-        payload::MAX_PAYLOAD_CHARS,
-    },
+    domain::{ids::MessageId, payload::MAX_PAYLOAD_CHARS},
     store::Claimed,
 };
 
@@ -133,19 +130,6 @@ impl Held {
             due.push(c);
         }
         due
-    }
-
-    /// The held messages of one target (its config changed: they go back,
-    /// to be claimed again as it is now).
-    pub fn take_target(&self, target: &TargetId) -> Vec<Claimed> {
-        let mut g = self.inner.lock().expect("not poisoned");
-        let keys: Vec<(DateTime<Utc>, Uuid)> = g
-            .by_due
-            .iter()
-            .filter(|(_, c)| &c.target_id == target)
-            .map(|(k, _)| *k)
-            .collect();
-        g.take_keys(keys)
     }
 
     /// Every held message (at shutdown: they are given back).
@@ -271,7 +255,7 @@ mod tests {
         Claimed {
             id: MessageId(Uuid::new_v4()),
             account: crate::domain::ids::AccountId::from_trusted("acme"),
-            target_id: TargetId::from_trusted("DI-T-aaaaaaaaaa".into()),
+            target_id: crate::domain::ids::TargetId::from_trusted("DI-T-aaaaaaaaaa".into()),
             target: Arc::new(
                 TargetConfig::from_stored_json(
                     "webhook",
