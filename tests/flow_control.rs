@@ -2,7 +2,8 @@
 //! honoured up to `retry.max_retry_after` and kept on the attempt, a
 //! connection that cannot be opened fails after `webhook.connect_timeout`,
 //! not after the attempt's whole timeout, one hanging target does not hold
-//! back another account; a target's `flowControl` (`limits`) and circuit
+//! back another account, nor does an account whose targets all hang; a
+//! target's `flowControl` (`limits`) and circuit
 //! breaker (`breaker`).
 
 #[path = "flow_control/breaker.rs"]
@@ -270,6 +271,84 @@ async fn a_hanging_target_does_not_hold_back_another_account_on_one_instance() {
     a_hanging_target_does_not_hold_back_another_account(vec![app]).await;
 }
 
+/// While one account's targets all hang with messages due, more of them
+/// than the instance has slots for, another account's message due now is
+/// attempted within a second: the hanging account holds at most its part of
+/// each instance's slots (three quarters of them while it is alone), though
+/// each of its targets has slots free. `hog` is its targets' config.
+async fn a_hanging_account_does_not_hold_back_another_account(instances: Vec<TestApp>, hog: Value) {
+    let first = &instances[0];
+    let hung = Receiver::start().await;
+    let gate = common::receiver::Gate::new();
+    hung.always(Reply::status(200).held_until(&gate));
+    let careless = first.api("careless").await;
+    for i in 0..4 {
+        let target = careless
+            .webhook_with(&hung.url(&format!("/slow/{i}")), hog.clone())
+            .await;
+        careless
+            .schedule_many(target["targetId"].as_str().unwrap(), &in_ms(0), 100)
+            .await;
+    }
+    // 4 targets of 8 slots each, 16 slots per instance: the account's part
+    // is 12 of each instance's.
+    let part = 12 * instances.len();
+    hung.wait_for(part, WAIT).await;
+
+    let other = first.api("other").await;
+    let ok = Receiver::start().await;
+    ok.always(Reply::status(200));
+    let t = other.webhook(&ok.url("/fast")).await;
+    let m = other
+        .schedule(t["targetId"].as_str().unwrap(), &in_ms(0), "on time")
+        .await;
+    let id = m["messageId"].as_str().unwrap();
+    other.wait_for_state(id, "Delivered", WAIT).await;
+    let attempts = other.attempts(id).await;
+    let due = time(&m["deliveryTime"]).max(time(&m["createdAt"]));
+    let late = (time(&attempts[0]["startedAt"]) - due).num_milliseconds();
+    assert!(
+        late <= 1000,
+        "attempted {late} ms after it was due; the contract allows 1 s"
+    );
+    assert_eq!(
+        hung.count(),
+        part,
+        "the hanging account holds its part of each instance and no more"
+    );
+    gate.open();
+    for app in instances {
+        app.shutdown().await;
+    }
+}
+
+fn small_instance(c: &mut dispatch::config::Config) {
+    c.sweeper.concurrency = 16;
+    c.sweeper.target_concurrency = 8;
+    c.sweeper.lease = Duration::from_secs(30);
+}
+
+#[tokio::test]
+async fn a_hanging_account_does_not_hold_back_another_account_on_one_instance() {
+    let _metrics = metrics_shared().await;
+    let app = TestApp::spawn_with(small_instance).await;
+    a_hanging_account_does_not_hold_back_another_account(vec![app], json!({"timeoutMs": 20000}))
+        .await;
+}
+
+/// The same with gated targets: their claim starts what it takes at once,
+/// and takes no more than the account's part.
+#[tokio::test]
+async fn a_hanging_account_with_gated_targets_does_not_hold_back_another_account() {
+    let _metrics = metrics_shared().await;
+    let app = TestApp::spawn_with(small_instance).await;
+    a_hanging_account_does_not_hold_back_another_account(
+        vec![app],
+        json!({"timeoutMs": 20000, "flowControl": {"parallelism": 100}}),
+    )
+    .await;
+}
+
 /// Every message arrived exactly once (by `webhook-id`).
 fn each_once(rx: &Receiver, ids: &[String]) {
     let mut seen: Vec<String> = rx
@@ -381,6 +460,18 @@ mod postgres {
         let first = TestApp::spawn_postgres_with(small_share).await;
         let second = TestApp::spawn_on(first.db.clone(), small_share).await;
         a_hanging_target_does_not_hold_back_another_account(vec![first, second]).await;
+    }
+
+    #[tokio::test]
+    async fn a_hanging_account_does_not_hold_back_another_account_on_two_postgresql_instances() {
+        let _metrics = metrics_shared().await;
+        let first = TestApp::spawn_postgres_with(small_instance).await;
+        let second = TestApp::spawn_on(first.db.clone(), small_instance).await;
+        a_hanging_account_does_not_hold_back_another_account(
+            vec![first, second],
+            json!({"timeoutMs": 20000}),
+        )
+        .await;
     }
 
     /// The target's messages under a lease: claimed by an instance.

@@ -3,13 +3,13 @@
 //! domain's `Gate`, and how a claim across gates is planned. The locking and
 //! the SQL are each backend's own.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, Utc};
 
 use super::ClaimShares;
 use crate::domain::{
-    ids::TargetId,
+    ids::{AccountId, TargetId},
     target::gate::{
         Admit, BreakerChange, BreakerState, CircuitBreaker, Gate, Health, Limits, StartLog,
     },
@@ -66,6 +66,7 @@ pub(crate) fn limits_from_json(config: &serde_json::Value) -> Limits {
 #[derive(sqlx::FromRow)]
 pub(crate) struct GateRow<C, T> {
     pub id: String,
+    pub account: String,
     pub config: C,
     pub breaker_state: String,
     pub consecutive_failures: i64,
@@ -156,29 +157,33 @@ pub(crate) struct Planned {
 }
 
 /// What each locked gate may take now: its gate's admission, within the
-/// instance's share of the target and the claim's `limit` (targets in the
-/// order given, which the backends make oldest due first).
+/// instance's share of the target and of its account, and the claim's
+/// `limit` (targets in the order given, which the backends make oldest due
+/// first).
 pub(crate) fn plan(
-    gates: Vec<(TargetId, Gate, u32)>,
+    gates: Vec<(TargetId, AccountId, Gate, u32)>,
     now: DateTime<Utc>,
     limit: u32,
     shares: &ClaimShares,
 ) -> Vec<Planned> {
     let mut left = limit;
+    let mut account_left: HashMap<AccountId, u32> = shares.accounts.iter().cloned().collect();
     gates
         .into_iter()
-        .map(|(target_id, gate, in_flight)| {
+        .map(|(target_id, account, gate, in_flight)| {
             let mut admit = gate.admit(now, in_flight);
             let share = shares
                 .room
                 .iter()
                 .find(|(t, _)| *t == target_id)
                 .map_or(shares.per_target, |(_, n)| *n);
-            admit.n = admit.n.min(share).min(left);
+            let account_share = account_left.entry(account).or_insert(shares.per_account);
+            admit.n = admit.n.min(share).min(left).min(*account_share);
             if admit.n == 0 {
                 admit.probe = false;
             }
             left -= admit.n;
+            *account_share -= admit.n;
             Planned {
                 target_id,
                 gate,

@@ -297,21 +297,47 @@ pub struct Claimed {
     pub due_at: Option<DateTime<Utc>>,
 }
 
-/// What a fair claim may take from each target (`claim_due_shared`): none
-/// from a target whose room is 0, at most its room from one listed, and at
-/// most `per_target` from any other.
-#[derive(Debug, Clone, Default)]
+/// What a fair claim may take from each target and each account
+/// (`claim_due_shared`): none from a target or an account whose room is 0,
+/// at most its room from one listed, at most `per_target` from any other
+/// target and `per_account` from any other account. A claim hands out its
+/// rows round robin over the accounts first, then over each account's
+/// targets.
+#[derive(Debug, Clone)]
 pub struct ClaimShares {
     pub per_target: u32,
     /// Targets with attempts in flight on this instance, and how many more
     /// each may take now.
     pub room: Vec<(TargetId, u32)>,
+    pub per_account: u32,
+    /// Accounts with attempts in flight on this instance, and how many more
+    /// each may take now.
+    pub accounts: Vec<(AccountId, u32)>,
 }
 
 impl ClaimShares {
+    /// Every target its share and no account bounded: what a claim may take
+    /// with nothing in flight.
+    pub fn open(per_target: u32) -> Self {
+        Self {
+            per_target,
+            room: Vec::new(),
+            per_account: u32::MAX,
+            accounts: Vec::new(),
+        }
+    }
+
     /// The targets that may take no more.
     pub fn full(&self) -> impl Iterator<Item = &TargetId> {
         self.room.iter().filter(|(_, n)| *n == 0).map(|(t, _)| t)
+    }
+
+    /// The accounts that may take no more.
+    pub fn full_accounts(&self) -> impl Iterator<Item = &AccountId> {
+        self.accounts
+            .iter()
+            .filter(|(_, n)| *n == 0)
+            .map(|(a, _)| a)
     }
 }
 

@@ -34,10 +34,7 @@ impl Sweeper {
                     now,
                     self.config.batch_size,
                     self.config.lease,
-                    &crate::store::ClaimShares {
-                        per_target: self.config.target_concurrency,
-                        room: Vec::new(),
-                    },
+                    &crate::store::ClaimShares::open(self.config.target_concurrency),
                 )
                 .await
             {

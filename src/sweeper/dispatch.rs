@@ -32,7 +32,10 @@ impl Dispatch {
     pub fn new(sweeper: Sweeper, results: mpsc::UnboundedSender<Done>) -> Self {
         Self {
             permits: Arc::new(Semaphore::new(sweeper.config.concurrency as usize)),
-            targets: Arc::new(InFlight::new(sweeper.config.target_concurrency)),
+            targets: Arc::new(InFlight::new(
+                sweeper.config.target_concurrency,
+                sweeper.config.concurrency,
+            )),
             sweeper,
             results,
             tasks: TaskTracker::new(),

@@ -18,7 +18,7 @@ use crate::{
     clock::Clock,
     config::SweeperConfig,
     delivery::Deliverer,
-    domain::{ids::TargetId, retry::RetryPolicy},
+    domain::retry::RetryPolicy,
     metrics as m,
     store::{GatedClaim, Store, StoreResult},
     wake::Wake,
@@ -34,6 +34,7 @@ mod shares;
 use ahead::Held;
 use dispatch::Dispatch;
 use record::{count_breaker_changes, record_loop, Done};
+use shares::Full;
 
 /// How soon a gated target that waits for attempts in flight (possibly on
 /// another instance) is looked at again.
@@ -272,8 +273,10 @@ impl Sweeper {
         // What a change fences off is left out, and what a change fenced
         // off while this claim ran goes back.
         let since = held.epoch();
-        let (accounts, mut except) = held.fenced();
-        except.extend(dispatch.targets.full());
+        let (mut accounts, mut except) = held.fenced();
+        let full = dispatch.targets.full();
+        except.extend(full.targets);
+        accounts.extend(full.accounts);
         let ahead = self
             .store
             .claim_ahead(
@@ -306,12 +309,16 @@ impl Sweeper {
         &self,
         now: DateTime<Utc>,
         lead: TimeDelta,
-        full: &[TargetId],
+        full: &Full,
         gated: &GatedClaim,
         claimed: usize,
     ) -> Duration {
         let backstop = now + TimeDelta::from_std(self.config.poll_interval).unwrap_or_default();
-        let deadline = match self.store.next_due_except(full).await {
+        let deadline = match self
+            .store
+            .next_due_except(&full.targets, &full.accounts)
+            .await
+        {
             Ok(Some(next)) if next - lead < backstop => next - lead,
             Ok(_) => backstop,
             Err(e) => {
@@ -345,7 +352,8 @@ impl Sweeper {
     }
 
     /// Sleeps for `wait`, or until woken: by a message scheduled, by an
-    /// attempt of a full target ending (`full_targets`: there is one) or by
+    /// attempt of a full target or account ending (`full_targets`: there is
+    /// one) or by
     /// room to hold more ahead (`held_out`: there was none). Breaks at
     /// shutdown.
     async fn sleep(

@@ -1,6 +1,14 @@
-//! Attempts in flight per target on this instance, so that no target holds
-//! more than `sweeper.target_concurrency` of them: a slow or hanging target
-//! cannot take the delivery slots every other account's messages need.
+//! Attempts in flight per account and per target on this instance, so that
+//! no account holds more than its fair part of the instance's slots and no
+//! target more than `sweeper.target_concurrency`: an account whose targets
+//! are slow or hang cannot take the delivery slots every other account's
+//! messages need.
+//!
+//! An account's part is the instance's `concurrency` less a quarter kept for
+//! accounts that have nothing in flight yet (`NEWCOMERS`), shared evenly by
+//! the accounts with attempts in flight or waiting. An account over its part
+//! (others arrived after it filled it) starts nothing more until it is under
+//! it again; nothing in flight is cut short.
 //!
 //! A target that answers quickly may also have claimed messages waiting
 //! here for one of its slots (at most `PREFETCH_FACTOR` shares' worth, and
@@ -20,9 +28,14 @@ use std::{
 use tokio::{sync::Notify, time::Instant};
 
 use crate::{
-    domain::ids::TargetId,
+    domain::ids::{AccountId, TargetId},
     store::{ClaimShares, Claimed},
 };
+
+/// One part in this many of an instance's slots is kept for accounts with
+/// nothing in flight: a newcomer starts at once beside accounts that fill
+/// their parts.
+const NEWCOMERS: u32 = 4;
 
 /// At most this many shares' worth of a target's claimed messages wait for its slots.
 const PREFETCH_FACTOR: u32 = 8;
@@ -46,6 +59,8 @@ pub struct Waiting {
 
 #[derive(Default)]
 struct Target {
+    /// Whose target it is (from its first claimed message).
+    account: Option<AccountId>,
     in_flight: u32,
     waiting: VecDeque<Waiting>,
     /// Messages in `waiting`.
@@ -67,8 +82,26 @@ impl Target {
     }
 }
 
+/// An account's attempts in flight and claimed messages waiting, over its
+/// targets on this instance; forgotten once both are 0.
+#[derive(Default)]
+struct Account {
+    in_flight: u32,
+    /// Its messages waiting, but those claimed ahead (as `Counts::queued`:
+    /// they count against what may be held ahead).
+    queued: u32,
+    /// It held its whole part: it takes more once a quarter of it is free
+    /// again.
+    filled: bool,
+    /// The last claim found it without room: the attempt that gives it
+    /// room wakes the sweeper.
+    waits_for_room: bool,
+}
+
 pub struct InFlight {
     per_target: u32,
+    /// The instance's slots (`sweeper.concurrency`).
+    slots: u32,
     counts: Mutex<Counts>,
     /// Signalled when attempts end and a full target may take more again.
     pub freed: Notify,
@@ -80,6 +113,7 @@ pub struct InFlight {
 #[derive(Default)]
 struct Counts {
     targets: HashMap<TargetId, Target>,
+    accounts: HashMap<AccountId, Account>,
     /// Messages waiting, over all targets, but those claimed ahead.
     queued: u32,
     /// Whether a delivery found a slot but no instance-wide permit.
@@ -87,9 +121,10 @@ struct Counts {
 }
 
 impl InFlight {
-    pub fn new(per_target: u32) -> Self {
+    pub fn new(per_target: u32, slots: u32) -> Self {
         Self {
             per_target: per_target.max(1),
+            slots: slots.max(1),
             counts: Mutex::default(),
             freed: Notify::new(),
             starved: Notify::new(),
@@ -99,11 +134,16 @@ impl InFlight {
     /// How many of a target's messages this instance may hold, in flight
     /// and waiting.
     fn allowance(&self, t: &Target) -> u32 {
-        let prefetch = t.pace_ms.map_or(0, |pace| {
+        self.per_target + self.prefetch(t)
+    }
+
+    /// How many of a target's claimed messages may wait for its slots: what
+    /// its recent pace clears within the budget; none at an unknown pace.
+    fn prefetch(&self, t: &Target) -> u32 {
+        t.pace_ms.map_or(0, |pace| {
             let clears = f64::from(self.per_target) * QUEUE_BUDGET_MS / pace.max(0.01);
             (clears as u32).min(self.per_target * PREFETCH_FACTOR)
-        });
-        self.per_target + prefetch
+        })
     }
 
     /// How many more a target may claim now: none until half its allowance
@@ -129,23 +169,75 @@ impl InFlight {
         }
     }
 
-    /// What the next claim may take from each target.
+    /// How many attempts an account may have in flight while `active`
+    /// accounts (itself among them) have attempts in flight or waiting:
+    /// an even part of the slots not kept for newcomers.
+    fn part(&self, active: usize) -> u32 {
+        let shared = self.slots - self.slots / NEWCOMERS;
+        (shared / u32::try_from(active.max(1)).unwrap_or(u32::MAX)).max(1)
+    }
+
+    /// An account's part now, counting it among the active accounts.
+    fn part_of(&self, counts: &Counts, account: &AccountId) -> u32 {
+        let active = counts.accounts.len() + usize::from(!counts.accounts.contains_key(account));
+        self.part(active)
+    }
+
+    /// Whether an account may start `n` more attempts now: within its part,
+    /// and always its first (an SQS batch may be larger than a part).
+    fn account_may_start(&self, counts: &Counts, account: Option<&AccountId>, n: u32) -> bool {
+        let Some(account) = account else {
+            return true;
+        };
+        let in_flight = counts.accounts.get(account).map_or(0, |a| a.in_flight);
+        in_flight == 0 || in_flight + n <= self.part_of(counts, account)
+    }
+
+    /// How many more of an account's messages a claim may take: what its
+    /// part and its targets' waiting room (`prefetch`) leave; none once it
+    /// filled its part, until a quarter of the part is free again.
+    fn account_room(
+        &self,
+        counts: &Counts,
+        account: &AccountId,
+        prefetch: u32,
+        gated: bool,
+    ) -> u32 {
+        let Some(a) = counts.accounts.get(account) else {
+            return self.part_of(counts, account);
+        };
+        let part = self.part_of(counts, account);
+        if a.filled && a.in_flight + part.div_ceil(NEWCOMERS) > part {
+            return 0;
+        }
+        if gated {
+            // What starts at once: a gate's claim never waits here.
+            part.saturating_sub(a.in_flight + a.queued)
+        } else {
+            (part + prefetch).saturating_sub(a.in_flight + a.queued)
+        }
+    }
+
+    /// What the next claim may take from each target and account.
     pub fn shares(&self) -> ClaimShares {
-        self.shares_by(Self::room)
+        self.shares_by(Self::room, false)
     }
 
-    /// What the next gated claim may take from each target: only what
-    /// starts at once (a gate counts starts; none of them may wait here).
+    /// What the next gated claim may take from each target and account:
+    /// only what starts at once (a gate counts starts; none of them may
+    /// wait here).
     pub fn gated_shares(&self) -> ClaimShares {
-        self.shares_by(Self::free_slots)
+        self.shares_by(Self::free_slots, true)
     }
 
-    fn shares_by(&self, room: impl Fn(&Self, &Target) -> u32) -> ClaimShares {
+    fn shares_by(&self, room: impl Fn(&Self, &Target) -> u32, gated: bool) -> ClaimShares {
         let mut guard = self.counts.lock().expect("not poisoned");
         let counts = &mut *guard;
         counts
             .targets
             .retain(|_, t| !t.idle() || t.last_ended.is_some_and(|e| e.elapsed() < PACE_KEPT));
+        let rooms = self.account_rooms(counts, gated);
+        let active = counts.accounts.len();
         ClaimShares {
             per_target: self.per_target,
             room: counts
@@ -153,18 +245,55 @@ impl InFlight {
                 .iter()
                 .map(|(id, t)| (id.clone(), room(self, t)))
                 .collect(),
+            // A newcomer's part.
+            per_account: self.part(active + 1),
+            accounts: rooms,
         }
     }
 
-    /// The targets that may take no more now.
-    pub fn full(&self) -> Vec<TargetId> {
-        let counts = self.counts.lock().expect("not poisoned");
-        counts
+    /// Each active account's room for a claim; an account without room is
+    /// marked, so that the attempt that gives it room again wakes the
+    /// sweeper.
+    fn account_rooms(&self, counts: &mut Counts, gated: bool) -> Vec<(AccountId, u32)> {
+        let mut prefetch: HashMap<&AccountId, u32> = HashMap::new();
+        for t in counts.targets.values() {
+            if let Some(a) = &t.account {
+                *prefetch.entry(a).or_default() += self.prefetch(t);
+            }
+        }
+        let rooms: Vec<(AccountId, u32)> = counts
+            .accounts
+            .keys()
+            .map(|a| {
+                let p = prefetch.get(a).copied().unwrap_or(0);
+                (a.clone(), self.account_room(counts, a, p, gated))
+            })
+            .collect();
+        for (a, room) in &rooms {
+            if let Some(acct) = counts.accounts.get_mut(a) {
+                acct.waits_for_room = *room == 0;
+            }
+        }
+        rooms
+    }
+
+    /// The targets and accounts that may take no more now.
+    pub fn full(&self) -> Full {
+        let mut guard = self.counts.lock().expect("not poisoned");
+        let counts = &mut *guard;
+        let targets = counts
             .targets
             .iter()
             .filter(|(_, t)| self.room(t) == 0)
             .map(|(id, _)| id.clone())
-            .collect()
+            .collect();
+        let accounts = self
+            .account_rooms(counts, false)
+            .into_iter()
+            .filter(|(_, room)| *room == 0)
+            .map(|(a, _)| a)
+            .collect();
+        Full { targets, accounts }
     }
 
     /// Messages waiting for a slot, over all targets.
@@ -184,12 +313,14 @@ impl InFlight {
     }
 
     #[cfg(test)]
-    fn started(&self, target: &TargetId, n: u32) {
+    fn started(&self, account: &AccountId, target: &TargetId, n: u32) {
         let mut guard = self.counts.lock().expect("not poisoned");
         let counts = &mut *guard;
         let t = counts.targets.entry(target.clone()).or_default();
+        t.account = Some(account.clone());
         t.in_flight += n;
         self.mark_filled(t);
+        self.account_started(counts, account, n);
     }
 
     /// Notes a target that holds a whole share.
@@ -199,10 +330,37 @@ impl InFlight {
         }
     }
 
+    /// Counts `n` attempts of an account started; it is marked filled once
+    /// it holds its part.
+    fn account_started(&self, counts: &mut Counts, account: &AccountId, n: u32) {
+        let part = self.part_of(counts, account);
+        let a = counts.accounts.entry(account.clone()).or_default();
+        a.in_flight += n;
+        if a.in_flight >= part {
+            a.filled = true;
+        }
+    }
+
+    /// Forgets an account with nothing in flight or waiting; the others'
+    /// parts grow, so a full one may take more (answered: the sweeper is
+    /// then told).
+    fn forget_if_idle(counts: &mut Counts, account: &AccountId) -> bool {
+        if counts
+            .accounts
+            .get(account)
+            .is_some_and(|a| a.in_flight == 0 && a.queued == 0)
+        {
+            counts.accounts.remove(account);
+            return counts.accounts.values().any(|a| a.waits_for_room);
+        }
+        false
+    }
+
     /// A claimed delivery of `n` messages to `target`: its share if it may
     /// start now (`force`: whatever the slots say), or it waits here, behind
     /// any of the target's that wait already. `permit` is asked for the
-    /// instance-wide permit when a slot is free; no permit, no start.
+    /// instance-wide permit when a slot is free and the account within its
+    /// part; no permit, no start.
     pub fn start_or_wait<P>(
         self: &Arc<Self>,
         waiting: Waiting,
@@ -211,34 +369,46 @@ impl InFlight {
     ) -> Option<(Waiting, Share, P)> {
         let n = waiting.group.len() as u32;
         let target = waiting.group[0].target_id.clone();
+        let account = waiting.group[0].account.clone();
         let mut guard = self.counts.lock().expect("not poisoned");
         let counts = &mut *guard;
+        let account_may = force || self.account_may_start(counts, Some(&account), n);
         let t = counts.targets.entry(target.clone()).or_default();
-        let slot = force || (t.waiting.is_empty() && t.in_flight + n <= self.per_target);
-        if slot {
+        t.account.get_or_insert_with(|| account.clone());
+        let target_may = force || (t.waiting.is_empty() && t.in_flight + n <= self.per_target);
+        if target_may && account_may {
             if let Some(p) = permit(n) {
                 t.in_flight += n;
                 self.mark_filled(t);
+                self.account_started(counts, &account, n);
                 let share = Share {
                     of: self.clone(),
                     target,
+                    account,
                     n,
                 };
                 return Some((waiting, share, p));
             }
+        }
+        if target_may {
+            // A slot of its own target is free: what ends elsewhere (a
+            // permit, a slot of its account) starts it.
             counts.starved = true;
         }
-        if !waiting.ahead {
-            counts.queued += n;
-        }
+        let ahead = waiting.ahead;
         t.waiting.push_back(waiting);
         t.queued += n;
         self.mark_filled(t);
+        let a = counts.accounts.entry(account).or_default();
+        if !ahead {
+            counts.queued += n;
+            a.queued += n;
+        }
         None
     }
 
-    /// The next delivery waiting for `target`, if one of its slots and an
-    /// instance-wide permit (`permit`) are free.
+    /// The next delivery waiting for `target`, if one of its slots, a slot
+    /// of its account and an instance-wide permit (`permit`) are free.
     pub fn next_for<P>(
         self: &Arc<Self>,
         target: &TargetId,
@@ -246,26 +416,38 @@ impl InFlight {
     ) -> Option<(Waiting, Share, P)> {
         let mut guard = self.counts.lock().expect("not poisoned");
         let counts = &mut *guard;
-        let t = counts.targets.get_mut(target)?;
-        let n = t.waiting.front()?.group.len() as u32;
+        let t = counts.targets.get(target)?;
+        let front = t.waiting.front()?;
+        let n = front.group.len() as u32;
+        let account = front.group[0].account.clone();
         if t.in_flight + n > self.per_target {
+            return None;
+        }
+        if !self.account_may_start(counts, Some(&account), n) {
+            counts.starved = true;
             return None;
         }
         let Some(p) = permit(n) else {
             counts.starved = true;
             return None;
         };
+        let t = counts.targets.get_mut(target).expect("read above");
         let waiting = t.waiting.pop_front().expect("a front");
         t.in_flight += n;
         t.queued -= n;
         if !waiting.ahead {
             counts.queued -= n;
+            if let Some(a) = counts.accounts.get_mut(&account) {
+                a.queued = a.queued.saturating_sub(n);
+            }
         }
+        self.account_started(counts, &account, n);
         Some((
             waiting,
             Share {
                 of: self.clone(),
                 target: target.clone(),
+                account,
                 n,
             },
             p,
@@ -283,6 +465,10 @@ impl InFlight {
             all.extend(t.waiting.drain(..));
         }
         counts.targets.retain(|_, t| t.in_flight > 0);
+        for a in counts.accounts.values_mut() {
+            a.queued = 0;
+        }
+        counts.accounts.retain(|_, a| a.in_flight > 0);
         all
     }
 
@@ -306,26 +492,31 @@ impl InFlight {
         }
     }
 
-    fn ended(&self, target: &TargetId, n: u32) {
+    fn ended(&self, target: &TargetId, account: &AccountId, n: u32) {
         let (refilled, starved) = {
             let mut guard = self.counts.lock().expect("not poisoned");
             let counts = &mut *guard;
             let starved = std::mem::take(&mut counts.starved);
-            let Some(t) = counts.targets.get_mut(target) else {
-                return;
-            };
-            let was_full = self.room(t) == 0;
-            t.in_flight = t.in_flight.saturating_sub(n);
-            if self.per_target.saturating_sub(t.in_flight + t.queued) >= self.per_target.div_ceil(2)
-            {
-                t.filled = false;
-            }
-            let refilled = was_full && self.room(t) > 0;
+            let account_refilled = self.account_ended(counts, account, n);
+            let target_refilled = counts.targets.get_mut(target).is_some_and(|t| {
+                let was_full = self.room(t) == 0;
+                t.in_flight = t.in_flight.saturating_sub(n);
+                if self.per_target.saturating_sub(t.in_flight + t.queued)
+                    >= self.per_target.div_ceil(2)
+                {
+                    t.filled = false;
+                }
+                was_full && self.room(t) > 0
+            });
             // A target's pace is kept a while (`shares_by` forgets it).
-            if t.idle() && t.pace_ms.is_none() {
+            if counts
+                .targets
+                .get(target)
+                .is_some_and(|t| t.idle() && t.pace_ms.is_none())
+            {
                 counts.targets.remove(target);
             }
-            (refilled, starved)
+            (target_refilled || account_refilled, starved)
         };
         // Stored permits if nobody waits: the sweeper sees them next time.
         if refilled {
@@ -335,12 +526,47 @@ impl InFlight {
             self.starved.notify_one();
         }
     }
+
+    /// Counts `n` attempts of an account ended; answers whether an account
+    /// that a claim left out for want of room may take more now.
+    fn account_ended(&self, counts: &mut Counts, account: &AccountId, n: u32) -> bool {
+        let part = self.part_of(counts, account);
+        let Some(a) = counts.accounts.get_mut(account) else {
+            return false;
+        };
+        a.in_flight = a.in_flight.saturating_sub(n);
+        if a.in_flight + part.div_ceil(NEWCOMERS) <= part {
+            a.filled = false;
+        }
+        // Room again once it is no longer filled and under its part: the
+        // waiting room of its targets is the claim's to reckon.
+        let refilled = a.waits_for_room && !a.filled && a.in_flight + a.queued < part;
+        if refilled {
+            a.waits_for_room = false;
+        }
+        Self::forget_if_idle(counts, account) || refilled
+    }
+}
+
+/// The targets and accounts that may take no more now: a claim leaves their
+/// messages out, and the sweeper does not wake for them.
+#[derive(Debug, Default)]
+pub struct Full {
+    pub targets: Vec<TargetId>,
+    pub accounts: Vec<AccountId>,
+}
+
+impl Full {
+    pub fn is_empty(&self) -> bool {
+        self.targets.is_empty() && self.accounts.is_empty()
+    }
 }
 
 /// Attempts in flight to one target, counted until dropped.
 pub struct Share {
     of: Arc<InFlight>,
     target: TargetId,
+    account: AccountId,
     n: u32,
 }
 
@@ -352,7 +578,7 @@ impl Share {
 
 impl Drop for Share {
     fn drop(&mut self) {
-        self.of.ended(&self.target, self.n);
+        self.of.ended(&self.target, &self.account, self.n);
     }
 }
 
@@ -360,56 +586,60 @@ impl Drop for Share {
 mod tests {
     use super::*;
 
+    fn acct() -> AccountId {
+        AccountId::from_trusted("acme")
+    }
+
     #[test]
     fn a_full_target_has_room_again_once_half_its_share_is_free() {
-        let f = InFlight::new(4);
+        let f = InFlight::new(4, 256);
         let a = TargetId::from_trusted("DI-T-aaaaaaaaaa".into());
         let b = TargetId::from_trusted("DI-T-bbbbbbbbbb".into());
         assert!(f.shares().room.is_empty());
-        f.started(&a, 4);
-        f.started(&b, 1);
-        assert_eq!(f.full(), vec![a.clone()]);
+        f.started(&acct(), &a, 4);
+        f.started(&acct(), &b, 1);
+        assert_eq!(f.full().targets, vec![a.clone()]);
         let mut room = f.shares().room;
         room.sort_by(|x, y| x.0.as_str().cmp(y.0.as_str()));
         assert_eq!(room, vec![(a.clone(), 0), (b.clone(), 3)]);
         // One ended: a quarter free is not enough to claim again.
-        f.ended(&a, 1);
-        assert_eq!(f.full(), vec![a.clone()]);
+        f.ended(&a, &acct(), 1);
+        assert_eq!(f.full().targets, vec![a.clone()]);
         // Two ended: half is free; the sweeper is told once.
-        f.ended(&a, 1);
-        assert!(f.full().is_empty());
-        f.ended(&a, 2);
-        f.ended(&b, 1);
+        f.ended(&a, &acct(), 1);
+        assert!(f.full().targets.is_empty());
+        f.ended(&a, &acct(), 2);
+        f.ended(&b, &acct(), 1);
         assert!(f.shares().room.is_empty(), "ended targets are forgotten");
     }
 
     #[test]
     fn a_target_that_got_less_than_its_share_tops_up_at_once() {
-        let f = InFlight::new(4);
+        let f = InFlight::new(4, 256);
         let a = TargetId::from_trusted("DI-T-aaaaaaaaaa".into());
         // Asked for 4; another instance held one of the rows.
-        f.started(&a, 3);
-        assert!(f.full().is_empty());
+        f.started(&acct(), &a, 3);
+        assert!(f.full().targets.is_empty());
         assert_eq!(f.shares().room, vec![(a.clone(), 1)]);
         assert_eq!(f.gated_shares().room, vec![(a.clone(), 1)]);
-        f.started(&a, 1);
-        assert_eq!(f.full(), vec![a.clone()]);
+        f.started(&acct(), &a, 1);
+        assert_eq!(f.full().targets, vec![a.clone()]);
         // Full once, it waits for half of its share again.
-        f.ended(&a, 1);
-        assert_eq!(f.full(), vec![a.clone()]);
+        f.ended(&a, &acct(), 1);
+        assert_eq!(f.full().targets, vec![a.clone()]);
     }
 
     #[test]
     fn a_pace_that_gives_a_full_target_room_wakes_the_sweeper() {
         use futures::FutureExt;
-        let f = InFlight::new(4);
+        let f = InFlight::new(4, 256);
         let a = TargetId::from_trusted("DI-T-aaaaaaaaaa".into());
-        f.started(&a, 4);
+        f.started(&acct(), &a, 4);
         assert!(f.freed.notified().now_or_never().is_none());
         // Its first delivery ended quickly: the target may take more now,
         // with all four of its slots still taken.
         f.paced(&a, Duration::from_millis(1));
-        assert!(f.full().is_empty());
+        assert!(f.full().targets.is_empty());
         assert!(
             f.freed.notified().now_or_never().is_some(),
             "the sweeper that waits for a full target is told"
@@ -418,13 +648,13 @@ mod tests {
 
     #[test]
     fn a_quick_target_may_claim_ahead_of_its_slots_and_a_slow_one_may_not() {
-        let f = InFlight::new(4);
+        let f = InFlight::new(4, 256);
         let quick = TargetId::from_trusted("DI-T-aaaaaaaaaa".into());
         let slow = TargetId::from_trusted("DI-T-bbbbbbbbbb".into());
-        f.started(&quick, 4);
-        f.started(&slow, 4);
+        f.started(&acct(), &quick, 4);
+        f.started(&acct(), &slow, 4);
         // Unknown pace: no more than the slots.
-        assert_eq!(f.full().len(), 2);
+        assert_eq!(f.full().targets.len(), 2);
         f.paced(&quick, Duration::from_millis(1));
         f.paced(&slow, Duration::from_secs(5));
         let room: HashMap<_, _> = f.shares().room.into_iter().collect();
@@ -433,5 +663,87 @@ mod tests {
         assert_eq!(room[&slow], 0);
         // A gated claim takes only what starts at once.
         assert!(f.gated_shares().room.iter().all(|(_, n)| *n == 0));
+    }
+}
+
+#[cfg(test)]
+mod account_tests {
+    use futures::FutureExt;
+
+    use super::*;
+
+    fn target(c: char) -> TargetId {
+        TargetId::from_trusted(format!("DI-T-{}", c.to_string().repeat(10)))
+    }
+
+    fn may_start(f: &InFlight, account: &AccountId, n: u32) -> bool {
+        let counts = f.counts.lock().unwrap();
+        f.account_may_start(&counts, Some(account), n)
+    }
+
+    #[test]
+    fn an_account_holds_at_most_its_part_and_a_newcomer_starts_beside_it() {
+        // 16 slots: 4 kept for newcomers, 12 shared by the busy accounts;
+        // no target is ever full here.
+        let f = InFlight::new(16, 16);
+        let hog = AccountId::from_trusted("hog");
+        let other = AccountId::from_trusted("other");
+        f.started(&hog, &target('a'), 8);
+        assert!(may_start(&f, &hog, 4));
+        f.started(&hog, &target('b'), 4);
+        // Its part is full, though its targets have slots free.
+        assert!(!may_start(&f, &hog, 1));
+        let full = f.full();
+        assert_eq!(full.accounts, vec![hog.clone()]);
+        assert!(full.targets.is_empty());
+        let shares = f.shares();
+        assert_eq!(shares.accounts, vec![(hog.clone(), 0)]);
+        // A newcomer may claim half of what the busy accounts share.
+        assert_eq!(shares.per_account, 6);
+        assert!(may_start(&f, &other, 1));
+        f.started(&other, &target('c'), 6);
+        assert!(!may_start(&f, &other, 1), "the newcomer holds its part");
+        // The hog is over its part now (6 of 12): what ends does not let it
+        // start more until it is a quarter of its part under it.
+        assert!(f.freed.notified().now_or_never().is_none());
+        f.ended(&target('a'), &hog, 6);
+        assert!(!may_start(&f, &hog, 1));
+        assert!(f.freed.notified().now_or_never().is_none());
+        f.ended(&target('a'), &hog, 2);
+        assert!(may_start(&f, &hog, 2));
+        assert!(!may_start(&f, &hog, 3));
+        assert!(
+            f.freed.notified().now_or_never().is_some(),
+            "the sweeper that left the hog out is told it has room"
+        );
+        assert!(f.full().accounts.contains(&other));
+        assert!(!f.full().accounts.contains(&hog));
+    }
+
+    #[test]
+    fn an_account_that_leaves_gives_the_others_their_parts_back() {
+        let f = InFlight::new(8, 16);
+        let hog = AccountId::from_trusted("hog");
+        let other = AccountId::from_trusted("other");
+        f.started(&hog, &target('a'), 6);
+        f.started(&other, &target('b'), 6);
+        assert!(!may_start(&f, &hog, 1));
+        assert_eq!(f.full().accounts.len(), 2);
+        f.ended(&target('b'), &other, 6);
+        assert!(
+            f.freed.notified().now_or_never().is_some(),
+            "a part grew: the sweeper is told"
+        );
+        assert!(may_start(&f, &hog, 6), "alone, the hog has 12");
+        assert!(!may_start(&f, &hog, 7));
+    }
+
+    #[test]
+    fn an_instance_of_one_slot_still_delivers() {
+        let f = InFlight::new(8, 1);
+        let a = AccountId::from_trusted("a");
+        assert!(may_start(&f, &a, 1));
+        f.started(&a, &target('a'), 1);
+        assert!(!may_start(&f, &a, 1));
     }
 }

@@ -13,6 +13,7 @@ checks!(
     a_claim_says_when_its_message_was_last_scheduled,
     a_shared_claim_goes_round_robin_and_takes_no_more_than_each_targets_share,
     the_next_due_time_can_leave_out_full_targets,
+    a_shared_claim_goes_round_robin_over_accounts_first_and_takes_no_more_than_each_accounts_share,
     a_backlog_due_at_one_instant_does_not_hide_a_later_target_from_a_shared_claim,
     beside_a_backlog_due_at_one_instant_another_targets_stream_goes_oldest_first,
     a_released_claim_is_due_again_at_once_and_a_stale_token_releases_nothing,
@@ -344,8 +345,8 @@ async fn a_shared_claim_goes_round_robin_and_takes_no_more_than_each_targets_sha
         schedule(&*store, &c, now - secs(20 - i)).await;
     }
     let shares = ClaimShares {
-        per_target: 2,
         room: vec![(b.id.clone(), 1), (c.id.clone(), 0)],
+        ..ClaimShares::open(2)
     };
     let claimed = store
         .claim_due_shared(now, 100, LEASE, &shares)
@@ -359,8 +360,8 @@ async fn a_shared_claim_goes_round_robin_and_takes_no_more_than_each_targets_sha
     // With room for one message in all, the oldest of the round's first
     // places goes: round robin, not the whole of the oldest target first.
     let shares = ClaimShares {
-        per_target: 10,
         room: vec![(c.id.clone(), 0)],
+        ..ClaimShares::open(10)
     };
     let next = store
         .claim_due_shared(now, 2, LEASE, &shares)
@@ -381,17 +382,85 @@ async fn the_next_due_time_can_leave_out_full_targets(store: Arc<dyn Store>) {
     assert_eq!(store.next_due().await.unwrap(), Some(now - secs(60)));
     assert_eq!(
         store
-            .next_due_except(std::slice::from_ref(&a.id))
+            .next_due_except(std::slice::from_ref(&a.id), &[])
             .await
             .unwrap(),
         Some(later.delivery_time)
     );
     assert_eq!(
         store
-            .next_due_except(&[a.id.clone(), b.id.clone()])
+            .next_due_except(&[a.id.clone(), b.id.clone()], &[])
             .await
             .unwrap(),
         None
+    );
+}
+
+async fn a_shared_claim_goes_round_robin_over_accounts_first_and_takes_no_more_than_each_accounts_share(
+    store: Arc<dyn Store>,
+) {
+    let now = time::now();
+    let (a1, a2, g) = (
+        add_target(&*store, &ACME).await,
+        add_target(&*store, &ACME).await,
+        add_target(&*store, &GLOBEX).await,
+    );
+    // acme's ten are all older than globex's three.
+    let (mut of_a1, mut of_a2, mut of_g) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..5 {
+        of_a1.push(schedule(&*store, &a1, now - secs(60 - i)).await.id);
+        of_a2.push(schedule(&*store, &a2, now - secs(50 - i)).await.id);
+    }
+    for i in 0..3 {
+        of_g.push(schedule(&*store, &g, now - secs(10 - i)).await.id);
+    }
+    // Four: two of each account, oldest first within each and round robin
+    // over acme's targets, though acme's are all older than globex's.
+    let open = ClaimShares::open(10);
+    let first = store.claim_due_shared(now, 4, LEASE, &open).await.unwrap();
+    let got: std::collections::BTreeSet<MessageId> = first.iter().map(|c| c.id).collect();
+    assert_eq!(
+        got,
+        [of_a1[0], of_a2[0], of_g[0], of_g[1]].into_iter().collect()
+    );
+    // acme may take two more (one of each of its targets: round robin
+    // within the account), any other account two (globex has one left).
+    let shares = ClaimShares {
+        accounts: vec![(ACME.clone(), 2)],
+        per_account: 2,
+        ..ClaimShares::open(10)
+    };
+    let claimed = store
+        .claim_due_shared(now, 100, LEASE, &shares)
+        .await
+        .unwrap();
+    let got: std::collections::BTreeSet<MessageId> = claimed.iter().map(|c| c.id).collect();
+    assert_eq!(got, [of_a1[1], of_a2[1], of_g[2]].into_iter().collect());
+    // A full account is left out of the claim and of the next due time.
+    let later = schedule(&*store, &g, now + secs(5)).await;
+    let acme_full = ClaimShares {
+        accounts: vec![(ACME.clone(), 0)],
+        ..ClaimShares::open(10)
+    };
+    assert!(store
+        .claim_due_shared(now, 100, LEASE, &acme_full)
+        .await
+        .unwrap()
+        .is_empty());
+    assert_eq!(
+        store
+            .next_due_except(&[], std::slice::from_ref(&*ACME))
+            .await
+            .unwrap(),
+        Some(later.delivery_time)
+    );
+    assert_eq!(
+        store.next_due_except(&[], &[]).await.unwrap(),
+        Some(now - secs(58))
+    );
+    assert_eq!(
+        store.next_due_except(&[], &[]).await.unwrap(),
+        store.next_due().await.unwrap()
     );
 }
 
@@ -416,8 +485,8 @@ async fn a_backlog_due_at_one_instant_does_not_hide_a_later_target_from_a_shared
     }
     let late = schedule(&*store, &b, now - secs(1)).await;
     let shares = ClaimShares {
-        per_target: 1,
         room: vec![(a.id.clone(), 1)],
+        ..ClaimShares::open(1)
     };
     let claimed = store
         .claim_due_shared(now, limit as u32, LEASE, &shares)
@@ -453,8 +522,8 @@ async fn beside_a_backlog_due_at_one_instant_another_targets_stream_goes_oldest_
         stream.push(schedule(&*store, &b, now - secs(5) + ms(i)).await);
     }
     let shares = ClaimShares {
-        per_target: 1,
         room: vec![(a.id.clone(), 1)],
+        ..ClaimShares::open(1)
     };
     let mut got = Vec::new();
     for i in 0..5 {

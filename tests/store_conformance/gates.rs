@@ -15,10 +15,7 @@ checks!(
 );
 
 fn shares() -> ClaimShares {
-    ClaimShares {
-        per_target: 32,
-        room: Vec::new(),
-    }
+    ClaimShares::open(32)
 }
 
 fn limited(limits: Limits) -> impl FnOnce(&mut Target) {
@@ -101,8 +98,8 @@ async fn a_gated_targets_messages_are_claimed_only_through_its_gate_up_to_its_pa
     let t2 = gated_target(&*store, limited(flow(Some(10), None, 1000))).await;
     backlog(&*store, &t2, 3, now).await;
     let room = ClaimShares {
-        per_target: 32,
         room: vec![(t2.id.clone(), 1)],
+        ..ClaimShares::open(32)
     };
     let one = store.claim_gated(now, 100, LEASE, &room).await.unwrap();
     assert_eq!(one.claimed.len(), 1);

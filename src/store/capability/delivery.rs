@@ -28,8 +28,9 @@ pub trait DeliveryStore: Send + Sync + 'static {
     /// oldest due after those and the newest (one claim's worth each: a
     /// backlog due at one instant does not make what falls due after it
     /// wait for all of it, and what falls due after it goes in order), each
-    /// taking at most its share (`ClaimShares`); a full target's messages
-    /// are left for later.
+    /// taking at most its share (`ClaimShares`), handed out round robin over
+    /// the accounts first, each account taking at most its share; a full
+    /// target's or account's messages are left for later.
     async fn claim_due_shared(
         &self,
         now: DateTime<Utc>,
@@ -60,8 +61,13 @@ pub trait DeliveryStore: Send + Sync + 'static {
     /// The earliest `claim_at` among claimable messages.
     async fn next_due(&self) -> StoreResult<Option<DateTime<Utc>>>;
 
-    /// The earliest `claim_at` among claimable messages of the targets not in `full`.
-    async fn next_due_except(&self, full: &[TargetId]) -> StoreResult<Option<DateTime<Utc>>>;
+    /// The earliest `claim_at` among claimable messages of the targets not
+    /// in `full` and the accounts not in `full_accounts`.
+    async fn next_due_except(
+        &self,
+        full: &[TargetId],
+        full_accounts: &[AccountId],
+    ) -> StoreResult<Option<DateTime<Utc>>>;
 
     /// Applies attempt results whose lease still holds; returns the attempt rows written.
     async fn record(&self, results: &[Recorded], now: DateTime<Utc>) -> StoreResult<u64>;

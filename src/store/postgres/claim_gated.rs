@@ -19,7 +19,7 @@ use uuid::Uuid;
 use super::{map_err, millis_i64, rows::*, PgStore};
 use crate::{
     domain::{
-        ids::TargetId,
+        ids::{AccountId, TargetId},
         target::gate::{BreakerChange, Gate},
     },
     store::{gates::Planned, sql::gates::GateBackend, *},
@@ -28,7 +28,7 @@ use crate::{
 type PgGateRow = GateRow<Value, DateTime<Utc>>;
 
 const GATE_COLUMNS: &str =
-    "t.id, t.config, t.breaker_state, t.consecutive_failures::bigint AS consecutive_failures, \
+    "t.id, t.account, t.config, t.breaker_state, t.consecutive_failures::bigint AS consecutive_failures, \
      t.open_until, t.cooldown_ms, t.flow_starts";
 
 #[async_trait]
@@ -87,7 +87,7 @@ async fn first_gated_due(pool: &PgPool) -> StoreResult<Option<DateTime<Utc>>> {
 async fn lock_due_gates(
     tx: &mut Transaction<'static, Postgres>,
     now: DateTime<Utc>,
-) -> StoreResult<Vec<(TargetId, Gate)>> {
+) -> StoreResult<Vec<(TargetId, AccountId, Gate)>> {
     let rows: Vec<PgGateRow> = sqlx::query_as(&format!(
         "SELECT {GATE_COLUMNS} FROM targets t \
          CROSS JOIN LATERAL (SELECT m.claim_at FROM messages m WHERE m.target_id = t.id \
@@ -99,17 +99,24 @@ async fn lock_due_gates(
     .fetch_all(&mut **tx)
     .await
     .map_err(map_err)?;
-    Ok(rows.into_iter().map(|r| r.into_gate(|c| c, Some)).collect())
+    Ok(rows
+        .into_iter()
+        .map(|r| {
+            let account = AccountId::from_trusted(r.account.clone());
+            let (id, gate) = r.into_gate(|c| c, Some);
+            (id, account, gate)
+        })
+        .collect())
 }
 
 /// Adds to each locked gate its attempts in flight (on any instance), read
 /// after the lock so that every lease committed before it is counted.
 async fn count_in_flight(
     tx: &mut Transaction<'static, Postgres>,
-    gates: Vec<(TargetId, Gate)>,
+    gates: Vec<(TargetId, AccountId, Gate)>,
     now: DateTime<Utc>,
-) -> StoreResult<Vec<(TargetId, Gate, u32)>> {
-    let ids: Vec<&str> = gates.iter().map(|(id, _)| id.as_str()).collect();
+) -> StoreResult<Vec<(TargetId, AccountId, Gate, u32)>> {
+    let ids: Vec<&str> = gates.iter().map(|(id, _, _)| id.as_str()).collect();
     let in_flight: HashMap<String, i64> = sqlx::query_as::<_, (String, i64)>(
         "SELECT target_id, count(*) FROM messages WHERE target_id = ANY($1) AND state = 'Scheduled' \
            AND gated AND lease_token IS NOT NULL AND claim_at > $2 GROUP BY target_id",
@@ -123,9 +130,9 @@ async fn count_in_flight(
     .collect();
     Ok(gates
         .into_iter()
-        .map(|(id, gate)| {
+        .map(|(id, account, gate)| {
             let n = in_flight.get(id.as_str()).copied().unwrap_or(0);
-            (id, gate, u32::try_from(n).unwrap_or(u32::MAX))
+            (id, account, gate, u32::try_from(n).unwrap_or(u32::MAX))
         })
         .collect())
 }

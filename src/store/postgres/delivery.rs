@@ -84,11 +84,18 @@ impl DeliveryStore for PgStore {
     ) -> StoreResult<Vec<Claimed>> {
         let token = Uuid::new_v4();
         let full: Vec<&str> = shares.full().map(TargetId::as_str).collect();
+        let full_accounts: Vec<&str> = shares.full_accounts().map(AccountId::as_str).collect();
         let (room_ids, room): (Vec<&str>, Vec<i32>) = shares
             .room
             .iter()
             .filter(|(_, n)| *n > 0)
             .map(|(t, n)| (t.as_str(), i32::try_from(*n).unwrap_or(i32::MAX)))
+            .unzip();
+        let (account_ids, account_room): (Vec<&str>, Vec<i32>) = shares
+            .accounts
+            .iter()
+            .filter(|(_, n)| *n > 0)
+            .map(|(a, n)| (a.as_str(), i32::try_from(*n).unwrap_or(i32::MAX)))
             .unzip();
         // Round robin over the targets among the oldest due messages (a
         // window of a few claims' worth), the oldest due after that window
@@ -100,29 +107,40 @@ impl DeliveryStore for PgStore {
         // is due, which then fell due after it and would wait for all of it.
         // The newest alone is not enough: while another target's messages
         // keep falling due, its newest go and the ones just before them
-        // wait; the window after the oldest hands them out in order.
+        // wait; the window after the oldest hands them out in order. The
+        // picks go round robin over the accounts (`an`), and within an
+        // account round robin over its targets (`rn`).
         let rows: Vec<ClaimRow> = sqlx::query_as(concat!(
             "WITH oldest AS ( \
-               SELECT id, target_id, claim_at FROM messages \
-               WHERE state = 'Scheduled' AND NOT paused AND NOT gated AND NOT held AND NOT pull AND claim_at <= $1 AND NOT (target_id = ANY($5)) \
+               SELECT id, account, target_id, claim_at FROM messages \
+               WHERE state = 'Scheduled' AND NOT paused AND NOT gated AND NOT held AND NOT pull AND claim_at <= $1 \
+                 AND NOT (target_id = ANY($5)) AND NOT (account = ANY($10)) \
                ORDER BY claim_at LIMIT $6), \
              cand AS ( \
                SELECT * FROM oldest \
                UNION \
-               (SELECT id, target_id, claim_at FROM messages \
-               WHERE state = 'Scheduled' AND NOT paused AND NOT gated AND NOT held AND NOT pull AND claim_at <= $1 AND NOT (target_id = ANY($5)) \
+               (SELECT id, account, target_id, claim_at FROM messages \
+               WHERE state = 'Scheduled' AND NOT paused AND NOT gated AND NOT held AND NOT pull AND claim_at <= $1 \
+                 AND NOT (target_id = ANY($5)) AND NOT (account = ANY($10)) \
                  AND claim_at > (SELECT max(claim_at) FROM oldest) \
                ORDER BY claim_at LIMIT $2) \
                UNION \
-               (SELECT id, target_id, claim_at FROM messages \
-               WHERE state = 'Scheduled' AND NOT paused AND NOT gated AND NOT held AND NOT pull AND claim_at <= $1 AND NOT (target_id = ANY($5)) \
+               (SELECT id, account, target_id, claim_at FROM messages \
+               WHERE state = 'Scheduled' AND NOT paused AND NOT gated AND NOT held AND NOT pull AND claim_at <= $1 \
+                 AND NOT (target_id = ANY($5)) AND NOT (account = ANY($10)) \
                ORDER BY claim_at DESC LIMIT $2)), \
              ranked AS ( \
-               SELECT c.id, c.claim_at, COALESCE(r.room, $7) AS room, \
+               SELECT c.id, c.account, c.claim_at, COALESCE(r.room, $7) AS room, \
                  row_number() OVER (PARTITION BY c.target_id ORDER BY c.claim_at) AS rn \
                FROM cand c LEFT JOIN unnest($8::text[], $9::int[]) AS r(target_id, room) \
                  ON r.target_id = c.target_id), \
-             pick AS (SELECT id, claim_at FROM ranked WHERE rn <= room ORDER BY rn, claim_at LIMIT $2), \
+             fair AS ( \
+               SELECT k.id, k.claim_at, COALESCE(a.room, $11) AS room, \
+                 row_number() OVER (PARTITION BY k.account ORDER BY k.rn, k.claim_at) AS an \
+               FROM ranked k LEFT JOIN unnest($12::text[], $13::int[]) AS a(account, room) \
+                 ON a.account = k.account \
+               WHERE k.rn <= k.room), \
+             pick AS (SELECT id, claim_at FROM fair WHERE an <= room ORDER BY an, claim_at LIMIT $2), \
              due AS ( \
                SELECT m.id FROM pick JOIN messages m ON m.id = pick.id \
                WHERE ", recheck_picked!(), " FOR UPDATE OF m SKIP LOCKED) \
@@ -139,6 +157,10 @@ impl DeliveryStore for PgStore {
         .bind(i32::try_from(shares.per_target).unwrap_or(i32::MAX))
         .bind(&room_ids)
         .bind(&room)
+        .bind(&full_accounts)
+        .bind(i32::try_from(shares.per_account).unwrap_or(i32::MAX))
+        .bind(&account_ids)
+        .bind(&account_room)
         .fetch_all(&self.pool)
         .await
         .map_err(map_err)?;
@@ -202,13 +224,19 @@ impl DeliveryStore for PgStore {
         self.open_claimed(rows, token, now).await
     }
 
-    async fn next_due_except(&self, full: &[TargetId]) -> StoreResult<Option<DateTime<Utc>>> {
+    async fn next_due_except(
+        &self,
+        full: &[TargetId],
+        full_accounts: &[AccountId],
+    ) -> StoreResult<Option<DateTime<Utc>>> {
         let full: Vec<&str> = full.iter().map(TargetId::as_str).collect();
+        let full_accounts: Vec<&str> = full_accounts.iter().map(AccountId::as_str).collect();
         let row: Option<(DateTime<Utc>,)> = sqlx::query_as(
             "SELECT claim_at FROM messages WHERE state = 'Scheduled' AND NOT paused AND NOT gated AND NOT held AND NOT pull AND claim_at IS NOT NULL \
-               AND NOT (target_id = ANY($1)) ORDER BY claim_at LIMIT 1",
+               AND NOT (target_id = ANY($1)) AND NOT (account = ANY($2)) ORDER BY claim_at LIMIT 1",
         )
         .bind(&full)
+        .bind(&full_accounts)
         .fetch_optional(&self.pool)
         .await
         .map_err(map_err)?;

@@ -51,7 +51,7 @@ pub(in crate::store) trait GateBackend: Keeps {
 type Row = GateRow<Json<Value>, At>;
 
 const GATE_COLUMNS: &str =
-    "t.id, t.config, t.breaker_state, CAST(t.consecutive_failures AS bigint) AS consecutive_failures, \
+    "t.id, t.account, t.config, t.breaker_state, CAST(t.consecutive_failures AS bigint) AS consecutive_failures, \
      t.open_until, t.cooldown_ms, t.flow_starts";
 
 /// The gated targets among `ids` (in id order), locked where rows are

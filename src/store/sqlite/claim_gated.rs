@@ -17,7 +17,7 @@ use crate::store::{sql::gates::GateBackend, *};
 type LiteGateRow = GateRow<String, i64>;
 
 const GATE_COLUMNS: &str =
-    "t.id, t.config, t.breaker_state, t.consecutive_failures, t.open_until, t.cooldown_ms, t.flow_starts";
+    "t.id, t.account, t.config, t.breaker_state, t.consecutive_failures, t.open_until, t.cooldown_ms, t.flow_starts";
 
 fn json(text: String) -> serde_json::Value {
     serde_json::from_str(&text).unwrap_or_default()
@@ -67,6 +67,7 @@ impl GateBackend for SqliteStore {
         .map_err(map_err)?;
         let mut gates = Vec::with_capacity(rows.len());
         for row in rows {
+            let account = AccountId::from_trusted(row.account.clone());
             let (id, gate) = row.into_gate(json, time);
             let (n,): (i64,) = sqlx::query_as(
                 "SELECT count(*) FROM messages WHERE target_id = ?1 AND state = 'Scheduled' AND gated = 1 \
@@ -77,7 +78,7 @@ impl GateBackend for SqliteStore {
             .fetch_one(&mut *tx)
             .await
             .map_err(map_err)?;
-            gates.push((id, gate, u32::try_from(n).unwrap_or(u32::MAX)));
+            gates.push((id, account, gate, u32::try_from(n).unwrap_or(u32::MAX)));
         }
         let mut planned = plan(gates, now, limit, shares);
         let token = Uuid::new_v4();

@@ -84,13 +84,20 @@ impl DeliveryStore for SqliteStore {
         self.open_claimed(tx, rows, token, now).await
     }
 
-    async fn next_due_except(&self, full: &[TargetId]) -> StoreResult<Option<DateTime<Utc>>> {
+    async fn next_due_except(
+        &self,
+        full: &[TargetId],
+        full_accounts: &[AccountId],
+    ) -> StoreResult<Option<DateTime<Utc>>> {
         let full: Vec<&str> = full.iter().map(TargetId::as_str).collect();
+        let full_accounts: Vec<&str> = full_accounts.iter().map(AccountId::as_str).collect();
         let (next,): (Option<i64>,) = sqlx::query_as(
             "SELECT min(claim_at) FROM messages WHERE state = 'Scheduled' AND paused = 0 AND gated = 0 AND held = 0 AND pull = 0 \
-               AND target_id NOT IN (SELECT value FROM json_each(?1))",
+               AND target_id NOT IN (SELECT value FROM json_each(?1)) \
+               AND account NOT IN (SELECT value FROM json_each(?2))",
         )
         .bind(serde_json::to_string(&full).expect("ids serialize"))
+        .bind(serde_json::to_string(&full_accounts).expect("ids serialize"))
         .fetch_one(&self.reader)
         .await
         .map_err(map_err)?;
@@ -218,34 +225,52 @@ impl SqliteStore {
             .map_err(map_err)?,
             Some(shares) => {
                 let full: Vec<&str> = shares.full().map(TargetId::as_str).collect();
+                let full_accounts: Vec<&str> =
+                    shares.full_accounts().map(AccountId::as_str).collect();
                 let room: serde_json::Map<String, serde_json::Value> = shares
                     .room
                     .iter()
                     .filter(|(_, n)| *n > 0)
                     .map(|(t, n)| (t.as_str().to_string(), (*n).into()))
                     .collect();
+                let account_room: serde_json::Map<String, serde_json::Value> = shares
+                    .accounts
+                    .iter()
+                    .filter(|(_, n)| *n > 0)
+                    .map(|(a, n)| (a.as_str().to_string(), (*n).into()))
+                    .collect();
+                // Round robin over the accounts (`an`), and within an
+                // account over its targets (`rn`), as the PostgreSQL claim.
                 sqlx::query_as(&update(
-                    "WITH oldest AS MATERIALIZED (SELECT id, target_id, claim_at FROM messages \
+                    "WITH oldest AS MATERIALIZED (SELECT id, account, target_id, claim_at FROM messages \
                        WHERE state = 'Scheduled' AND paused = 0 AND gated = 0 AND held = 0 AND pull = 0 AND claim_at <= ?1 \
                          AND target_id NOT IN (SELECT value FROM json_each(?5)) \
+                         AND account NOT IN (SELECT value FROM json_each(?9)) \
                        ORDER BY claim_at LIMIT ?7) \
                      SELECT id FROM ( \
-                       SELECT c.id, c.claim_at, COALESCE(r.value, ?6) AS room, \
-                         row_number() OVER (PARTITION BY c.target_id ORDER BY c.claim_at) AS rn \
-                       FROM (SELECT * FROM oldest \
-                             UNION \
-                             SELECT * FROM (SELECT id, target_id, claim_at FROM messages \
-                             WHERE state = 'Scheduled' AND paused = 0 AND gated = 0 AND held = 0 AND pull = 0 AND claim_at <= ?1 \
-                               AND target_id NOT IN (SELECT value FROM json_each(?5)) \
-                               AND claim_at > (SELECT max(claim_at) FROM oldest) \
-                             ORDER BY claim_at LIMIT ?4) \
-                             UNION \
-                             SELECT * FROM (SELECT id, target_id, claim_at FROM messages \
-                             WHERE state = 'Scheduled' AND paused = 0 AND gated = 0 AND held = 0 AND pull = 0 AND claim_at <= ?1 \
-                               AND target_id NOT IN (SELECT value FROM json_each(?5)) \
-                             ORDER BY claim_at DESC LIMIT ?4)) c \
-                       LEFT JOIN json_each(?8) r ON r.key = c.target_id) \
-                     WHERE rn <= room ORDER BY rn, claim_at LIMIT ?4",
+                       SELECT k.id, k.claim_at, COALESCE(a.value, ?10) AS aroom, \
+                         row_number() OVER (PARTITION BY k.account ORDER BY k.rn, k.claim_at) AS an \
+                       FROM ( \
+                         SELECT c.id, c.account, c.claim_at, COALESCE(r.value, ?6) AS room, \
+                           row_number() OVER (PARTITION BY c.target_id ORDER BY c.claim_at) AS rn \
+                         FROM (SELECT * FROM oldest \
+                               UNION \
+                               SELECT * FROM (SELECT id, account, target_id, claim_at FROM messages \
+                               WHERE state = 'Scheduled' AND paused = 0 AND gated = 0 AND held = 0 AND pull = 0 AND claim_at <= ?1 \
+                                 AND target_id NOT IN (SELECT value FROM json_each(?5)) \
+                                 AND account NOT IN (SELECT value FROM json_each(?9)) \
+                                 AND claim_at > (SELECT max(claim_at) FROM oldest) \
+                               ORDER BY claim_at LIMIT ?4) \
+                               UNION \
+                               SELECT * FROM (SELECT id, account, target_id, claim_at FROM messages \
+                               WHERE state = 'Scheduled' AND paused = 0 AND gated = 0 AND held = 0 AND pull = 0 AND claim_at <= ?1 \
+                                 AND target_id NOT IN (SELECT value FROM json_each(?5)) \
+                                 AND account NOT IN (SELECT value FROM json_each(?9)) \
+                               ORDER BY claim_at DESC LIMIT ?4)) c \
+                         LEFT JOIN json_each(?8) r ON r.key = c.target_id) k \
+                       LEFT JOIN json_each(?11) a ON a.key = k.account \
+                       WHERE k.rn <= k.room) \
+                     WHERE an <= aroom ORDER BY an, claim_at LIMIT ?4",
                 ))
                 .bind(ms(now))
                 .bind(lease_end)
@@ -255,6 +280,9 @@ impl SqliteStore {
                 .bind(i64::from(shares.per_target))
                 .bind(i64::from(limit.saturating_mul(CLAIM_WINDOW)))
                 .bind(serde_json::Value::Object(room).to_string())
+                .bind(serde_json::to_string(&full_accounts).expect("ids serialize"))
+                .bind(i64::from(shares.per_account))
+                .bind(serde_json::Value::Object(account_room).to_string())
                 .fetch_all(&mut *tx)
                 .await
                 .map_err(map_err)?
