@@ -274,8 +274,9 @@ async fn a_hanging_target_does_not_hold_back_another_account_on_one_instance() {
 /// While one account's targets all hang with messages due, more of them
 /// than the instance has slots for, another account's message due now is
 /// attempted within a second: the hanging account holds at most its part of
-/// each instance's slots (three quarters of them while it is alone), though
-/// each of its targets has slots free. `hog` is its targets' config.
+/// each instance's slots (all but a quarter of them while it is alone, the
+/// quarter being less than a target's share here), though each of its
+/// targets has slots free. `hog` is its targets' config.
 async fn a_hanging_account_does_not_hold_back_another_account(instances: Vec<TestApp>, hog: Value) {
     let first = &instances[0];
     let hung = Receiver::start().await;

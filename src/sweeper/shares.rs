@@ -4,9 +4,10 @@
 //! are slow or hang cannot take the delivery slots every other account's
 //! messages need.
 //!
-//! An account's part is the instance's `concurrency` less a quarter kept for
-//! accounts that have nothing in flight yet (`NEWCOMERS`), shared evenly by
-//! the accounts with attempts in flight or waiting. An account over its part
+//! An account's part is the instance's `concurrency` less what is kept for
+//! accounts that have nothing in flight yet (`NEWCOMERS`: a quarter, or one
+//! target's share if that is less), shared evenly by the accounts with
+//! attempts in flight or waiting. An account over its part
 //! (others arrived after it filled it) starts nothing more until it is under
 //! it again; nothing in flight is cut short.
 //!
@@ -32,9 +33,9 @@ use crate::{
     store::{ClaimShares, Claimed},
 };
 
-/// One part in this many of an instance's slots is kept for accounts with
-/// nothing in flight: a newcomer starts at once beside accounts that fill
-/// their parts.
+/// One part in this many of an instance's slots, at most one target's share,
+/// is kept for accounts with nothing in flight: a newcomer starts at once
+/// beside accounts that fill their parts.
 const NEWCOMERS: u32 = 4;
 
 /// At most this many shares' worth of a target's claimed messages wait for its slots.
@@ -90,9 +91,6 @@ struct Account {
     /// Its messages waiting, but those claimed ahead (as `Counts::queued`:
     /// they count against what may be held ahead).
     queued: u32,
-    /// It held its whole part: it takes more once a quarter of it is free
-    /// again.
-    filled: bool,
     /// The last claim found it without room: the attempt that gives it
     /// room wakes the sweeper.
     waits_for_room: bool,
@@ -171,9 +169,10 @@ impl InFlight {
 
     /// How many attempts an account may have in flight while `active`
     /// accounts (itself among them) have attempts in flight or waiting:
-    /// an even part of the slots not kept for newcomers.
+    /// an even part of the slots not kept for newcomers (a quarter, or one
+    /// target's share if that is less).
     fn part(&self, active: usize) -> u32 {
-        let shared = self.slots - self.slots / NEWCOMERS;
+        let shared = self.slots - (self.slots / NEWCOMERS).min(self.per_target);
         (shared / u32::try_from(active.max(1)).unwrap_or(u32::MAX)).max(1)
     }
 
@@ -194,8 +193,8 @@ impl InFlight {
     }
 
     /// How many more of an account's messages a claim may take: what its
-    /// part and its targets' waiting room (`prefetch`) leave; none once it
-    /// filled its part, until a quarter of the part is free again.
+    /// part and its targets' waiting room (`prefetch`) leave. (Claims come
+    /// in batches by its targets' shares, which free by halves.)
     fn account_room(
         &self,
         counts: &Counts,
@@ -207,9 +206,6 @@ impl InFlight {
             return self.part_of(counts, account);
         };
         let part = self.part_of(counts, account);
-        if a.filled && a.in_flight + part.div_ceil(NEWCOMERS) > part {
-            return 0;
-        }
         if gated {
             // What starts at once: a gate's claim never waits here.
             part.saturating_sub(a.in_flight + a.queued)
@@ -330,15 +326,13 @@ impl InFlight {
         }
     }
 
-    /// Counts `n` attempts of an account started; it is marked filled once
-    /// it holds its part.
+    /// Counts `n` attempts of an account started.
     fn account_started(&self, counts: &mut Counts, account: &AccountId, n: u32) {
-        let part = self.part_of(counts, account);
-        let a = counts.accounts.entry(account.clone()).or_default();
-        a.in_flight += n;
-        if a.in_flight >= part {
-            a.filled = true;
-        }
+        counts
+            .accounts
+            .entry(account.clone())
+            .or_default()
+            .in_flight += n;
     }
 
     /// Forgets an account with nothing in flight or waiting; the others'
@@ -535,12 +529,9 @@ impl InFlight {
             return false;
         };
         a.in_flight = a.in_flight.saturating_sub(n);
-        if a.in_flight + part.div_ceil(NEWCOMERS) <= part {
-            a.filled = false;
-        }
-        // Room again once it is no longer filled and under its part: the
-        // waiting room of its targets is the claim's to reckon.
-        let refilled = a.waits_for_room && !a.filled && a.in_flight + a.queued < part;
+        // Room again once under its part: the waiting room of its targets
+        // is the claim's to reckon.
+        let refilled = a.waits_for_room && a.in_flight + a.queued < part;
         if refilled {
             a.waits_for_room = false;
         }
@@ -704,7 +695,7 @@ mod account_tests {
         f.started(&other, &target('c'), 6);
         assert!(!may_start(&f, &other, 1), "the newcomer holds its part");
         // The hog is over its part now (6 of 12): what ends does not let it
-        // start more until it is a quarter of its part under it.
+        // start more until it is under it.
         assert!(f.freed.notified().now_or_never().is_none());
         f.ended(&target('a'), &hog, 6);
         assert!(!may_start(&f, &hog, 1));
