@@ -66,6 +66,11 @@ pub async fn purge_as_of(
     }
 }
 
+/// How often the rows that count an account's scheduled messages are folded
+/// into one (each statement that moves messages appends one on PostgreSQL):
+/// reading a count sums no more than a second's worth of them.
+const FOLD_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
 pub async fn run(
     store: Arc<dyn Store>,
     clock: Arc<dyn Clock>,
@@ -74,9 +79,17 @@ pub async fn run(
 ) {
     let mut interval = tokio::time::interval(config.interval);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut fold = tokio::time::interval(FOLD_EVERY);
+    fold.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = interval.tick() => {}
+            _ = fold.tick() => {
+                if let Err(e) = store.fold_counts().await {
+                    warn!(error = %e, "folding the accounts' counts failed; will try again");
+                }
+                continue;
+            }
             _ = shutdown.cancelled() => return,
         }
         // What an instance that stopped while enabling or disabling a target

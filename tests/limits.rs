@@ -200,3 +200,119 @@ async fn schedules_paused_or_not_count_and_runs_a_second_bound_create_and_patch(
     .await;
     app.shutdown().await;
 }
+
+/// Messages far in the future: they stay Scheduled for the whole test.
+fn later() -> String {
+    common::in_ms(3_600_000)
+}
+
+async fn post_message(api: &Api, target: &str) -> reqwest::Response {
+    api.post(
+        "/messages",
+        json!({"targetId": target, "deliveryTime": later(), "payload": "x"}),
+    )
+    .await
+}
+
+async fn post_batch(api: &Api, target: &str, n: usize) -> reqwest::Response {
+    let messages: Vec<Value> = (0..n)
+        .map(|_| json!({"targetId": target, "deliveryTime": later(), "payload": "x"}))
+        .collect();
+    api.post("/messages/batch", json!({"messages": messages}))
+        .await
+}
+
+async fn scheduled(api: &Api) -> usize {
+    let r = api.get("/messages?state=Scheduled&limit=100").await;
+    assert_eq!(r.status(), 200);
+    r.json::<Value>().await.unwrap()["items"]
+        .as_array()
+        .unwrap()
+        .len()
+}
+
+async fn cancel(api: &Api, message: &str) {
+    let r = api
+        .post(&format!("/messages/{message}/cancel"), json!({}))
+        .await;
+    assert_eq!(r.status(), 200);
+}
+
+/// `limits.scheduled_messages` bounds every way messages become Scheduled:
+/// one, a batch (whole), an event's fan-out (whole), a redrive (before any
+/// change) and a schedule's creation; what leaves Scheduled makes room.
+#[tokio::test]
+async fn scheduled_messages_are_bounded_on_every_way_in_and_leaving_makes_room() {
+    let app = TestApp::spawn_with(|c| c.limits.scheduled_messages = 5).await;
+    let api = app.api("acme").await;
+    // One dead letter first (its receiver refuses it for good).
+    let refusing = common::receiver::Receiver::start().await;
+    refusing.always(common::receiver::Reply::status(400));
+    let bad = api.webhook(&refusing.url("/no")).await;
+    let bad = id(&bad, "targetId");
+    let dead = api.schedule(&bad, &common::in_ms(0), "x").await;
+    let dead = id(&dead, "messageId");
+    api.wait_for_state(&dead, "DeadLetter", std::time::Duration::from_secs(10))
+        .await;
+
+    let t = id(&target(&api, "far").await.json().await.unwrap(), "targetId");
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let r = post_message(&api, &t).await;
+        assert_eq!(r.status(), 201);
+        ids.push(id(&r.json().await.unwrap(), "messageId"));
+    }
+    // A batch that would pass it is refused whole.
+    refused(post_batch(&api, &t, 3).await, "limits.scheduled_messages").await;
+    assert_eq!(scheduled(&api).await, 3, "nothing of the batch was made");
+    // Reaching it exactly is allowed.
+    let r = post_batch(&api, &t, 2).await;
+    assert!(r.status().is_success(), "{}", r.status());
+    assert_eq!(scheduled(&api).await, 5);
+    refused(post_message(&api, &t).await, "limits.scheduled_messages").await;
+    // A redrive of the dead letter, a schedule: refused, nothing changed.
+    let r = api
+        .post("/messages/redrive", json!({"messageIds": [dead.clone()]}))
+        .await;
+    refused(r, "limits.scheduled_messages").await;
+    assert_eq!(api.message(&dead).await["state"], "DeadLetter");
+    refused(
+        schedule(&api, &t, json!({"every": "1h"})).await,
+        "limits.scheduled_messages",
+    )
+    .await;
+    // An event reaching two targets: refused whole while there is room for
+    // one, made once there is room for both.
+    let t2 = id(
+        &target(&api, "second").await.json().await.unwrap(),
+        "targetId",
+    );
+    for target in [&t, &t2] {
+        let r = api
+            .post(
+                "/subscriptions",
+                json!({"targetId": target, "types": ["order.*"], "name": "orders"}),
+            )
+            .await;
+        assert_eq!(r.status(), 201);
+    }
+    cancel(&api, &ids[0]).await;
+    let event = json!({"type": "order.created", "payload": "{\"n\": 1}", "deliveryTime": later()});
+    refused(
+        api.post("/events", event.clone()).await,
+        "limits.scheduled_messages",
+    )
+    .await;
+    assert_eq!(scheduled(&api).await, 4);
+    cancel(&api, &ids[1]).await;
+    assert_eq!(api.post("/events", event).await.status(), 201);
+    assert_eq!(scheduled(&api).await, 5);
+    // Another account has its own count.
+    let other = app.api("globex").await;
+    let theirs = id(
+        &target(&other, "theirs").await.json().await.unwrap(),
+        "targetId",
+    );
+    assert_eq!(post_message(&other, &theirs).await.status(), 201);
+    app.shutdown().await;
+}

@@ -108,6 +108,8 @@ mod claim_ahead;
 mod claims;
 #[path = "store_conformance/clients.rs"]
 mod clients;
+#[path = "store_conformance/counts.rs"]
+mod counts;
 #[path = "store_conformance/events.rs"]
 mod events;
 #[path = "store_conformance/gates.rs"]

@@ -122,6 +122,7 @@ fn item(
     responses(
         (status = 200, description = "Each message's result", body = BatchOut),
         (status = 400, description = "Not a list of 1 to 1,000 messages", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The batch would pass limits.scheduled_messages (problem type …/quota); none of it was made", body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = ["messages:write"]))
 )]

@@ -77,7 +77,8 @@ async fn apply(state: &AppState, actor: &Actor, bulk: Bulk) -> ApiResult<Json<Co
 #[utoipa::path(
     post, path = "/messages/redrive", operation_id = "redrive_messages", tag = "messages", request_body = RedriveIn,
     responses((status = 200, body = CountOut),
-              (status = 400, description = "Invalid input, no target and no ids, or more than bulk.max messages match", body = Problem, content_type = "application/problem+json")),
+              (status = 400, description = "Invalid input, no target and no ids, or more than bulk.max messages match", body = Problem, content_type = "application/problem+json"),
+              (status = 409, description = "The account would pass limits.scheduled_messages (problem type …/quota); nothing changed", body = Problem, content_type = "application/problem+json")),
     security(("bearer" = ["messages:write"]))
 )]
 pub async fn redrive(
@@ -171,7 +172,8 @@ pub async fn cancel(
 #[utoipa::path(
     post, path = "/messages/replay", operation_id = "replay_messages", tag = "messages", request_body = ReplayIn,
     responses((status = 200, body = CountOut),
-              (status = 400, description = "Invalid input, or more than bulk.max messages match", body = Problem, content_type = "application/problem+json")),
+              (status = 400, description = "Invalid input, or more than bulk.max messages match", body = Problem, content_type = "application/problem+json"),
+              (status = 409, description = "The account would pass limits.scheduled_messages (problem type …/quota); nothing changed", body = Problem, content_type = "application/problem+json")),
     security(("bearer" = ["messages:write"]))
 )]
 pub async fn replay(

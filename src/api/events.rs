@@ -197,7 +197,7 @@ pub async fn delete_subscription(
     responses(
         (status = 201, description = "Published", body = EventOut, headers(("Location" = String))),
         (status = 400, description = "Invalid input; errors[].field names the field", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "Idempotency-Key reused with another body", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Idempotency-Key reused with another body, or its fan-out would pass limits.scheduled_messages (problem type …/quota)", body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = ["messages:write"]))
 )]
@@ -329,7 +329,8 @@ pub async fn list_events(
 #[utoipa::path(
     post, path = "/events/replay", operation_id = "replay_events", tag = "events", request_body = EventReplayIn,
     responses((status = 200, body = CountOut),
-              (status = 400, description = "Invalid input, or more than bulk.max events match", body = Problem, content_type = "application/problem+json")),
+              (status = 400, description = "Invalid input, or more than bulk.max events match", body = Problem, content_type = "application/problem+json"),
+              (status = 409, description = "The account would pass limits.scheduled_messages (problem type …/quota); nothing changed", body = Problem, content_type = "application/problem+json")),
     security(("bearer" = ["messages:write"]))
 )]
 pub async fn replay(

@@ -86,7 +86,7 @@ pub(super) fn schedule_request(
     responses(
         (status = 201, description = "Scheduled", body = MessageOut, headers(("Location" = String))),
         (status = 400, description = "Invalid input; errors[].field names the field", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "Idempotency-Key reused with another body", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Idempotency-Key reused with another body, or the account is at limits.scheduled_messages (problem type …/quota)", body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = ["messages:write"]))
 )]

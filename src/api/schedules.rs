@@ -50,7 +50,7 @@ fn respond(status: StatusCode, s: &Schedule, now: chrono::DateTime<chrono::Utc>)
     responses(
         (status = 201, description = "Created", body = ScheduleOut, headers(("Location" = String))),
         (status = 400, description = "Invalid input; errors[].field names each field", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "The account is at limits.schedules or limits.schedule_runs_per_second (problem type …/quota)", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The account is at limits.schedules, limits.schedule_runs_per_second or limits.scheduled_messages (problem type …/quota)", body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = ["messages:write"]))
 )]
@@ -145,7 +145,7 @@ pub async fn get(
     )),
     responses((status = 200, body = ScheduleOut), (status = 400, body = Problem, content_type = "application/problem+json"),
               (status = 404, body = Problem, content_type = "application/problem+json"),
-              (status = 409, description = "Other changes kept landing at the same time, or the new rule would pass limits.schedule_runs_per_second (problem type …/quota)", body = Problem, content_type = "application/problem+json")),
+              (status = 409, description = "Other changes kept landing at the same time, the new rule would pass limits.schedule_runs_per_second, or the account is at limits.scheduled_messages (problem type …/quota)", body = Problem, content_type = "application/problem+json")),
     security(("bearer" = ["messages:write"]))
 )]
 pub async fn patch(
@@ -198,7 +198,7 @@ pub async fn pause(
 #[utoipa::path(
     post, path = "/schedules/{scheduleId}/resume", tag = "schedules", params(("scheduleId" = String, Path)),
     responses((status = 200, body = ScheduleOut), (status = 404, body = Problem, content_type = "application/problem+json"),
-              (status = 409, description = "Other changes kept landing at the same time", body = Problem, content_type = "application/problem+json")),
+              (status = 409, description = "Other changes kept landing at the same time, or the account is at limits.scheduled_messages (problem type …/quota)", body = Problem, content_type = "application/problem+json")),
     security(("bearer" = ["messages:write"]))
 )]
 pub async fn resume(

@@ -12,6 +12,7 @@ pub enum Limit {
     Targets,
     Subscriptions,
     Schedules,
+    ScheduledMessages,
     ScheduleRunsPerSecond,
 }
 
@@ -22,6 +23,7 @@ impl Limit {
             Limit::Targets => "limits.targets",
             Limit::Subscriptions => "limits.subscriptions",
             Limit::Schedules => "limits.schedules",
+            Limit::ScheduledMessages => "limits.scheduled_messages",
             Limit::ScheduleRunsPerSecond => "limits.schedule_runs_per_second",
         }
     }
@@ -32,6 +34,7 @@ impl Limit {
             Limit::Targets => "targets",
             Limit::Subscriptions => "subscriptions",
             Limit::Schedules => "schedules",
+            Limit::ScheduledMessages => "messages in state Scheduled",
             Limit::ScheduleRunsPerSecond => "schedule runs a second",
         }
     }
@@ -44,6 +47,9 @@ pub struct Limits {
     pub targets: u64,
     pub subscriptions: u64,
     pub schedules: u64,
+    /// Messages in state Scheduled (schedules' runs count, and are made
+    /// whatever the count).
+    pub scheduled_messages: u64,
     /// Runs a second that all the account's schedules make, summed over a
     /// minute.
     pub schedule_runs_per_second: u64,
@@ -55,6 +61,7 @@ impl Default for Limits {
             targets: 1_000,
             subscriptions: 1_000,
             schedules: 10_000,
+            scheduled_messages: 10_000_000,
             schedule_runs_per_second: 1_000,
         }
     }
@@ -67,6 +74,7 @@ impl Limits {
             Limit::Targets => self.targets,
             Limit::Subscriptions => self.subscriptions,
             Limit::Schedules => self.schedules,
+            Limit::ScheduledMessages => self.scheduled_messages,
             Limit::ScheduleRunsPerSecond => self.schedule_runs_per_second,
         }
     }
@@ -121,6 +129,11 @@ mod tests {
             (Limit::Targets, "limits.targets", 1_000),
             (Limit::Subscriptions, "limits.subscriptions", 1_000),
             (Limit::Schedules, "limits.schedules", 10_000),
+            (
+                Limit::ScheduledMessages,
+                "limits.scheduled_messages",
+                10_000_000,
+            ),
             (
                 Limit::ScheduleRunsPerSecond,
                 "limits.schedule_runs_per_second",

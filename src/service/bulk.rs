@@ -42,6 +42,10 @@ impl Service {
                 ),
             ));
         }
+        // A redrive or replay makes what it matches scheduled again.
+        if bulk.action.to_state() == State::Scheduled {
+            self.room_for_scheduled(account, matched).await?;
+        }
         // Messages this instance holds ahead of their time go back to the
         // store first, and no more are claimed ahead while the cancel runs:
         // a cancel wins over an attempt not yet started.

@@ -146,6 +146,14 @@ impl Service {
             response: ResponseJson::default(),
             ttl: IDEMPOTENCY_TTL,
         });
+        // Refused whole when its fan-out would pass the account's limit.
+        // A fan-out reaches each target once: far below the limit by more
+        // than the account may have targets, nothing is read.
+        let counted = !self.scheduled_far_below(account, self.config.limits.targets);
+        if counted {
+            let reaching = self.store.reaching(account, event.ty.as_str()).await?;
+            self.room_for_scheduled(account, reaching).await?;
+        }
         let item = PublishItem { event, key };
         let published = match &self.commits {
             Some(commits) => commits.publishes.submit(item).await?,
@@ -158,6 +166,9 @@ impl Service {
         };
         match published {
             Published::Created(view) => {
+                if !counted {
+                    self.scheduled_added(account, view.messages.len() as u64);
+                }
                 if !view.messages.is_empty() {
                     metrics::counter!(m::SCHEDULED).increment(view.messages.len() as u64);
                     self.wake.due(view.event.delivery_time);
@@ -227,6 +238,7 @@ impl Service {
                 format!("more than {max} events match (bulk.max); narrow the range (from, to)"),
             ));
         }
+        self.room_for_scheduled(account, matched).await?;
         let at = time::truncate_ms(spec.delivery_time.unwrap_or_else(|| self.now()));
         let mut made = 0;
         let mut after = None;

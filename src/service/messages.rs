@@ -72,6 +72,7 @@ impl Service {
         account: &AccountId,
         req: ScheduleRequest,
     ) -> ServiceResult<Scheduled> {
+        self.room_for_scheduled(account, 1).await?;
         let item = self.new_item(account, req, self.now());
         let outcome = match &self.commits {
             Some(commits) => commits.inserts.submit(item).await?,
@@ -111,6 +112,8 @@ impl Service {
                 Err(errors) => answers.push(Some(Err(ServiceError::Invalid(errors)))),
             }
         }
+        // Refused whole when the batch would pass the account's limit.
+        self.room_for_scheduled(account, items.len() as u64).await?;
         let outcomes = insert_once(self.store.as_ref(), items).await?;
         let mut created = 0;
         let mut earliest: Option<DateTime<Utc>> = None;
@@ -141,6 +144,7 @@ impl Service {
         payload: Option<String>,
     ) -> ServiceResult<Message> {
         let account = actor.allow(Permission::OperateTargets)?;
+        self.room_for_scheduled(account, 1).await?;
         let now = self.now();
         let payload = match payload {
             Some(p) => Payload::parse(p).map_err(|e| ServiceError::field("payload", e.to_string()))?,

@@ -12,6 +12,7 @@
 pub mod access;
 pub mod bulk;
 pub mod coalesce;
+mod counts;
 pub mod events;
 mod idempotency;
 pub mod identities;
@@ -56,6 +57,8 @@ pub struct Service {
     clock: Arc<dyn Clock>,
     /// Consumers waiting on pull targets, and the ends of last receives.
     pull: Arc<pull::PullWatch>,
+    /// Accounts' scheduled messages, counted lately (`limits.scheduled_messages`).
+    scheduled: Arc<counts::ScheduledCounts>,
 }
 
 impl Service {
@@ -75,6 +78,7 @@ impl Service {
             commits,
             clock,
             pull: Arc::default(),
+            scheduled: Arc::default(),
         }
     }
 

@@ -33,6 +33,11 @@ impl Service {
         let now = truncate_ms(self.now());
         let mut s = spec.into_schedule(ScheduleId::new(), account.clone(), now);
         s.restart_at(now);
+        // Its runs are never refused: a schedule whose next run would pass
+        // the account's limit of scheduled messages is, now.
+        if !s.paused {
+            self.room_for_scheduled(account, 1).await?;
+        }
         if !self.store.insert_schedule(&s).await? {
             return Err(ServiceError::field("targetId", "is not a known target"));
         }
@@ -52,6 +57,9 @@ impl Service {
         patch: &Value,
     ) -> ServiceResult<Schedule> {
         let account = actor.allow(Permission::ChangeMessages)?;
+        if patch.get("paused") != Some(&Value::Bool(true)) {
+            self.room_for_scheduled(account, 1).await?;
+        }
         self.change_schedule(account, id, |current| {
             let spec = wire::parse(&wire::merge(current, patch)).map_err(ServiceError::Invalid)?;
             // `change_schedule` sets what a save sets beyond the document.
@@ -73,6 +81,9 @@ impl Service {
         paused: bool,
     ) -> ServiceResult<Schedule> {
         let account = actor.allow(Permission::ChangeMessages)?;
+        if !paused {
+            self.room_for_scheduled(account, 1).await?;
+        }
         self.change_schedule(account, id, |current| {
             Ok(Schedule {
                 paused,

@@ -47,6 +47,23 @@ pub trait TargetStore: Send + Sync + 'static {
     async fn delete_target(&self, account: &AccountId, id: &TargetId) -> StoreResult<DeleteTarget>;
 }
 
+/// What an account holds, counted for its limits beyond the rows of one
+/// table (docs/api.md#account-limits).
+#[async_trait]
+pub trait CountStore: Send + Sync + 'static {
+    /// How many messages of the account are in state Scheduled, as every
+    /// statement committed so far left them (triggers count them).
+    async fn scheduled_messages(&self, account: &AccountId) -> StoreResult<u64>;
+
+    /// How many targets an event of type `ty` would reach now: the messages
+    /// its publication would make.
+    async fn reaching(&self, account: &AccountId, ty: &str) -> StoreResult<u64>;
+
+    /// Folds the counts' rows into one per account (PostgreSQL appends one
+    /// per statement); answers how many rows it folded.
+    async fn fold_counts(&self) -> StoreResult<u64>;
+}
+
 /// Recurring schedules (docs/api.md#recurring-schedules) and the messages of their runs.
 #[async_trait]
 pub trait ScheduleStore: Send + Sync + 'static {

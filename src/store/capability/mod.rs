@@ -37,6 +37,7 @@ pub trait Store:
     + TargetStore
     + ScheduleStore
     + MessageStore
+    + CountStore
     + ActionStore
     + DeliveryStore
     + GateStore
@@ -55,6 +56,7 @@ impl<T> Store for T where
         + TargetStore
         + ScheduleStore
         + MessageStore
+        + CountStore
         + ActionStore
         + DeliveryStore
         + GateStore

@@ -5,14 +5,17 @@
 //! a limit by one leave the account at the limit: the second counts after
 //! the first has committed. SQLite's one writer serialises them already.
 
-use super::{keeps::Keeps, Tx};
+use async_trait::async_trait;
+
+use super::{dialect::Dialect, keeps::Keeps, Tx};
 use crate::{
     domain::{
+        event::patterns_matching,
         ids::{AccountId, ScheduleId},
         limits::{check, Limit, OverLimit},
         schedule::{Every, Recurrence},
     },
-    store::{StoreError, StoreResult},
+    store::{CountStore, StoreError, StoreResult},
 };
 
 /// The advisory locks' class ("LIMT"), beside the hash of account and limit.
@@ -118,4 +121,56 @@ pub(crate) async fn room_for_runs<B: Keeps>(
         return Err(StoreError::Quota(OverLimit { limit, max }));
     }
     Ok(())
+}
+
+#[async_trait]
+impl<B: Keeps> CountStore for B {
+    async fn scheduled_messages(&self, account: &AccountId) -> StoreResult<u64> {
+        let (n,): (i64,) = self
+            .db()
+            .read("SELECT CAST(COALESCE(sum(n), 0) AS bigint) FROM scheduled_counts WHERE account = $1")
+            .bind(account)
+            .fetch_one()
+            .await?;
+        Ok(n.max(0) as u64)
+    }
+
+    async fn reaching(&self, account: &AccountId, ty: &str) -> StoreResult<u64> {
+        let mut stmt = self.db().read(
+            "SELECT count(DISTINCT s.target_id) FROM subscription_patterns p \
+             JOIN subscriptions s ON s.id = p.subscription_id \
+             WHERE s.enabled AND p.account = ",
+        );
+        stmt.push_bind(account.to_string())
+            .push(" AND p.pattern IN (");
+        for (i, text) in patterns_matching(ty).into_iter().enumerate() {
+            if i > 0 {
+                stmt.push(", ");
+            }
+            stmt.push_bind(text);
+        }
+        stmt.push(")");
+        let (n,): (i64,) = stmt.fetch_one().await?;
+        Ok(n.max(0) as u64)
+    }
+
+    async fn fold_counts(&self) -> StoreResult<u64> {
+        if !matches!(self.db().dialect(), Dialect::Postgres) {
+            return Ok(0);
+        }
+        // The rows it deletes are those committed when it began: appends of
+        // statements still running stay, and are folded next time; a
+        // janitor on another instance folding at once skips the rows this
+        // one took.
+        self.db()
+            .write(
+                "WITH folded AS (DELETE FROM scheduled_counts RETURNING account, n), \
+                 kept AS (INSERT INTO scheduled_counts (account, n) \
+                   SELECT account, sum(n) FROM folded GROUP BY account HAVING sum(n) <> 0) \
+                 SELECT count(*) FROM folded",
+            )
+            .fetch_one::<(i64,)>()
+            .await
+            .map(|(n,)| n.max(0) as u64)
+    }
 }
