@@ -1,10 +1,10 @@
 //! `POST /oauth/token`: the client credentials grant (RFC 6749 §4.4).
 
-use std::{net::SocketAddr, time::Duration};
+use std::{net::IpAddr, time::Duration};
 
 use axum::{
     body::Bytes,
-    extract::{ConnectInfo, State},
+    extract::State,
     http::{header, HeaderMap, HeaderValue, StatusCode},
     response::{IntoResponse, Response},
     Json,
@@ -14,7 +14,7 @@ use base64::{engine::general_purpose::STANDARD as B64, Engine};
 use crate::{
     auth::TokenError,
     domain::scope::parse_scopes,
-    limits::retry_after_secs,
+    limits::{client::ClientIp, retry_after_secs},
     state::AppState,
     store::ClientRecord,
     wire::{OAuthErrorOut, TokenForm, TokenOut},
@@ -100,15 +100,15 @@ impl IntoResponse for OAuthError {
 )]
 pub async fn token(
     State(state): State<AppState>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    ClientIp(client): ClientIp,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    if let Some(wait) = state.limits.token_address_held(peer.ip()) {
-        tracing::warn!(address = %peer.ip(), "token requests from this address held back");
+    if let Some(wait) = state.limits.token_address_held(client) {
+        tracing::warn!(address = %client, "token requests from this address held back");
         return OAuthError::held_back(wait).into_response();
     }
-    match issue(&state, peer, &headers, &body).await {
+    match issue(&state, client, &headers, &body).await {
         Ok(token) => {
             let mut response = Json(token).into_response();
             response
@@ -125,7 +125,7 @@ pub async fn token(
 
 async fn issue(
     state: &AppState,
-    peer: SocketAddr,
+    client: IpAddr,
     headers: &HeaderMap,
     body: &[u8],
 ) -> Result<TokenOut, OAuthError> {
@@ -167,7 +167,7 @@ async fn issue(
         (Some(creds), None, None) => creds,
         (None, Some(id), Some(secret)) => (id, secret),
         (None, _, _) => {
-            state.limits.token_failed(None, peer.ip());
+            state.limits.token_failed(None, client);
             let mut e = OAuthError::new(
                 StatusCode::UNAUTHORIZED,
                 "invalid_client",
@@ -186,7 +186,7 @@ async fn issue(
         return Err(OAuthError::held_back(wait));
     }
     let Some(client) = authenticate(state, &client_id, secret).await? else {
-        state.limits.token_failed(Some(&client_id), peer.ip());
+        state.limits.token_failed(Some(&client_id), client);
         let mut e = OAuthError::new(
             StatusCode::UNAUTHORIZED,
             "invalid_client",

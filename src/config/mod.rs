@@ -93,6 +93,27 @@ impl Default for BulkConfig {
 pub struct ServerConfig {
     pub listen: SocketAddr,
     pub max_body_bytes: usize,
+    /// Reverse proxies whose `X-Forwarded-For` is believed, for the limits
+    /// kept per address and for logs (`limits::client`): CIDRs, or single
+    /// addresses.
+    #[serde(default, deserialize_with = "cidrs")]
+    pub trusted_proxies: Vec<ipnet::IpNet>,
+}
+
+/// A list of CIDRs (`10.0.0.0/8`) or addresses (`127.0.0.1`, one host).
+fn cidrs<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<ipnet::IpNet>, D::Error> {
+    Vec::<String>::deserialize(d)?
+        .iter()
+        .map(|s| {
+            s.parse::<ipnet::IpNet>()
+                .or_else(|_| s.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+                .map_err(|_| {
+                    serde::de::Error::custom(format!(
+                        "server.trusted_proxies: {s:?} is not a CIDR or an address"
+                    ))
+                })
+        })
+        .collect()
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]

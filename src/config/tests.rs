@@ -186,3 +186,27 @@ fn private_hosts_are_names_given_as_a_list_in_the_environment() {
     }
     assert!(Config::defaults().webhook.allow_private_hosts.is_empty());
 }
+
+#[test]
+fn trusted_proxies_are_cidrs_or_addresses_and_anything_else_is_refused_by_key() {
+    figment::Jail::expect_with(|jail| {
+        let c = Config::load(None).map_err(|e| e.to_string())?;
+        assert!(c.server.trusted_proxies.is_empty(), "none by default");
+        jail.set_env(
+            "DISPATCH_SERVER__TRUSTED_PROXIES",
+            r#"["10.0.0.0/8", "192.0.2.7", "2001:db8::/32"]"#,
+        );
+        let c = Config::load(None).map_err(|e| e.to_string())?;
+        let got: Vec<String> = c
+            .server
+            .trusted_proxies
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(got, ["10.0.0.0/8", "192.0.2.7/32", "2001:db8::/32"]);
+        jail.set_env("DISPATCH_SERVER__TRUSTED_PROXIES", r#"["proxy.local"]"#);
+        let err = Config::load(None).unwrap_err().to_string();
+        assert!(err.contains("trusted_proxies"), "{err}");
+        Ok(())
+    });
+}

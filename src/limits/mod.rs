@@ -12,6 +12,7 @@
 //! have succeeded.
 
 pub mod api;
+pub mod client;
 
 pub use api::ApiLimits;
 

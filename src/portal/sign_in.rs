@@ -1,10 +1,8 @@
 //! The sign-in page: the form, and signing a person in by email and
 //! password (rate limited by address and by email).
 
-use std::net::SocketAddr;
-
 use axum::{
-    extract::{ConnectInfo, Query, State},
+    extract::{Query, State},
     http::{HeaderMap, StatusCode},
     response::{Html, IntoResponse, Redirect, Response},
 };
@@ -17,7 +15,7 @@ use super::{
     session::{check_pre_session_csrf, pre_session_csrf, start_session},
     PortalForm, PortalResult,
 };
-use crate::state::AppState;
+use crate::{limits::client::ClientIp, state::AppState};
 
 #[derive(Debug, Deserialize)]
 pub struct LoginQuery {
@@ -96,7 +94,7 @@ pub struct LoginForm {
 
 pub async fn login(
     State(state): State<AppState>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    ClientIp(client): ClientIp,
     headers: HeaderMap,
     jar: CookieJar,
     PortalForm(form): PortalForm<LoginForm>,
@@ -105,8 +103,8 @@ pub async fn login(
     let email = form.email.trim().to_lowercase();
     let next = safe_next(Some(&form.next));
     let runtime = &state.sign_ins;
-    if runtime.by_address.check(&peer.ip()).is_err() || runtime.by_email.check(&email).is_err() {
-        tracing::warn!(address = %peer.ip(), "portal sign-in rate limited");
+    if runtime.by_address.check(&client).is_err() || runtime.by_email.check(&email).is_err() {
+        tracing::warn!(address = %client, "portal sign-in rate limited");
         let page = login_form(
             &form.csrf,
             &next,

@@ -167,3 +167,55 @@ async fn a_secret_stored_as_argon2_still_verifies_and_is_then_stored_fast() {
     assert_eq!(grant(&app, &id, "wrong").await.status(), 401);
     app.shutdown().await;
 }
+
+/// A failed grant with the client id and secret in Basic auth, sent with
+/// `X-Forwarded-For: forwarded`.
+async fn grant_from(app: &TestApp, id: &str, forwarded: &str) -> Response {
+    app.http
+        .post(app.url("/oauth/token"))
+        .basic_auth(id, Some("wrong"))
+        .header("x-forwarded-for", forwarded)
+        .form(&[("grant_type", "client_credentials")])
+        .send()
+        .await
+        .unwrap()
+}
+
+/// Behind a trusted reverse proxy each client is counted under the address
+/// the proxy forwards, so one client's failures hold back only that client;
+/// from a peer that is not trusted the header is ignored and every request
+/// counts under the peer's own address.
+#[tokio::test]
+async fn behind_a_trusted_proxy_the_address_limit_counts_each_forwarded_client() {
+    async fn spend_one_address(app: &TestApp) {
+        // Two failures per client id, ten per address: five client ids
+        // from 203.0.113.7 spend that address.
+        for _ in 0..5 {
+            let (id, _) = app.client("acme", &[]).await;
+            for _ in 0..2 {
+                assert_eq!(grant_from(app, &id, "203.0.113.7").await.status(), 401);
+            }
+        }
+    }
+    let trusting = TestApp::spawn_with(|c| {
+        c.auth.token_attempts = 2;
+        c.server.trusted_proxies = vec!["127.0.0.0/8".parse().unwrap()];
+    })
+    .await;
+    spend_one_address(&trusting).await;
+    let (id, _) = trusting.client("acme", &[]).await;
+    assert_held_back(grant_from(&trusting, &id, "203.0.113.7").await).await;
+    // Another client behind the same proxy is not held back.
+    assert_eq!(
+        grant_from(&trusting, &id, "198.51.100.2").await.status(),
+        401
+    );
+    trusting.shutdown().await;
+
+    // Not trusted: the header changes nothing, the peer's address is spent.
+    let plain = TestApp::spawn_with(|c| c.auth.token_attempts = 2).await;
+    spend_one_address(&plain).await;
+    let (id, _) = plain.client("acme", &[]).await;
+    assert_held_back(grant_from(&plain, &id, "198.51.100.2").await).await;
+    plain.shutdown().await;
+}
