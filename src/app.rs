@@ -322,6 +322,7 @@ pub async fn start_with(
         store.clone(),
         clock,
         config.retention.clone(),
+        config.auth.token_window,
         shutdown.clone(),
     ));
     info!(%addr, sweeper = config.sweeper.enabled, "dispatch is serving");

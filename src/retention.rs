@@ -75,6 +75,7 @@ pub async fn run(
     store: Arc<dyn Store>,
     clock: Arc<dyn Clock>,
     config: RetentionConfig,
+    token_window: std::time::Duration,
     shutdown: CancellationToken,
 ) {
     let mut interval = tokio::time::interval(config.interval);
@@ -101,6 +102,12 @@ pub async fn run(
                 "messages brought in line with their targets' enabled"
             ),
             Err(e) => warn!(error = %e, "aligning targets failed; will try again"),
+        }
+        // Failed token requests older than their window count no more.
+        let window_ms = i64::try_from(token_window.as_millis()).unwrap_or(i64::MAX);
+        let before = clock.now().timestamp_millis().saturating_sub(window_ms);
+        if let Err(e) = store.purge_token_failures(before).await {
+            warn!(error = %e, "forgetting old failed token requests failed; will try again");
         }
         match purge_as_of(store.as_ref(), &config, clock.as_ref()).await {
             Ok(p) if p != Purged::default() => {

@@ -125,7 +125,7 @@ pub async fn token(
 
 async fn issue(
     state: &AppState,
-    client: IpAddr,
+    address: IpAddr,
     headers: &HeaderMap,
     body: &[u8],
 ) -> Result<TokenOut, OAuthError> {
@@ -167,7 +167,8 @@ async fn issue(
         (Some(creds), None, None) => creds,
         (None, Some(id), Some(secret)) => (id, secret),
         (None, _, _) => {
-            state.limits.token_failed(None, client);
+            state.limits.token_failed(None, address);
+            state.service.token_failed(None, address).await;
             let mut e = OAuthError::new(
                 StatusCode::UNAUTHORIZED,
                 "invalid_client",
@@ -185,8 +186,14 @@ async fn issue(
         tracing::warn!(client_id, "token requests for this client held back");
         return Err(OAuthError::held_back(wait));
     }
+    // What every instance counted.
+    if let Some(wait) = state.service.token_held(&client_id, address).await {
+        tracing::warn!(client_id, %address, "token requests held back");
+        return Err(OAuthError::held_back(wait));
+    }
     let Some(client) = authenticate(state, &client_id, secret).await? else {
-        state.limits.token_failed(Some(&client_id), client);
+        state.limits.token_failed(Some(&client_id), address);
+        state.service.token_failed(Some(&client_id), address).await;
         let mut e = OAuthError::new(
             StatusCode::UNAUTHORIZED,
             "invalid_client",

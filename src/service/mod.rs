@@ -14,6 +14,7 @@ pub mod bulk;
 pub mod coalesce;
 mod counts;
 pub mod events;
+mod failures;
 mod idempotency;
 pub mod identities;
 pub mod messages;

@@ -219,3 +219,29 @@ async fn behind_a_trusted_proxy_the_address_limit_counts_each_forwarded_client()
     assert_held_back(grant_from(&plain, &id, "198.51.100.2").await).await;
     plain.shutdown().await;
 }
+
+/// What needs PostgreSQL itself: several instances on one database.
+mod postgres {
+    use super::*;
+
+    /// Failed attempts counted on one instance hold the client back on
+    /// another, whose memory never saw them: two instances allow no more
+    /// attempts than one.
+    #[tokio::test]
+    async fn failures_on_one_instance_hold_the_client_back_on_another() {
+        let three = |c: &mut dispatch::config::Config| c.auth.token_attempts = 3;
+        let first = TestApp::spawn_postgres_with(three).await;
+        let second = TestApp::spawn_on(first.db.clone(), three).await;
+        let (id, secret) = first.client("acme", &[]).await;
+        for _ in 0..3 {
+            assert_eq!(grant(&first, &id, "wrong").await.status(), 401);
+        }
+        assert_held_back(grant(&second, &id, &secret).await).await;
+        assert_held_back(grant(&first, &id, &secret).await).await;
+        // Another client is not held back on either.
+        let (other, other_secret) = first.client("acme", &[]).await;
+        assert_eq!(grant(&second, &other, &other_secret).await.status(), 200);
+        first.shutdown().await;
+        second.shutdown().await;
+    }
+}

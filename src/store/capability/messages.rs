@@ -62,6 +62,21 @@ pub trait CountStore: Send + Sync + 'static {
     /// Folds the counts' rows into one per account (PostgreSQL appends one
     /// per statement); answers how many rows it folded.
     async fn fold_counts(&self) -> StoreResult<u64>;
+
+    /// For each of `keys` (hashed client ids and addresses), how many failed
+    /// token requests were counted after `since_ms` (epoch milliseconds),
+    /// and the time of the oldest of them.
+    async fn token_failures(
+        &self,
+        keys: &[String],
+        since_ms: i64,
+    ) -> StoreResult<Vec<(u64, Option<i64>)>>;
+
+    /// Counts one failed token request under each of `keys`.
+    async fn add_token_failure(&self, keys: &[String], at_ms: i64) -> StoreResult<()>;
+
+    /// Forgets the failed token requests counted before `before_ms`.
+    async fn purge_token_failures(&self, before_ms: i64) -> StoreResult<u64>;
 }
 
 /// Recurring schedules (docs/api.md#recurring-schedules) and the messages of their runs.

@@ -154,6 +154,47 @@ impl<B: Keeps> CountStore for B {
         Ok(n.max(0) as u64)
     }
 
+    async fn token_failures(
+        &self,
+        keys: &[String],
+        since_ms: i64,
+    ) -> StoreResult<Vec<(u64, Option<i64>)>> {
+        let mut counts = Vec::with_capacity(keys.len());
+        for key in keys {
+            let (n, oldest): (i64, Option<i64>) = self
+                .db()
+                .read(
+                    "SELECT count(*), min(at_ms) FROM token_failures WHERE key = $1 AND at_ms > $2",
+                )
+                .bind(key.as_str())
+                .bind(since_ms)
+                .fetch_one()
+                .await?;
+            counts.push((n.max(0) as u64, oldest));
+        }
+        Ok(counts)
+    }
+
+    async fn add_token_failure(&self, keys: &[String], at_ms: i64) -> StoreResult<()> {
+        let mut tx = self.db().begin().await?;
+        for key in keys {
+            tx.sql("INSERT INTO token_failures (key, at_ms) VALUES ($1, $2)")
+                .bind(key.as_str())
+                .bind(at_ms)
+                .execute()
+                .await?;
+        }
+        tx.commit().await
+    }
+
+    async fn purge_token_failures(&self, before_ms: i64) -> StoreResult<u64> {
+        self.db()
+            .write("DELETE FROM token_failures WHERE at_ms < $1")
+            .bind(before_ms)
+            .execute()
+            .await
+    }
+
     async fn fold_counts(&self) -> StoreResult<u64> {
         if !matches!(self.db().dialect(), Dialect::Postgres) {
             return Ok(0);
