@@ -239,6 +239,15 @@ pub async fn start_with(
         config: config.clone(),
         metrics: metrics::handle(),
     };
+    // `api.rate_limit` is the service's: each instance allows its part.
+    if config.api.rate_limit > 0 {
+        tasks.spawn(crate::limits::api::share_with_instances(
+            state.limits.clone(),
+            store.clone(),
+            clock.clone(),
+            shutdown.clone(),
+        ));
+    }
     let max_timeout = config
         .sweeper
         .lease

@@ -2,11 +2,22 @@
 //! requests per client id and per source address, and requests per client
 //! when `api.rate_limit` is set.
 
-use std::{net::IpAddr, time::Duration};
+use std::{
+    net::IpAddr,
+    sync::{
+        atomic::{AtomicU32, Ordering},
+        Arc,
+    },
+    time::Duration,
+};
+
+use tokio_util::sync::CancellationToken;
 
 use crate::{
+    clock::Clock,
     config::Config,
     limits::{self, FailureLimit, Limiter},
+    store::Store,
 };
 
 pub struct ApiLimits {
@@ -15,6 +26,9 @@ pub struct ApiLimits {
     token_addresses: FailureLimit<IpAddr>,
     /// Keyed by account and subject; None when `api.rate_limit` is 0.
     requests: Option<Limiter<(String, String)>>,
+    /// The instances serving on the database (`set_instances`): each allows
+    /// its part of `api.rate_limit`.
+    instances: AtomicU32,
 }
 
 impl ApiLimits {
@@ -26,7 +40,13 @@ impl ApiLimits {
             token_addresses: FailureLimit::new(attempts.saturating_mul(5), window),
             requests: (rate > 0)
                 .then(|| Limiter::new(limits::per_second(rate, rate.saturating_mul(2)))),
+            instances: AtomicU32::new(1),
         }
+    }
+
+    /// How many instances serve on the database, this one among them.
+    pub fn set_instances(&self, n: u32) {
+        self.instances.store(n.max(1), Ordering::Relaxed);
     }
 
     /// How long token requests from `address` are still held back.
@@ -51,13 +71,51 @@ impl ApiLimits {
     pub fn request(&self, account: &str, subject: &str) -> Result<(), Duration> {
         match &self.requests {
             None => Ok(()),
-            Some(limiter) => limiter.check(&(account.to_string(), subject.to_string())),
+            // With N instances behind a balancer, each allows a client
+            // 1/N of the rate: each request costs N.
+            Some(limiter) => limiter.check_as(
+                &(account.to_string(), subject.to_string()),
+                self.instances.load(Ordering::Relaxed),
+            ),
         }
     }
 
     /// How many client ids the token limits remember.
     pub fn remembered_token_clients(&self) -> usize {
         self.token_clients.len()
+    }
+}
+
+/// How often an instance tells the database it serves.
+const SEEN_EVERY: Duration = Duration::from_secs(2);
+/// How long an instance not seen since still counts.
+const LIVE_FOR: Duration = Duration::from_secs(6);
+
+/// Tells the database every `SEEN_EVERY` that this instance serves, and
+/// gives `limits` the number of instances serving, until `shutdown`. A count
+/// that cannot be read leaves the last one.
+pub async fn share_with_instances(
+    limits: Arc<ApiLimits>,
+    store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
+    shutdown: CancellationToken,
+) {
+    let id = uuid::Uuid::new_v4().to_string();
+    let live_ms = i64::try_from(LIVE_FOR.as_millis()).unwrap_or(i64::MAX);
+    let mut every = tokio::time::interval(SEEN_EVERY);
+    loop {
+        tokio::select! {
+            _ = every.tick() => {}
+            _ = shutdown.cancelled() => return,
+        }
+        let now = clock.now().timestamp_millis();
+        match store
+            .instance_seen(&id, now, now.saturating_sub(live_ms))
+            .await
+        {
+            Ok(n) => limits.set_instances(n),
+            Err(e) => tracing::warn!(error = %e, "counting the serving instances failed"),
+        }
     }
 }
 
@@ -115,5 +173,19 @@ mod tests {
         assert!((0..6).all(|_| limited.request("a", "c").is_ok()));
         assert!(limited.request("a", "c").is_err());
         assert!(limited.request("a", "other").is_ok());
+    }
+
+    #[test]
+    fn beside_other_instances_a_client_gets_this_ones_part_of_the_rate() {
+        let limited = limits(10, 3);
+        limited.set_instances(3);
+        // Bursts of twice the rate, split over three instances: two here.
+        assert!((0..2).all(|_| limited.request("a", "c").is_ok()));
+        assert!(limited.request("a", "c").is_err());
+        // More instances than the burst allows: one request, then waits.
+        let many = limits(10, 1);
+        many.set_instances(50);
+        assert!(many.request("a", "c").is_ok());
+        assert!(many.request("a", "c").is_err());
     }
 }

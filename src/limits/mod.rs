@@ -75,6 +75,25 @@ impl<K: Hash + Eq + Clone> Limiter<K> {
             .map_err(|not_until| not_until.wait_time_from(self.inner.clock().now()))
     }
 
+    /// Counts one use of `key` as `cost` uses (at most the burst): the
+    /// quota's part for one of `cost` instances that share it.
+    pub fn check_as(&self, key: &K, cost: u32) -> Result<(), Duration> {
+        self.forget_idle_keys();
+        let mut cost = NonZeroU32::new(cost.max(1)).expect("at least one");
+        loop {
+            match self.inner.check_key_n(key, cost) {
+                Ok(Ok(())) => return Ok(()),
+                Ok(Err(not_until)) => {
+                    return Err(not_until.wait_time_from(self.inner.clock().now()))
+                }
+                // More than the burst: the whole burst.
+                Err(governor::InsufficientCapacity(burst)) => {
+                    cost = NonZeroU32::new(burst.max(1)).expect("at least one")
+                }
+            }
+        }
+    }
+
     fn forget_idle_keys(&self) {
         if self.inner.len() > KEEP {
             self.inner.retain_recent();

@@ -77,3 +77,50 @@ async fn the_openapi_document_lists_429_for_authenticated_operations_and_the_tok
     assert!(doc["paths"]["/health/live"]["get"]["responses"]["429"].is_null());
     app.shutdown().await;
 }
+
+/// What needs PostgreSQL itself: several instances on one database.
+mod postgres {
+    use sqlx::{Connection, PgConnection};
+
+    use super::*;
+
+    /// Two instances on one database each allow a client half the rate: a
+    /// client spread over them by a balancer gets the rate, not twice it.
+    #[tokio::test]
+    async fn two_instances_share_the_rate_limit() {
+        let rate = |c: &mut dispatch::config::Config| c.api.rate_limit = 1;
+        let first = TestApp::spawn_postgres_with(rate).await;
+        let second = TestApp::spawn_on(first.db.clone(), rate).await;
+        // The second instance's first count, made as it noted itself, saw
+        // both: wait for both rows.
+        let mut db = PgConnection::connect(&first.db.url).await.unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let n: i64 = sqlx::query_scalar("SELECT count(*) FROM instances")
+                .fetch_one(&mut db)
+                .await
+                .unwrap();
+            if n == 2 {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "{n} instances noted");
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        let api = second.api("acme").await;
+        // Alone, a burst of two at one a second; its half here: one, then
+        // one more for each two whole seconds the four took.
+        let started = std::time::Instant::now();
+        let answers = futures::future::join_all((0..4).map(|_| api.get("/targets"))).await;
+        let took = started.elapsed().as_secs() as usize;
+        let passed = answers.iter().filter(|r| r.status() == 200).count();
+        assert!(
+            (1..=1 + took / 2).contains(&passed),
+            "{passed} of 4 let through in {took} whole seconds at half of 1/s"
+        );
+        assert!(answers
+            .iter()
+            .all(|r| [200, 429].contains(&r.status().as_u16())));
+        first.shutdown().await;
+        second.shutdown().await;
+    }
+}

@@ -77,6 +77,11 @@ pub trait CountStore: Send + Sync + 'static {
 
     /// Forgets the failed token requests counted before `before_ms`.
     async fn purge_token_failures(&self, before_ms: i64) -> StoreResult<u64>;
+
+    /// Notes instance `id` as serving at `now_ms`, forgets instances not
+    /// seen for a minute, and answers how many were seen after
+    /// `live_since_ms` (this one among them).
+    async fn instance_seen(&self, id: &str, now_ms: i64, live_since_ms: i64) -> StoreResult<u32>;
 }
 
 /// Recurring schedules (docs/api.md#recurring-schedules) and the messages of their runs.

@@ -195,6 +195,29 @@ impl<B: Keeps> CountStore for B {
             .await
     }
 
+    async fn instance_seen(&self, id: &str, now_ms: i64, live_since_ms: i64) -> StoreResult<u32> {
+        let mut tx = self.db().begin().await?;
+        tx.sql(
+            "INSERT INTO instances (id, seen_ms) VALUES ($1, $2) \
+             ON CONFLICT (id) DO UPDATE SET seen_ms = excluded.seen_ms",
+        )
+        .bind(id)
+        .bind(now_ms)
+        .execute()
+        .await?;
+        tx.sql("DELETE FROM instances WHERE seen_ms < $1")
+            .bind(now_ms.saturating_sub(60_000))
+            .execute()
+            .await?;
+        let (n,): (i64,) = tx
+            .sql("SELECT count(*) FROM instances WHERE seen_ms > $1")
+            .bind(live_since_ms)
+            .fetch_one()
+            .await?;
+        tx.commit().await?;
+        Ok(u32::try_from(n.max(1)).unwrap_or(u32::MAX))
+    }
+
     async fn fold_counts(&self) -> StoreResult<u64> {
         if !matches!(self.db().dialect(), Dialect::Postgres) {
             return Ok(0);
