@@ -7,10 +7,9 @@
 
 use async_trait::async_trait;
 
-use super::{dialect::Dialect, keeps::Keeps, Tx};
+use super::{dialect::Dialect, events::from_matching, keeps::Keeps, Tx};
 use crate::{
     domain::{
-        event::patterns_matching,
         ids::{AccountId, ScheduleId},
         limits::{check, Limit, OverLimit},
         schedule::{Every, Recurrence},
@@ -136,20 +135,8 @@ impl<B: Keeps> CountStore for B {
     }
 
     async fn reaching(&self, account: &AccountId, ty: &str) -> StoreResult<u64> {
-        let mut stmt = self.db().read(
-            "SELECT count(DISTINCT s.target_id) FROM subscription_patterns p \
-             JOIN subscriptions s ON s.id = p.subscription_id \
-             WHERE s.enabled AND p.account = ",
-        );
-        stmt.push_bind(account.to_string())
-            .push(" AND p.pattern IN (");
-        for (i, text) in patterns_matching(ty).into_iter().enumerate() {
-            if i > 0 {
-                stmt.push(", ");
-            }
-            stmt.push_bind(text);
-        }
-        stmt.push(")");
+        let mut stmt = self.db().read("SELECT count(DISTINCT s.target_id)");
+        from_matching(&mut stmt, account, ty);
         let (n,): (i64,) = stmt.fetch_one().await?;
         Ok(n.max(0) as u64)
     }

@@ -19,6 +19,7 @@ mod publish;
 mod subscriptions;
 mod told;
 
+pub(crate) use subscriptions::from_matching;
 pub(crate) use told::{
     publish_told, subscribes, subscribes_to, tell, tell_rows, told_columns, ToldRow,
 };

@@ -6,7 +6,7 @@ use sqlx::types::Json;
 use crate::store::sql::{
     limits::{room_for, Rows},
     own::Own,
-    At, Tx,
+    At, Stmt, Tx,
 };
 use crate::{
     domain::{
@@ -216,20 +216,31 @@ pub(super) async fn matching_targets(
     account: &AccountId,
     ty: &str,
 ) -> StoreResult<Vec<String>> {
-    let mut stmt = tx.sql(
-        "SELECT DISTINCT s.target_id FROM subscription_patterns p \
-         JOIN subscriptions s ON s.id = p.subscription_id \
+    let mut stmt = tx.sql("SELECT DISTINCT s.target_id");
+    from_matching(&mut stmt, account, ty).push(" ORDER BY s.target_id");
+    let rows: Vec<(String,)> = stmt.fetch_all().await?;
+    Ok(rows.into_iter().map(|r| r.0).collect())
+}
+
+/// Ends `stmt`, a `SELECT` of `s.target_id`, with the enabled subscriptions
+/// (`s`) of `account` whose patterns match `ty`: one lookup per pattern
+/// that could match, whatever the subscriptions that do not.
+pub(crate) fn from_matching<'s, 'q, 'a>(
+    stmt: &'s mut Stmt<'q, 'a>,
+    account: &AccountId,
+    ty: &str,
+) -> &'s mut Stmt<'q, 'a> {
+    stmt.push(
+        " FROM subscription_patterns p JOIN subscriptions s ON s.id = p.subscription_id \
          WHERE s.enabled AND p.account = ",
-    );
-    stmt.push_bind(account.to_string())
-        .push(" AND p.pattern IN (");
+    )
+    .push_bind(account.to_string())
+    .push(" AND p.pattern IN (");
     for (i, text) in patterns_matching(ty).into_iter().enumerate() {
         if i > 0 {
             stmt.push(", ");
         }
         stmt.push_bind(text);
     }
-    stmt.push(") ORDER BY s.target_id");
-    let rows: Vec<(String,)> = stmt.fetch_all().await?;
-    Ok(rows.into_iter().map(|r| r.0).collect())
+    stmt.push(")")
 }
