@@ -256,6 +256,10 @@ async fn scheduled_messages_are_bounded_on_every_way_in_and_leaving_makes_room()
         .await;
 
     let t = id(&target(&api, "far").await.json().await.unwrap(), "targetId");
+    // A paused schedule makes no runs and needs no room.
+    let r = schedule(&api, &t, json!({"every": "1h", "paused": true})).await;
+    assert_eq!(r.status(), 201);
+    let paused = id(&r.json().await.unwrap(), "scheduleId");
     let mut ids = Vec::new();
     for _ in 0..3 {
         let r = post_message(&api, &t).await;
@@ -278,6 +282,23 @@ async fn scheduled_messages_are_bounded_on_every_way_in_and_leaving_makes_room()
     assert_eq!(api.message(&dead).await["state"], "DeadLetter");
     refused(
         schedule(&api, &t, json!({"every": "1h"})).await,
+        "limits.scheduled_messages",
+    )
+    .await;
+    // At the limit a schedule may be renamed, not given other runs nor
+    // resumed.
+    let at = format!("/schedules/{paused}");
+    assert_eq!(
+        api.patch(&at, json!({"name": "renamed"})).await.status(),
+        200
+    );
+    refused(
+        api.patch(&at, json!({"every": "2h"})).await,
+        "limits.scheduled_messages",
+    )
+    .await;
+    refused(
+        api.post(&format!("{at}/resume"), json!({})).await,
         "limits.scheduled_messages",
     )
     .await;

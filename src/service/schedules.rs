@@ -57,7 +57,12 @@ impl Service {
         patch: &Value,
     ) -> ServiceResult<Schedule> {
         let account = actor.allow(Permission::ChangeMessages)?;
-        if patch.get("paused") != Some(&Value::Bool(true)) {
+        // A change of its runs (not of its name alone, nor one that pauses
+        // it) needs room for its next run.
+        let touches_runs = patch
+            .as_object()
+            .is_some_and(|p| p.keys().any(|k| RUN_FIELDS.contains(&k.as_str())));
+        if touches_runs && patch.get("paused") != Some(&Value::Bool(true)) {
             self.room_for_scheduled(account, 1).await?;
         }
         self.change_schedule(account, id, |current| {
