@@ -393,10 +393,11 @@ impl InFlight {
         t.waiting.push_back(waiting);
         t.queued += n;
         self.mark_filled(t);
-        let a = counts.accounts.entry(account).or_default();
+        // What was claimed ahead counts against what may be held ahead,
+        // not against its account (nor makes an account active).
         if !ahead {
             counts.queued += n;
-            a.queued += n;
+            counts.accounts.entry(account).or_default().queued += n;
         }
         None
     }
