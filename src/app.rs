@@ -280,19 +280,12 @@ pub async fn start_with(
         clock: clock.clone(),
     };
 
-    let app = router(state.clone());
-    let stop = shutdown.clone();
-    tasks.spawn(async move {
-        if let Err(e) = axum::serve(
-            listener,
-            app.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .with_graceful_shutdown(stop.cancelled_owned())
-        .await
-        {
-            tracing::error!(error = %e, "HTTP server failed");
-        }
-    });
+    tasks.spawn(crate::serve::serve(
+        listener,
+        router(state.clone()),
+        crate::serve::Connections::from_config(&config.server),
+        shutdown.clone(),
+    ));
     tasks.spawn(crate::schedules::run(
         store.clone(),
         clock.clone(),
@@ -359,6 +352,9 @@ pub fn router(state: AppState) -> axum::Router {
         .merge(portal::router(state.clone()))
         .fallback(api::ops::not_found)
         .method_not_allowed_fallback(api::ops::method_not_allowed)
+        .layer(axum::middleware::from_fn(
+            api::edge::refuse_control_characters,
+        ))
         .layer(DefaultBodyLimit::max(max_body))
         .layer(
             TraceLayer::new_for_http().make_span_with(|req: &Request| {

@@ -15,6 +15,7 @@ pub mod portal;
 pub mod retention;
 pub mod schedules;
 pub mod sealing;
+pub mod serve;
 pub mod service;
 pub mod state;
 pub mod store;

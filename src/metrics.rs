@@ -18,6 +18,7 @@ pub const GIVEN_BACK: &str = "dispatch_claims_given_back_total";
 pub const PULL_RECEIVED: &str = "dispatch_pull_received_total";
 pub const PULL_ACKED: &str = "dispatch_pull_acked_total";
 pub const PULL_DEPTH: &str = "dispatch_pull_depth";
+pub const CONNECTIONS_REFUSED: &str = "dispatch_connections_refused_total";
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
@@ -50,6 +51,10 @@ pub fn handle() -> PrometheusHandle {
 fn describe() {
     metrics::describe_counter!(SCHEDULED, "Messages scheduled through the API");
     metrics::describe_counter!(DELIVERED, "Messages delivered");
+    metrics::describe_counter!(
+        CONNECTIONS_REFUSED,
+        "Connections closed on accept: over server.max_connections and the few answered beyond it"
+    );
     metrics::describe_counter!(
         SCHEDULE_RUNS,
         "Messages created for the runs of recurring schedules"

@@ -6,6 +6,8 @@ mod common;
 
 #[path = "portal/charts.rs"]
 mod charts;
+#[path = "portal/hostile_inputs.rs"]
+mod hostile_inputs;
 #[path = "portal/keys_and_ranges.rs"]
 mod keys_and_ranges;
 #[path = "portal/lists.rs"]
@@ -372,6 +374,10 @@ async fn sign_in_only_follows_paths_inside_the_portal() {
         "//evil.example/portal",
         "/portal\\..\\x",
         "/metrics",
+        // A control character would make the redirect's header invalid.
+        "/portal/overview\n",
+        "/portal/overview\r\nSet-Cookie: x=y",
+        "/portal/\u{0}",
     ] {
         let mut b = Browser::new(&app);
         let csrf = b.get("/portal/login").await.csrf();
@@ -899,6 +905,14 @@ async fn invalid_target_forms_answer_400_naming_the_fields_and_create_nothing() 
                 ("name", "x"),
                 ("type", "webhook"),
                 ("url", "ftp://example.com/"),
+            ],
+            "config.url",
+        ),
+        (
+            vec![
+                ("name", "x"),
+                ("type", "webhook"),
+                ("url", "https://user:pass@example.com/"),
             ],
             "config.url",
         ),

@@ -35,6 +35,9 @@ pub enum ApiError {
     MethodNotAllowed,
     #[error("request body too large")]
     PayloadTooLarge,
+    /// The body did not arrive within `server.body_timeout`.
+    #[error("request timeout")]
+    RequestTimeout,
     #[error("unsupported media type")]
     UnsupportedMediaType(&'static str),
     /// Over `api.rate_limit`; retry after this many seconds.
@@ -60,6 +63,7 @@ impl ApiError {
             ApiError::Conflict(_) | ApiError::Quota(_) => StatusCode::CONFLICT,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
@@ -110,6 +114,11 @@ impl ApiError {
                 "payload-too-large",
                 "Payload too large",
                 "the request body is over the limit".into(),
+            ),
+            ApiError::RequestTimeout => (
+                "request-timeout",
+                "Request timeout",
+                "the request body did not arrive in time".into(),
             ),
             ApiError::UnsupportedMediaType(expected) => (
                 "unsupported-media-type",
@@ -217,6 +226,10 @@ impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match e {
             StoreError::Quota(over) => ApiError::Quota(over),
+            e if e.is_invalid_text() => ApiError::field(
+                "",
+                "a value holds a character that cannot be stored (U+0000)",
+            ),
             e if e.is_unavailable() => {
                 tracing::warn!(error = %e, "database unavailable");
                 ApiError::Unavailable

@@ -54,6 +54,8 @@ pub async fn json_bytes(req: Request, state: &AppState) -> Result<Bytes, ApiErro
     let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
         if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
             ApiError::PayloadTooLarge
+        } else if crate::serve::timed_out(&rejection) {
+            ApiError::RequestTimeout
         } else {
             ApiError::BadRequest("the request body could not be read".into())
         }

@@ -4,6 +4,7 @@ pub mod batch;
 pub mod body;
 pub mod bulk;
 mod doc;
+pub mod edge;
 pub mod error;
 pub mod events;
 pub mod extract;

@@ -4,7 +4,7 @@ use std::{net::IpAddr, time::Duration};
 
 use axum::{
     body::Bytes,
-    extract::State,
+    extract::{rejection::BytesRejection, State},
     http::{header, HeaderMap, HeaderValue, StatusCode},
     response::{IntoResponse, Response},
     Json,
@@ -102,12 +102,35 @@ pub async fn token(
     State(state): State<AppState>,
     ClientIp(client): ClientIp,
     headers: HeaderMap,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> Response {
     if let Some(wait) = state.limits.token_address_held(client) {
         tracing::warn!(address = %client, "token requests from this address held back");
         return OAuthError::held_back(wait).into_response();
     }
+    // The body as an OAuth error too: over the limit, too slow, unreadable.
+    let body = match body {
+        Ok(body) => body,
+        Err(rejection) => {
+            let (status, description) = if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                (
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "the request body is over the limit",
+                )
+            } else if crate::serve::timed_out(&rejection) {
+                (
+                    StatusCode::REQUEST_TIMEOUT,
+                    "the request body did not arrive in time",
+                )
+            } else {
+                (
+                    StatusCode::BAD_REQUEST,
+                    "the request body could not be read",
+                )
+            };
+            return OAuthError::new(status, "invalid_request", description).into_response();
+        }
+    };
     match issue(&state, client, &headers, &body).await {
         Ok(token) => {
             let mut response = Json(token).into_response();

@@ -98,6 +98,19 @@ pub struct ServerConfig {
     /// addresses.
     #[serde(default, deserialize_with = "cidrs")]
     pub trusted_proxies: Vec<ipnet::IpNet>,
+    /// A request's headers must arrive within this, from the connection's
+    /// start (the first request) or from their first byte (the next ones).
+    #[serde(with = "duration")]
+    pub header_timeout: Duration,
+    /// A request's body must arrive whole within this, from its headers.
+    #[serde(with = "duration")]
+    pub body_timeout: Duration,
+    /// A keep-alive connection with no request under way closes after this.
+    #[serde(with = "duration")]
+    pub idle_timeout: Duration,
+    /// Connections served at once; beyond them a connection is answered
+    /// for `/health/*` only, and refused when those are many too.
+    pub max_connections: usize,
 }
 
 /// A list of CIDRs (`10.0.0.0/8`) or addresses (`127.0.0.1`, one host).
@@ -405,6 +418,14 @@ impl Config {
         }
         if self.auth.token_attempts == 0 || self.auth.token_window.is_zero() {
             return invalid("auth.token_attempts and auth.token_window must be above zero");
+        }
+        let server = &self.server;
+        if server.header_timeout.is_zero()
+            || server.body_timeout.is_zero()
+            || server.idle_timeout.is_zero()
+            || server.max_connections == 0
+        {
+            return invalid("server.header_timeout, server.body_timeout, server.idle_timeout and server.max_connections must be above zero");
         }
         if self.retention.batch_size == 0 {
             return invalid("retention.batch_size must be at least 1");

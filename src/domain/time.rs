@@ -7,14 +7,28 @@ use chrono::{DateTime, Datelike, SecondsFormat, Timelike, Utc};
 pub enum TimeError {
     #[error("must be an RFC 3339 date-time with an offset, such as 2020-07-01T12:34:00Z or 2020-07-01T14:34:00+02:00")]
     Malformed,
+    #[error("must be in the years 0001 to 9999")]
+    OutOfRange,
+    #[error("must not be a leap second (:60): RFC 3339 times here have seconds 00 to 59")]
+    LeapSecond,
 }
 
 /// Parses an RFC 3339 time that carries an explicit offset; a time without an
 /// offset is ambiguous and refused. The result is truncated to milliseconds,
 /// the precision Dispatch stores and answers with.
+/// Years 0001 to 9999 only, as written and in UTC, and no leap second:
+/// what RFC 3339 and every client's parser can read back.
 pub fn parse_rfc3339(s: &str) -> Result<DateTime<Utc>, TimeError> {
     let t = DateTime::parse_from_rfc3339(s.trim()).map_err(|_| TimeError::Malformed)?;
-    Ok(truncate_ms(t.with_timezone(&Utc)))
+    let utc = t.with_timezone(&Utc);
+    if !(1..=9999).contains(&t.year()) || !(1..=9999).contains(&utc.year()) {
+        return Err(TimeError::OutOfRange);
+    }
+    // chrono keeps a leap second as a nanosecond count past one second.
+    if t.nanosecond() >= 1_000_000_000 {
+        return Err(TimeError::LeapSecond);
+    }
+    Ok(truncate_ms(utc))
 }
 
 /// Cut (not rounded) to the millisecond: the nanoseconds within the second
@@ -119,6 +133,27 @@ pub mod serde_ts {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn years_past_9999_before_0001_and_leap_seconds_are_refused() {
+        // Signed and five-digit years are not RFC 3339 at all.
+        assert!(parse_rfc3339("+10000-01-01T23:58:59Z").is_err());
+        assert!(parse_rfc3339("-0001-12-31T00:01:00Z").is_err());
+        for (s, e) in [
+            ("0000-12-31T00:01:00Z", TimeError::OutOfRange),
+            // Year 1 as written, year 0 in UTC.
+            ("0001-01-01T00:30:00+01:00", TimeError::OutOfRange),
+            // Year 9999 as written, year 10000 in UTC.
+            ("9999-12-31T23:30:00-01:00", TimeError::OutOfRange),
+            ("2020-06-30T23:59:60Z", TimeError::LeapSecond),
+            ("2020-07-01T01:59:60.5+02:00", TimeError::LeapSecond),
+        ] {
+            assert_eq!(parse_rfc3339(s), Err(e), "{s}");
+        }
+        for s in ["0001-01-01T00:00:00Z", "9999-12-31T23:59:59.999Z"] {
+            assert_eq!(format(&parse_rfc3339(s).unwrap()), s);
+        }
+    }
 
     #[test]
     fn times_with_an_offset_are_converted_to_utc() {

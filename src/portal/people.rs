@@ -58,9 +58,9 @@ fn refused(e: ServiceError) -> PortalError {
             "That would leave the account without an admin. Make another person an admin first."
                 .into(),
         ),
-        ServiceError::Conflict(Conflict::EmailTaken) => {
-            PortalError::Conflict("A person with this email has a sign-in already.".into())
-        }
+        ServiceError::Conflict(Conflict::EmailTaken) => PortalError::Conflict(
+            "A person with this email has a sign-in in this account already.".into(),
+        ),
         other => other.into(),
     }
 }

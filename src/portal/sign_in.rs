@@ -27,7 +27,12 @@ pub struct LoginQuery {
 /// Only paths inside the portal are followed after sign-in.
 fn safe_next(next: Option<&str>) -> String {
     match next {
-        Some(n) if n.starts_with("/portal") && !n.starts_with("//") && !n.contains('\\') => {
+        Some(n)
+            if n.starts_with("/portal")
+                && !n.starts_with("//")
+                && !n.contains('\\')
+                && !n.chars().any(char::is_control) =>
+        {
             n.to_string()
         }
         _ => "/portal/overview".to_string(),

@@ -1,7 +1,7 @@
 //! The date-time picker's input: a local date-time (`<input type=datetime-local>`)
 //! and the time zone it is in, resolved to one UTC instant.
 
-use chrono::{DateTime, LocalResult, NaiveDateTime, TimeZone, Utc};
+use chrono::{DateTime, Datelike, LocalResult, NaiveDateTime, TimeZone, Timelike, Utc};
 use chrono_tz::Tz;
 use maud::{html, Markup};
 
@@ -33,7 +33,14 @@ pub fn resolve(at: &str, tz: &str, now: DateTime<Utc>) -> Result<DateTime<Utc>, 
             ))
         }
     };
-    Ok(crate::domain::time::truncate_ms(t.with_timezone(&Utc)))
+    let utc = t.with_timezone(&Utc);
+    if !(1..=9999).contains(&local.year()) || !(1..=9999).contains(&utc.year()) {
+        return Err(format!("{at} is not in the years 0001 to 9999"));
+    }
+    if local.nanosecond() >= 1_000_000_000 {
+        return Err(format!("{at} is a leap second: seconds go from 00 to 59"));
+    }
+    Ok(crate::domain::time::truncate_ms(utc))
 }
 
 /// The picker: date-time, time zone (the browser's, filled in by script;
@@ -107,6 +114,16 @@ mod tests {
             resolve("2026-12-01T09:30", "", now()).unwrap().to_rfc3339(),
             "2026-12-01T09:30:00+00:00"
         );
+    }
+
+    #[test]
+    fn years_outside_0001_to_9999_and_leap_seconds_are_refused() {
+        let e = resolve("+10000-01-01T00:00", "UTC", now()).unwrap_err();
+        assert!(e.contains("0001 to 9999"), "{e}");
+        let e = resolve("0001-01-01T00:30", "Europe/Berlin", now()).unwrap_err();
+        assert!(e.contains("0001 to 9999"), "{e}");
+        let e = resolve("2026-06-30T23:59:60", "UTC", now()).unwrap_err();
+        assert!(e.contains("leap second"), "{e}");
     }
 
     #[test]

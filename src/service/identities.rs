@@ -61,7 +61,13 @@ impl Service {
         client_id: &str,
         secret: String,
     ) -> ServiceResult<Option<ClientRecord>> {
-        let Some(client) = self.store.find_client(client_id).await? else {
+        // No client id holds a control character; the store is not asked
+        // (PostgreSQL refuses U+0000), and the failure counts as any other.
+        let found = match client_id.chars().any(char::is_control) {
+            true => None,
+            false => self.store.find_client(client_id).await?,
+        };
+        let Some(client) = found else {
             secrets::verify_against_nothing(&secret);
             return Ok(None);
         };
@@ -133,7 +139,7 @@ impl Service {
 pub(super) fn plausible_email(email: &str) -> ServiceResult<String> {
     let email = email.trim().to_lowercase();
     let plausible = email.len() <= 254
-        && !email.chars().any(char::is_whitespace)
+        && !email.chars().any(|c| c.is_whitespace() || c.is_control())
         && email
             .split_once('@')
             .is_some_and(|(l, d)| !l.is_empty() && !d.is_empty());

@@ -162,6 +162,12 @@ impl From<StoreError> for ServiceError {
     fn from(e: StoreError) -> Self {
         match e {
             StoreError::Quota(over) => ServiceError::Quota(over),
+            // The last line of "no input makes a 5xx": a character the
+            // checks before let through and the database refuses.
+            e if e.is_invalid_text() => ServiceError::field(
+                "",
+                "a value holds a character that cannot be stored (U+0000)",
+            ),
             other => ServiceError::Store(other),
         }
     }

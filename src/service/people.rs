@@ -51,7 +51,15 @@ impl Service {
     ) -> ServiceResult<NewInvitation> {
         let account = actor.allow(Permission::ManagePeople)?;
         let email = plausible_email(email)?;
-        if self.store.find_user(&email).await?.is_some() {
+        // A sign-in of another account is as if absent: the invitation is
+        // made, and its acceptance finds the email taken (told only to
+        // whoever reads that email).
+        if self
+            .store
+            .find_user(&email)
+            .await?
+            .is_some_and(|u| &u.account == account)
+        {
             return Err(ServiceError::Conflict(Conflict::EmailTaken));
         }
         let token = B64URL.encode(rand::rng().random::<[u8; 32]>());

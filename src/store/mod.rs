@@ -100,6 +100,10 @@ pub enum StoreError {
     /// Re-sealing needs `secrets.encryption_key`.
     #[error("no encryption key is configured (secrets.encryption_key)")]
     NoEncryptionKey,
+    /// A value the database cannot hold (PostgreSQL's text refuses U+0000):
+    /// the input is at fault, and nothing was written.
+    #[error("a value holds a character the database cannot store")]
+    InvalidText(#[source] sqlx::Error),
 }
 
 impl StoreError {
@@ -108,6 +112,15 @@ impl StoreError {
         match self {
             StoreError::Unavailable(_) | StoreError::ShuttingDown => true,
             StoreError::Shared(e) => e.is_unavailable(),
+            _ => false,
+        }
+    }
+
+    /// A value the input carried that the database cannot hold.
+    pub fn is_invalid_text(&self) -> bool {
+        match self {
+            StoreError::InvalidText(_) => true,
+            StoreError::Shared(e) => e.is_invalid_text(),
             _ => false,
         }
     }

@@ -716,13 +716,13 @@ async fn people_actions_reach_only_the_admins_account_and_joining_needs_its_own_
             .len(),
         1
     );
-    // An email with a sign-in in any account cannot be invited.
+    // An email with a sign-in in this account cannot be invited again.
     let p = admin
         .post(
             "/portal/people/invite",
             &[
                 ("csrf", &csrf),
-                ("email", "THEM@globex.test"),
+                ("email", "ADMIN@acme.test"),
                 ("role", "admin"),
             ],
         )
@@ -733,6 +733,26 @@ async fn people_actions_reach_only_the_admins_account_and_joining_needs_its_own_
         .await
         .unwrap()
         .is_empty());
+    // One with a sign-in in another account is as if absent: the answer
+    // does not tell, and the invitation is made (whoever reads that email
+    // learns at joining that it has a sign-in).
+    let p = admin
+        .post(
+            "/portal/people/invite",
+            &[
+                ("csrf", &csrf),
+                ("email", "THEM@globex.test"),
+                ("role", "admin"),
+            ],
+        )
+        .await;
+    assert_eq!(p.status, StatusCode::SEE_OTHER, "{}", p.body);
+    let ours = store
+        .list_invitations(&common::account("acme"), Utc::now())
+        .await
+        .unwrap();
+    assert_eq!(ours.len(), 1);
+    assert_eq!(ours[0].email, "them@globex.test");
 
     // Joining: a made-up token is 404; a post without the join page's own
     // token (another site's form) is refused and the invitation stays.

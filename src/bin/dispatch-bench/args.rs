@@ -75,6 +75,12 @@ pub(crate) struct Args {
     pub(crate) neighbours: usize,
     #[arg(long, default_value_t = 100_000)]
     pub(crate) neighbours_cancel: usize,
+    /// Connections the flood scenario holds with half a request's headers
+    /// sent (each reopened when the server closes it), and for how long.
+    #[arg(long, default_value_t = 5_000)]
+    pub(crate) flood: usize,
+    #[arg(long, default_value_t = 30)]
+    pub(crate) flood_seconds: u64,
     /// Keys, and messages per key, of the ordered scenario.
     #[arg(long, default_value_t = 10_000)]
     pub(crate) ordered_keys: usize,

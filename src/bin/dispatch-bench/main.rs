@@ -21,7 +21,9 @@
 //! or those beside `--crowd` subscriptions of other types), `pull` (a pull
 //! target's consumers receiving and acking `--pull` messages, beside pgmq in
 //! the same PostgreSQL), `pull-wake` (long-polling consumers woken by new
-//! messages) and `pull-idle` (what long-polling an empty queue costs). The ingest scenarios also measure PostgreSQL's own floor with
+//! messages), `pull-idle` (what long-polling an empty queue costs) and
+//! `flood` (`--flood` connections that send half a request's headers, beside
+//! a normal client and the health probe). The ingest scenarios also measure PostgreSQL's own floor with
 //! pgbench; the JSON and SVG charts of a run are written to `--out`. Lateness is arrival at the receiver (for SQS: the acknowledged send)
 //! minus the scheduled time. Every scenario checks that every message arrived
 //! and counts duplicates.
@@ -37,6 +39,7 @@ use anyhow::bail;
 mod args;
 mod charts;
 mod fanout;
+mod flood;
 mod ingest;
 mod neighbours;
 mod noisy;
@@ -169,6 +172,9 @@ async fn run_scenario(args: &Args, scenario: &str, run: usize) -> anyhow::Result
     }
     if scenario == "neighbours" {
         return neighbours::neighbours(args, service, server, &target_id, &hook, run).await;
+    }
+    if scenario == "flood" {
+        return flood::flood(args, service, server, run).await;
     }
     if scenario.starts_with("publish") {
         return fanout::publish(args, service, server, &target_id, &hook, scenario, run).await;

@@ -41,9 +41,15 @@ pub fn is_name(name: &str) -> bool {
         && name.chars().any(|c| !c.is_whitespace() && !c.is_control())
 }
 
-/// Why `s` is not an http(s) URL with a host, if it is not.
+/// Why `s` is not an http(s) URL with a host and without credentials, if
+/// it is not. A URL is shown to every role and logged; credentials go in
+/// `headers` or `auth`, where they are secrets.
 pub fn http_url_problem(s: &str) -> Option<String> {
     match Url::parse(s) {
+        Ok(u) if !u.username().is_empty() || u.password().is_some() => Some(
+            "must not hold credentials (user:password@): send them in headers or auth, where they are kept secret"
+                .into(),
+        ),
         Ok(u)
             if matches!(u.scheme(), "http" | "https")
                 && u.host_str().is_some_and(|h| !h.is_empty()) =>
@@ -132,5 +138,15 @@ mod tests {
         assert_eq!(http_url_problem("https://example.com/hook"), None);
         assert!(http_url_problem("ftp://example.com").is_some());
         assert!(http_url_problem("not a url").is_some());
+        for with_credentials in [
+            "https://user:pass@example.com/hook",
+            "https://user@example.com/hook",
+            "https://:pass@example.com/hook",
+            "http://u%40x:p@127.0.0.1:9/",
+        ] {
+            let problem = http_url_problem(with_credentials).expect(with_credentials);
+            assert!(problem.contains("credentials"), "{problem}");
+        }
+        assert_eq!(http_url_problem("https://example.com/a@b?c=d@e"), None);
     }
 }

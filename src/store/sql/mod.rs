@@ -350,6 +350,10 @@ pub(crate) fn pg_err(e: sqlx::Error) -> StoreError {
         {
             StoreError::Unavailable(e)
         }
+        // U+0000 in text (22021), or in JSON that becomes text (22P05).
+        sqlx::Error::Database(db) if db.code().is_some_and(|c| c == "22021" || c == "22P05") => {
+            StoreError::InvalidText(e)
+        }
         _ => StoreError::Database(e),
     }
 }

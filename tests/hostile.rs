@@ -1,0 +1,353 @@
+//! What a hostile client does to the server, on both stores: connections
+//! that send half a request, a body that never ends, idle keep-alive
+//! connections, more connections than the server serves; and inputs no
+//! store can hold (control characters in queries and forms, times outside
+//! RFC 3339's years, credentials in URLs). Each gets a clear answer and
+//! takes no other client's service away.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{problem::assert_problem, TestApp};
+use serde_json::{json, Value};
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::TcpStream,
+};
+
+/// What a raw connection reads: the status of the first answer, if any, and
+/// whether the server closed the connection.
+struct Read {
+    status: Option<u16>,
+    text: String,
+    closed: bool,
+}
+
+/// Reads from `stream` until it closes or `within` passes.
+async fn read_until_closed(stream: &mut TcpStream, within: Duration) -> Read {
+    let deadline = Instant::now() + within;
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let closed = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, stream.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => break true,
+            Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
+            Err(_) => break false,
+        }
+    };
+    let text = String::from_utf8_lossy(&got).into_owned();
+    let status = text
+        .strip_prefix("HTTP/1.1 ")
+        .and_then(|rest| rest.get(..3))
+        .and_then(|s| s.parse().ok());
+    Read {
+        status,
+        text,
+        closed,
+    }
+}
+
+async fn connect(app: &TestApp) -> TcpStream {
+    TcpStream::connect(app.running().addr).await.unwrap()
+}
+
+/// A GET through a fresh connection (no pooled one).
+async fn fresh_get(app: &TestApp, path: &str, token: Option<&str>) -> reqwest::Response {
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap();
+    let mut req = http.get(app.url(path));
+    if let Some(t) = token {
+        req = req.bearer_auth(t);
+    }
+    req.send().await.unwrap()
+}
+
+#[tokio::test]
+async fn half_sent_requests_are_closed_after_the_header_timeout_and_others_are_served_meanwhile() {
+    let app = TestApp::spawn_with(|c| c.server.header_timeout = Duration::from_millis(500)).await;
+    let mut slow = Vec::new();
+    for i in 0..50 {
+        let mut s = connect(&app).await;
+        // Headers begun and never ended; some with nothing at all.
+        if i % 2 == 0 {
+            s.write_all(b"GET /health/live HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+                .await
+                .unwrap();
+        }
+        slow.push(s);
+    }
+    // Meanwhile a normal client is served at once.
+    let clock = Instant::now();
+    assert_eq!(fresh_get(&app, "/health/live", None).await.status(), 200);
+    assert!(
+        clock.elapsed() < Duration::from_millis(400),
+        "{:?}",
+        clock.elapsed()
+    );
+    for (i, s) in slow.iter_mut().enumerate() {
+        let read = read_until_closed(s, Duration::from_secs(5)).await;
+        assert!(read.closed, "connection {i} still open: {}", read.text);
+        // Nothing is served for half a request.
+        assert_ne!(read.status, Some(200), "{i}: {}", read.text);
+    }
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_body_that_does_not_arrive_in_time_answers_408_and_writes_nothing() {
+    let app = TestApp::spawn_with(|c| c.server.body_timeout = Duration::from_millis(400)).await;
+    let api = app.api("acme").await;
+    let target = api.webhook("https://example.com/hook").await;
+    let target_id = target["targetId"].as_str().unwrap();
+    let body =
+        json!({"targetId": target_id, "deliveryTime": common::in_ms(60_000), "payload": "x"})
+            .to_string();
+    let mut s = connect(&app).await;
+    let head = format!(
+        "POST /messages HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        api.token,
+        body.len()
+    );
+    s.write_all(head.as_bytes()).await.unwrap();
+    // Half the body, then nothing more.
+    s.write_all(&body.as_bytes()[..body.len() / 2])
+        .await
+        .unwrap();
+    let read = read_until_closed(&mut s, Duration::from_secs(5)).await;
+    assert_eq!(read.status, Some(408), "{}", read.text);
+    assert!(
+        read.text.contains("application/problem+json"),
+        "{}",
+        read.text
+    );
+    let listed: Value = api.get("/messages").await.json().await.unwrap();
+    assert_eq!(listed["items"], json!([]), "{listed}");
+
+    // The token endpoint answers in its own terms: the OAuth error JSON.
+    let mut s = connect(&app).await;
+    s.write_all(
+        b"POST /oauth/token HTTP/1.1\r\nHost: x\r\n\
+          Content-Type: application/x-www-form-urlencoded\r\nContent-Length: 100\r\n\r\ngrant_type=",
+    )
+    .await
+    .unwrap();
+    let read = read_until_closed(&mut s, Duration::from_secs(5)).await;
+    assert_eq!(read.status, Some(408), "{}", read.text);
+    assert!(
+        read.text.contains("\"error\":\"invalid_request\""),
+        "{}",
+        read.text
+    );
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_body_over_the_limit_to_the_token_endpoint_answers_413_as_an_oauth_error() {
+    let app = TestApp::spawn().await;
+    let r = app
+        .http
+        .post(app.url("/oauth/token"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(vec![b'a'; 2 * 1024 * 1024])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 413);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"], "invalid_request", "{body}");
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_idle_keep_alive_connection_closes_after_the_idle_timeout_and_a_busy_one_does_not() {
+    let app = TestApp::spawn_with(|c| c.server.idle_timeout = Duration::from_millis(600)).await;
+    let request = b"GET /health/live HTTP/1.1\r\nHost: x\r\n\r\n";
+    let mut s = connect(&app).await;
+    // Requests 200 ms apart keep it open past the idle timeout.
+    for _ in 0..6 {
+        s.write_all(request).await.unwrap();
+        let mut buf = [0u8; 1024];
+        let n = s.read(&mut buf).await.unwrap();
+        assert!(
+            String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"),
+            "{}",
+            String::from_utf8_lossy(&buf[..n])
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Then nothing: closed after the idle timeout, not before.
+    let clock = Instant::now();
+    let read = read_until_closed(&mut s, Duration::from_secs(5)).await;
+    assert!(read.closed, "still open after {:?}", clock.elapsed());
+    assert!(
+        clock.elapsed() >= Duration::from_millis(300),
+        "closed after {:?}",
+        clock.elapsed()
+    );
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn beyond_max_connections_health_answers_and_other_requests_get_503_until_room_is_made() {
+    let app = TestApp::spawn_with(|c| c.server.max_connections = 4).await;
+    let token = app.token("acme", &[]).await;
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        let mut s = connect(&app).await;
+        s.write_all(b"GET /health/live HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut buf = [0u8; 1024];
+        assert!(s.read(&mut buf).await.unwrap() > 0);
+        held.push(s);
+    }
+    for path in ["/health/live", "/health/ready"] {
+        let r = fresh_get(&app, path, None).await;
+        assert_eq!(r.status(), 200, "{path}");
+    }
+    let r = fresh_get(&app, "/targets", Some(&token)).await;
+    assert!(r.headers().contains_key("retry-after"));
+    assert_problem(r, 503).await;
+    drop(held);
+    // Room again once the held connections are gone.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let r = fresh_get(&app, "/targets", Some(&token)).await;
+        if r.status() == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "still {}", r.status());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn control_characters_in_a_query_or_path_answer_400_naming_the_parameter() {
+    let app = TestApp::spawn().await;
+    let api = app.api("acme").await;
+    for (path, field) in [
+        ("/messages?orderingKey=a%00b", "orderingKey"),
+        ("/messages?type=order%0Acreated", "type"),
+        ("/events?type=a%00", "type"),
+        ("/targets?cursor=%01", "cursor"),
+        ("/messages/DI-M-%00", "path"),
+    ] {
+        let body = assert_problem(api.get(path).await, 400).await;
+        assert_eq!(body["errors"][0]["field"], field, "{path}: {body}");
+    }
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_client_id_with_a_nul_is_a_failed_attempt_not_an_outage() {
+    let app = TestApp::spawn_with(|c| c.auth.token_attempts = 3).await;
+    let attempt = || async {
+        app.http
+            .post(app.url("/oauth/token"))
+            .form(&[
+                ("grant_type", "client_credentials"),
+                ("client_id", "a\u{0}"),
+                ("client_secret", "x"),
+            ])
+            .send()
+            .await
+            .unwrap()
+    };
+    for _ in 0..3 {
+        let r = attempt().await;
+        assert_eq!(r.status(), 401);
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(body["error"], "invalid_client", "{body}");
+    }
+    // Counted like any other failure.
+    assert_eq!(attempt().await.status(), 429);
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn times_outside_years_0001_to_9999_and_leap_seconds_answer_400_naming_the_field() {
+    let app = TestApp::spawn().await;
+    let api = app.api("acme").await;
+    let target = api.webhook("https://example.com/hook").await;
+    let target_id = target["targetId"].as_str().unwrap();
+    for at in [
+        "2020-06-30T23:59:60Z",
+        "+10000-01-01T23:58:59Z",
+        "-0001-12-31T00:01:00Z",
+    ] {
+        let r = api
+            .post(
+                "/messages",
+                json!({"targetId": target_id, "deliveryTime": at, "payload": "x"}),
+            )
+            .await;
+        let body = assert_problem(r, 400).await;
+        assert_eq!(body["errors"][0]["field"], "deliveryTime", "{at}: {body}");
+    }
+    let listed: Value = api.get("/messages").await.json().await.unwrap();
+    assert_eq!(listed["items"], json!([]));
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_url_with_credentials_in_it_is_refused_naming_the_field() {
+    let app = TestApp::spawn().await;
+    let api = app.api("acme").await;
+    let cases = [
+        (
+            json!({"name": "w", "type": "webhook", "config": {"url": "https://user:pass@example.com/hook"}}),
+            "config.url",
+        ),
+        (
+            json!({"name": "w", "type": "webhook", "config": {"url": "https://example.com/hook",
+                "auth": {"type": "oauth2ClientCredentials", "tokenUrl": "https://id:secret@id.example.com/token",
+                         "clientId": "c", "clientSecret": "s"}}}),
+            "config.auth.tokenUrl",
+        ),
+        (
+            json!({"name": "q", "type": "sqs", "config": {"queueUrl": "https://k:s@sqs.eu-north-1.amazonaws.com/123456789012/q",
+                "region": "eu-north-1", "credentials": {"accessKeyId": "AKIA", "secretAccessKey": "s"}}}),
+            "config.queueUrl",
+        ),
+    ];
+    for (body, field) in cases {
+        let problem = assert_problem(api.post("/targets", body.clone()).await, 400).await;
+        let fields: Vec<&str> = problem["errors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|e| e["field"].as_str())
+            .collect();
+        assert!(fields.contains(&field), "{field}: {problem}");
+        // Not echoed back.
+        assert!(!problem.to_string().contains("pass@"), "{problem}");
+    }
+    // Nor by a patch of a target made without.
+    let target = api.webhook("https://example.com/hook").await;
+    let id = target["targetId"].as_str().unwrap();
+    let r = api
+        .patch(
+            &format!("/targets/{id}"),
+            json!({"config": {"url": "https://u:p@example.com/hook"}}),
+        )
+        .await;
+    let problem = assert_problem(r, 400).await;
+    assert_eq!(problem["errors"][0]["field"], "config.url", "{problem}");
+    let listed: Value = api.get("/targets").await.json().await.unwrap();
+    assert_eq!(listed["items"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        api.get(&format!("/targets/{id}"))
+            .await
+            .json::<Value>()
+            .await
+            .unwrap()["config"]["url"],
+        "https://example.com/hook"
+    );
+    app.shutdown().await;
+}
