@@ -239,15 +239,18 @@ pub async fn start_with(
         config: config.clone(),
         metrics: metrics::handle(),
     };
-    // `api.rate_limit` is the service's: each instance allows its part.
-    if config.api.rate_limit > 0 {
-        tasks.spawn(crate::limits::api::share_with_instances(
-            state.limits.clone(),
-            store.clone(),
-            clock.clone(),
-            shutdown.clone(),
-        ));
+    // This instance is noted before its sweeper claims anything: a lease
+    // whose token names no instance serving is given back (see `instances`).
+    let instances = crate::instances::Instances {
+        store: store.clone(),
+        clock: clock.clone(),
+        leases_reach: config.sweeper.lease + config.sweeper.claim_ahead + Duration::from_secs(1),
+    };
+    match instances.note(true).await {
+        Ok(seen) => state.limits.set_instances(seen.serving),
+        Err(e) => tracing::warn!(error = %e, "noting this instance as serving failed"),
     }
+    tasks.spawn(instances.run(state.limits.clone(), wake.clone(), shutdown.clone()));
     let max_timeout = config
         .sweeper
         .lease

@@ -8,6 +8,7 @@ pub mod clock;
 pub mod config;
 pub mod delivery;
 pub mod domain;
+pub mod instances;
 pub mod limits;
 pub mod listen;
 pub mod metrics;

@@ -4,20 +4,13 @@
 
 use std::{
     net::IpAddr,
-    sync::{
-        atomic::{AtomicU32, Ordering},
-        Arc,
-    },
+    sync::atomic::{AtomicU32, Ordering},
     time::Duration,
 };
 
-use tokio_util::sync::CancellationToken;
-
 use crate::{
-    clock::Clock,
     config::Config,
     limits::{self, FailureLimit, Limiter},
-    store::Store,
 };
 
 pub struct ApiLimits {
@@ -47,6 +40,11 @@ impl ApiLimits {
     /// How many instances serve on the database, this one among them.
     pub fn set_instances(&self, n: u32) {
         self.instances.store(n.max(1), Ordering::Relaxed);
+    }
+
+    /// How many instances this one counts (`set_instances`).
+    pub fn instances(&self) -> u32 {
+        self.instances.load(Ordering::Relaxed)
     }
 
     /// How long token requests from `address` are still held back.
@@ -83,39 +81,6 @@ impl ApiLimits {
     /// How many client ids the token limits remember.
     pub fn remembered_token_clients(&self) -> usize {
         self.token_clients.len()
-    }
-}
-
-/// How often an instance tells the database it serves.
-const SEEN_EVERY: Duration = Duration::from_secs(2);
-/// How long an instance not seen since still counts.
-const LIVE_FOR: Duration = Duration::from_secs(6);
-
-/// Tells the database every `SEEN_EVERY` that this instance serves, and
-/// gives `limits` the number of instances serving, until `shutdown`. A count
-/// that cannot be read leaves the last one.
-pub async fn share_with_instances(
-    limits: Arc<ApiLimits>,
-    store: Arc<dyn Store>,
-    clock: Arc<dyn Clock>,
-    shutdown: CancellationToken,
-) {
-    let id = uuid::Uuid::new_v4().to_string();
-    let live_ms = i64::try_from(LIVE_FOR.as_millis()).unwrap_or(i64::MAX);
-    let mut every = tokio::time::interval(SEEN_EVERY);
-    loop {
-        tokio::select! {
-            _ = every.tick() => {}
-            _ = shutdown.cancelled() => return,
-        }
-        let now = clock.now().timestamp_millis();
-        match store
-            .instance_seen(&id, now, now.saturating_sub(live_ms))
-            .await
-        {
-            Ok(n) => limits.set_instances(n),
-            Err(e) => tracing::warn!(error = %e, "counting the serving instances failed"),
-        }
     }
 }
 

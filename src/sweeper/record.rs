@@ -27,8 +27,9 @@ const RECORD_BATCH: usize = 1000;
 /// target) wait up to this long, and up to `LINGER_MAX` of them, before
 /// they are written: a burst's sends keep the cores and the database writes
 /// follow it. A crash in that time redelivers what was not recorded, as a
-/// crash mid-attempt does.
-const LINGER: Duration = Duration::from_millis(1000);
+/// crash mid-attempt does: so it is short, and a crash redelivers little
+/// more than the attempts it interrupted.
+const LINGER: Duration = Duration::from_millis(100);
 const LINGER_MAX: usize = 20_000;
 /// How often a lingering batch looks again whether attempts are under way.
 const LINGER_STEP: Duration = Duration::from_millis(20);

@@ -348,4 +348,53 @@ mod postgres {
         survivor.shutdown().await;
         api_app.shutdown().await;
     }
+
+    /// With the default lease (30 s): the survivor does not wait for the
+    /// killed worker's leases to end. It finds the worker no longer noted
+    /// as serving (three seconds) and gives back what it held.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_killed_instances_held_messages_go_to_another_within_seconds_not_a_lease() {
+        let api_app = TestApp::spawn_postgres_with(|c| c.sweeper.enabled = false).await;
+        let survivor = TestApp::spawn_on(api_app.db.clone(), |c| {
+            c.sweeper.claim_ahead = Duration::ZERO
+        })
+        .await;
+        let mut worker = worker(
+            &api_app.db.url,
+            &[
+                ("DISPATCH_SWEEPER__CLAIM_AHEAD", "30s"),
+                ("DISPATCH_SWEEPER__POLL_INTERVAL", "500ms"),
+            ],
+        )
+        .await;
+        let rx = Receiver::start().await;
+        let api = api_app.api("acme").await;
+        let target = api.webhook(&rx.url("/hook")).await;
+        let (soon, soon_t) = at(LEAD);
+        let ids = api.schedule_many(s(&target["targetId"]), &soon, 20).await;
+        wait_until_held(&api_app, soon_t).await;
+        worker.start_kill().unwrap();
+        worker.wait().await.unwrap();
+        let killed = Utc::now();
+        assert_eq!(rx.count(), 0, "killed before anything fell due");
+
+        let got = rx.wait_for(20, HELD_WAIT).await;
+        let mut arrived: Vec<String> = got
+            .iter()
+            .map(|r| s(&r.json()["messageId"]).to_string())
+            .collect();
+        arrived.sort();
+        let mut expected = ids.clone();
+        expected.sort();
+        assert_eq!(arrived, expected, "each held message arrived once");
+        assert!(got.iter().all(|r| r.at >= soon_t));
+        let bound = killed.max(soon_t) + chrono::TimeDelta::seconds(5);
+        let last = got.iter().map(|r| r.at).max().unwrap();
+        assert!(last <= bound, "the last arrived at {last}, after {bound}");
+        // And no more than once each, a little later still.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(rx.count(), 20);
+        survivor.shutdown().await;
+        api_app.shutdown().await;
+    }
 }

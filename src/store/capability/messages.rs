@@ -78,10 +78,20 @@ pub trait CountStore: Send + Sync + 'static {
     /// Forgets the failed token requests counted before `before_ms`.
     async fn purge_token_failures(&self, before_ms: i64) -> StoreResult<u64>;
 
-    /// Notes instance `id` as serving at `now_ms`, forgets instances not
-    /// seen for a minute, and answers how many were seen after
-    /// `live_since_ms` (this one among them).
-    async fn instance_seen(&self, id: &str, now_ms: i64, live_since_ms: i64) -> StoreResult<u32>;
+    /// Notes this instance as serving (at the database's time where there
+    /// is one), forgets the instances not seen for `stale`, and gives back
+    /// the leases that no instance still serving took on messages leased
+    /// until after `now` and at most `leased_until`: what a killed instance
+    /// held but had not attempted is claimable again at once. It looks for
+    /// them only when an instance was forgotten, and at this instance's
+    /// `first` note (a predecessor killed before it was ever noted).
+    async fn instance_seen(
+        &self,
+        now: DateTime<Utc>,
+        stale: std::time::Duration,
+        leased_until: DateTime<Utc>,
+        first: bool,
+    ) -> StoreResult<InstancesSeen>;
 }
 
 /// Recurring schedules (docs/api.md#recurring-schedules) and the messages of their runs.
@@ -260,4 +270,13 @@ pub trait ActionStore: Send + Sync + 'static {
         limit: u32,
         now: DateTime<Utc>,
     ) -> StoreResult<BulkBatch>;
+}
+
+/// What an instance's note of itself found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InstancesSeen {
+    /// Instances serving, this one among them.
+    pub serving: u32,
+    /// Messages whose leases were given back.
+    pub given_back: u64,
 }

@@ -55,7 +55,7 @@ impl GateBackend for PgStore {
         let gates = lock_due_gates(&mut tx, now).await?;
         let gates = count_in_flight(&mut tx, gates, now).await?;
         let mut planned = plan(gates, now, limit, shares);
-        let token = Uuid::new_v4();
+        let token = self.lease_token();
         let rows = lease_admitted(&mut tx, &planned, now, limit, lease, token).await?;
         let changes = record_starts(&mut tx, &mut planned, &rows, now).await?;
         let (reopens, waits_for_attempts) = reopening(&planned, now);

@@ -56,7 +56,7 @@ impl DeliveryStore for PgStore {
         limit: u32,
         lease: Duration,
     ) -> StoreResult<Vec<Claimed>> {
-        let token = Uuid::new_v4();
+        let token = self.lease_token();
         let rows: Vec<ClaimRow> = sqlx::query_as(concat!(
             "WITH due AS ( \
                SELECT id FROM messages \
@@ -82,7 +82,7 @@ impl DeliveryStore for PgStore {
         lease: Duration,
         shares: &ClaimShares,
     ) -> StoreResult<Vec<Claimed>> {
-        let token = Uuid::new_v4();
+        let token = self.lease_token();
         let full: Vec<&str> = shares.full().map(TargetId::as_str).collect();
         let full_accounts: Vec<&str> = shares.full_accounts().map(AccountId::as_str).collect();
         let (room_ids, room): (Vec<&str>, Vec<i32>) = shares
@@ -179,7 +179,7 @@ impl DeliveryStore for PgStore {
         if limit == 0 || until <= now {
             return Ok(Vec::new());
         }
-        let token = Uuid::new_v4();
+        let token = self.lease_token();
         let full: Vec<&str> = full.iter().map(TargetId::as_str).collect();
         let fenced: Vec<&str> = fenced.iter().map(AccountId::as_str).collect();
         // The lease runs from the due time: `claim_at` moves on by the lease,

@@ -51,6 +51,8 @@ pub struct PgStore {
     sealer: Option<Arc<Sealer>>,
     /// What one account may hold.
     limits: Limits,
+    /// This instance, as its lease tokens name it (`sql::keeps::lease_token`).
+    instance: Uuid,
 }
 
 impl PgStore {
@@ -60,6 +62,11 @@ impl PgStore {
 
     pub fn pool(&self) -> &PgPool {
         &self.pool
+    }
+
+    /// A lease token of this instance.
+    fn lease_token(&self) -> Uuid {
+        super::sql::keeps::lease_token(self.instance)
     }
 
     async fn begin(&self) -> StoreResult<Transaction<'static, Postgres>> {
@@ -102,6 +109,10 @@ impl super::sql::Keeps for PgStore {
 
     fn limits(&self) -> &Limits {
         &self.limits
+    }
+
+    fn instance(&self) -> Uuid {
+        self.instance
     }
 
     async fn notify_if_soon(

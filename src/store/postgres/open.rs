@@ -46,6 +46,7 @@ impl PgStore {
                 .unwrap_or(chrono::TimeDelta::seconds(5)),
             sealer: None,
             limits: Limits::default(),
+            instance: uuid::Uuid::new_v4(),
         })
     }
 

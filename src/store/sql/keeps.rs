@@ -3,6 +3,7 @@
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use uuid::Uuid;
 
 use super::{Backend, Tx};
 use crate::{domain::limits::Limits, sealing::Sealer, store::StoreResult};
@@ -15,6 +16,10 @@ pub(crate) trait Keeps: Backend {
     /// What one account may hold (`sql::limits` counts against it).
     fn limits(&self) -> &Limits;
 
+    /// This instance: the first half of every lease token it takes (see
+    /// `lease_token`), so that what a dead instance held can be found.
+    fn instance(&self) -> Uuid;
+
     /// Inside `tx`: tells the sweepers of other instances that something
     /// falls due at `at`, when that is soon after `now`. Only PostgreSQL
     /// is shared by instances (its `NOTIFY`, sent at commit); SQLite's one
@@ -26,5 +31,39 @@ pub(crate) trait Keeps: Backend {
         _now: DateTime<Utc>,
     ) -> StoreResult<()> {
         Ok(())
+    }
+}
+
+/// A lease token of `instance`: its first eight bytes, then eight random
+/// ones. `OWNER_CHARS` characters of the token's text name the instance.
+pub(crate) fn lease_token(instance: Uuid) -> Uuid {
+    let mut bytes = *Uuid::new_v4().as_bytes();
+    bytes[..8].copy_from_slice(&instance.as_bytes()[..8]);
+    Uuid::from_bytes(bytes)
+}
+
+/// The characters of a token's text (`xxxxxxxx-xxxx-xxxx`) that name the
+/// instance that took it.
+pub(crate) const OWNER_CHARS: usize = 18;
+
+/// The owner part of `instance`'s tokens, as their text starts.
+#[cfg(test)]
+fn owner_prefix(instance: Uuid) -> String {
+    instance.to_string()[..OWNER_CHARS].to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lease_token_names_its_instance_and_no_other() {
+        let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
+        let t1 = lease_token(a);
+        let t2 = lease_token(a);
+        assert_ne!(t1, t2);
+        assert!(t1.to_string().starts_with(&owner_prefix(a)));
+        assert!(t2.to_string().starts_with(&owner_prefix(a)));
+        assert!(!lease_token(b).to_string().starts_with(&owner_prefix(a)));
     }
 }

@@ -7,14 +7,21 @@
 
 use async_trait::async_trait;
 
-use super::{dialect::Dialect, events::from_matching, keeps::Keeps, Tx};
+use chrono::{DateTime, Utc};
+
+use super::{
+    dialect::Dialect,
+    events::from_matching,
+    keeps::{Keeps, OWNER_CHARS},
+    At, Tx,
+};
 use crate::{
     domain::{
         ids::{AccountId, ScheduleId},
         limits::{check, Limit, OverLimit},
         schedule::{Every, Recurrence},
     },
-    store::{CountStore, StoreError, StoreResult},
+    store::{CountStore, InstancesSeen, StoreError, StoreResult},
 };
 
 /// The advisory locks' class ("LIMT"), beside the hash of account and limit.
@@ -182,27 +189,71 @@ impl<B: Keeps> CountStore for B {
             .await
     }
 
-    async fn instance_seen(&self, id: &str, now_ms: i64, live_since_ms: i64) -> StoreResult<u32> {
+    async fn instance_seen(
+        &self,
+        now: DateTime<Utc>,
+        stale: std::time::Duration,
+        leased_until: DateTime<Utc>,
+        first: bool,
+    ) -> StoreResult<InstancesSeen> {
+        let id = self.instance().to_string();
+        let stale_ms = i64::try_from(stale.as_millis()).unwrap_or(i64::MAX / 4);
         let mut tx = self.db().begin().await?;
-        tx.sql(
-            "INSERT INTO instances (id, seen_ms) VALUES ($1, $2) \
-             ON CONFLICT (id) DO UPDATE SET seen_ms = excluded.seen_ms",
-        )
-        .bind(id)
-        .bind(now_ms)
+        // The database's clock where instances share one: theirs may differ.
+        let now_ms = if tx.locks_rows() {
+            "(extract(epoch from clock_timestamp()) * 1000)::bigint".to_string()
+        } else {
+            now.timestamp_millis().to_string()
+        };
+        tx.sql(format!(
+            "INSERT INTO instances (id, seen_ms) VALUES ($1, {now_ms}) \
+             ON CONFLICT (id) DO UPDATE SET seen_ms = excluded.seen_ms"
+        ))
+        .bind(&id)
         .execute()
         .await?;
-        tx.sql("DELETE FROM instances WHERE seen_ms < $1")
-            .bind(now_ms.saturating_sub(60_000))
+        let forgotten = tx
+            .sql(format!(
+                "DELETE FROM instances WHERE seen_ms < {now_ms} - $1"
+            ))
+            .bind(stale_ms)
             .execute()
             .await?;
-        let (n,): (i64,) = tx
-            .sql("SELECT count(*) FROM instances WHERE seen_ms > $1")
-            .bind(live_since_ms)
-            .fetch_one()
-            .await?;
+        let mut given_back = 0;
+        if forgotten > 0 || first {
+            // Leases still running whose token names no instance serving:
+            // messages due or claimed ahead (their due index), and gated ones
+            // (counted as in flight until then).
+            let unowned = format!(
+                "lease_token IS NOT NULL AND claim_at > $1 \
+                 AND substr(CAST(lease_token AS TEXT), 1, {OWNER_CHARS}) NOT IN \
+                   (SELECT substr(id, 1, {OWNER_CHARS}) FROM instances)"
+            );
+            for which in [
+                "NOT paused AND NOT gated AND NOT held AND NOT pull AND claim_at <= $2",
+                "gated",
+            ] {
+                given_back += tx
+                    .sql(format!(
+                        "UPDATE messages SET claim_at = COALESCE(next_attempt_at, delivery_time), \
+                           lease_token = NULL \
+                         WHERE state = 'Scheduled' AND {which} AND {unowned}"
+                    ))
+                    .bind(At(now))
+                    .bind(At(leased_until))
+                    .execute()
+                    .await?;
+            }
+            if given_back > 0 {
+                self.notify_if_soon(&mut tx, now, now).await?;
+            }
+        }
+        let (n,): (i64,) = tx.sql("SELECT count(*) FROM instances").fetch_one().await?;
         tx.commit().await?;
-        Ok(u32::try_from(n.max(1)).unwrap_or(u32::MAX))
+        Ok(InstancesSeen {
+            serving: u32::try_from(n.max(1)).unwrap_or(u32::MAX),
+            given_back,
+        })
     }
 
     async fn fold_counts(&self) -> StoreResult<u64> {

@@ -38,7 +38,7 @@ pub(crate) mod events;
 pub(super) mod filter;
 pub(super) mod gates;
 mod identities;
-mod keeps;
+pub(crate) mod keeps;
 pub(crate) mod limits;
 pub(super) mod ordering;
 pub(crate) mod own;

@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use uuid::Uuid;
 
 use super::{map_err, rows::*, SqliteStore};
 use crate::store::{sql::gates::GateBackend, *};
@@ -81,7 +80,7 @@ impl GateBackend for SqliteStore {
             gates.push((id, account, gate, u32::try_from(n).unwrap_or(u32::MAX)));
         }
         let mut planned = plan(gates, now, limit, shares);
-        let token = Uuid::new_v4();
+        let token = self.lease_token();
         let lease_end = ms(now) + i64::try_from(lease.as_millis()).unwrap_or(i64::MAX / 2);
         let mut rows: Vec<ClaimRow> = Vec::new();
         let mut changes = Vec::new();

@@ -51,7 +51,7 @@ impl DeliveryStore for SqliteStore {
             return Ok(Vec::new());
         }
         let fenced: Vec<&str> = fenced.iter().map(AccountId::as_str).collect();
-        let token = Uuid::new_v4();
+        let token = self.lease_token();
         let lease_ms = i64::try_from(lease.as_millis()).unwrap_or(i64::MAX / 4);
         let full: Vec<&str> = full.iter().map(TargetId::as_str).collect();
         let mut tx = self.begin().await?;
@@ -200,7 +200,7 @@ impl SqliteStore {
         lease: Duration,
         shares: Option<&ClaimShares>,
     ) -> StoreResult<Vec<Claimed>> {
-        let token = Uuid::new_v4();
+        let token = self.lease_token();
         let lease_end = ms(now) + i64::try_from(lease.as_millis()).unwrap_or(i64::MAX / 2);
         let mut tx = self.begin().await?;
         // The one writer serialises claims: no two callers get the same row.

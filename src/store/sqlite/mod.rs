@@ -39,6 +39,8 @@ pub struct SqliteStore {
     sealer: Option<Arc<Sealer>>,
     /// What one account may hold.
     limits: Limits,
+    /// This instance, as its lease tokens name it (`sql::keeps::lease_token`).
+    instance: uuid::Uuid,
     /// Held for the store's lifetime by a serving process: one per database
     /// file. None for an admin command.
     _lock: Option<File>,
@@ -57,6 +59,11 @@ impl SqliteStore {
 
     fn sealer(&self) -> Option<&Sealer> {
         self.sealer.as_deref()
+    }
+
+    /// A lease token of this instance.
+    fn lease_token(&self) -> uuid::Uuid {
+        super::sql::keeps::lease_token(self.instance)
     }
 
     /// Refuses writes that would take an account past `limits`.
@@ -108,6 +115,10 @@ impl super::sql::Keeps for SqliteStore {
 
     fn limits(&self) -> &Limits {
         &self.limits
+    }
+
+    fn instance(&self) -> uuid::Uuid {
+        self.instance
     }
 
     async fn notify_if_soon(

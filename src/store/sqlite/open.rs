@@ -97,6 +97,7 @@ impl SqliteStore {
             path: path.to_path_buf(),
             sealer: None,
             limits: Limits::default(),
+            instance: uuid::Uuid::new_v4(),
             _lock: lock,
             wake: std::sync::OnceLock::new(),
         })
