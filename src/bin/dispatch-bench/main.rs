@@ -23,7 +23,9 @@
 //! the same PostgreSQL), `pull-wake` (long-polling consumers woken by new
 //! messages), `pull-idle` (what long-polling an empty queue costs) and
 //! `flood` (`--flood` connections that send half a request's headers, beside
-//! a normal client and the health probe). The ingest scenarios also measure PostgreSQL's own floor with
+//! a normal client and the health probe), `crash` (the burst, with the
+//! instance killed by SIGKILL once 40 % have arrived and started again) and
+//! `crash2` (the same beside a second instance, which goes on alone). The ingest scenarios also measure PostgreSQL's own floor with
 //! pgbench; the JSON and SVG charts of a run are written to `--out`. Lateness is arrival at the receiver (for SQS: the acknowledged send)
 //! minus the scheduled time. Every scenario checks that every message arrived
 //! and counts duplicates.
@@ -160,10 +162,20 @@ async fn run_scenario(args: &Args, scenario: &str, run: usize) -> anyhow::Result
     let service = if scenario == "purge" {
         // Retention looks every second instead of every minute.
         purge::start(args).await?
+    } else if scenario.starts_with("crash") {
+        // The default lease, which a killed instance's messages no longer
+        // wait out.
+        service::start_service_with(args, &[("DISPATCH_SWEEPER__LEASE", "30s".into())]).await?
     } else {
         start_service(args).await?
     };
+    let mut service = service;
     let target_id = create_target(args, &service, scenario, &hook).await?;
+    // `crash2`: a second instance on the same database, the survivor.
+    let mut second = match scenario {
+        "crash2" => Some(service::serve_beside(args, &service).await?),
+        _ => None,
+    };
     if scenario == "ingest" {
         return ingest::ingest(args, service, server, &target_id, run).await;
     }
@@ -209,7 +221,7 @@ async fn run_scenario(args: &Args, scenario: &str, run: usize) -> anyhow::Result
         told::subscribe(&service, &hook.replace("/hook", told::PATH)).await?;
     }
     let n_planned = match scenario {
-        "burst" | "told" => args.burst,
+        "burst" | "told" | "crash" | "crash2" => args.burst,
         "fanout" => args.fanout_events * args.fanout_targets,
         "steady" | "backlog" | "noisy" | "purge" => args.steady_rate * args.steady_seconds,
         "sqs" => args.sqs,
@@ -249,6 +261,10 @@ async fn run_scenario(args: &Args, scenario: &str, run: usize) -> anyhow::Result
     let deadline = Instant::now()
         + Duration::from_secs(30 + (n / slowest) as u64 + args.steady_seconds as u64);
     let mut sqs_times = Vec::new();
+    // `crash` and `crash2`: the instance is killed (SIGKILL) once 40 % have
+    // arrived; `crash` starts it again at once.
+    let mut killed: Option<(DateTime<Utc>, usize)> = None;
+    let mut restarted_in = None;
     loop {
         let done = if scenario == "sqs" {
             tokio::time::sleep(Duration::from_millis(500)).await;
@@ -257,6 +273,18 @@ async fn run_scenario(args: &Args, scenario: &str, run: usize) -> anyhow::Result
         } else {
             distinct_arrivals(&arrivals.seen.lock().unwrap(), n)
         };
+        if scenario.starts_with("crash") && killed.is_none() && done * 10 >= n * 4 {
+            service.child.start_kill()?;
+            service.child.wait().await?;
+            killed = Some((Utc::now(), done));
+            if scenario == "crash" {
+                let clock = Instant::now();
+                let (child, base) = service::serve_beside(args, &service).await?;
+                restarted_in = Some(clock.elapsed());
+                service.child = child;
+                service.base = base;
+            }
+        }
         if done >= n || Instant::now() > deadline {
             break;
         }
@@ -273,8 +301,32 @@ async fn run_scenario(args: &Args, scenario: &str, run: usize) -> anyhow::Result
             }
             Some(told::wait(&arrivals, &told::firsts(&firsts), Duration::from_secs(30)).await)
         }
+        _ if killed.is_some() => {
+            // Duplicates an attempt interrupted by the kill explains come
+            // within the kill's moment; wait a little longer for the rest.
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            let (at, done) = killed.unwrap_or_default();
+            let seen = arrivals.seen.lock().unwrap().clone();
+            let last = seen.iter().map(|(_, a, _)| *a).max().unwrap_or(at);
+            let ids: std::collections::HashSet<&str> =
+                seen.iter().map(|(id, ..)| id.as_str()).collect();
+            let lost = n.saturating_sub(ids.len());
+            Some(format!(
+                "killed (SIGKILL) after {done} of {n} had arrived{restart}; lost {lost}, \
+                 duplicates {dups}; the last arrival came {after:.2} s after the kill",
+                restart = restarted_in.map_or_else(
+                    || ", the second instance went on".to_string(),
+                    |d| format!(", started again (ready in {:.2} s)", d.as_secs_f64())
+                ),
+                dups = seen.len() - ids.len(),
+                after = (last - at).num_milliseconds() as f64 / 1000.0,
+            ))
+        }
         _ => None,
     };
+    if let Some((mut child, _)) = second.take() {
+        let _ = child.start_kill();
+    }
     service.stop(&args.pg).await;
     server.abort();
 

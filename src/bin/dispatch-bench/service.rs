@@ -51,6 +51,40 @@ pub(crate) fn dispatch_binary(args: &Args) -> PathBuf {
     })
 }
 
+/// Another `serve` on `service`'s database, once ready: (process, base URL).
+pub(crate) async fn serve_beside(
+    args: &Args,
+    service: &Service,
+) -> anyhow::Result<(tokio::process::Child, String)> {
+    let port = free_port();
+    let child = tokio::process::Command::new(dispatch_binary(args))
+        .arg("serve")
+        .env("DATABASE_URL", &service.db_url)
+        .env("DISPATCH_SERVER__LISTEN", format!("127.0.0.1:{port}"))
+        .env("DISPATCH_WEBHOOK__ALLOW_PRIVATE_NETWORKS", "true")
+        .env("RUST_LOG", "warn")
+        .env("DISPATCH_SWEEPER__LEASE", "30s")
+        .stdout(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()?;
+    let base = format!("http://127.0.0.1:{port}");
+    let http = reqwest::Client::new();
+    let started = Instant::now();
+    while http
+        .get(format!("{base}/health/ready"))
+        .send()
+        .await
+        .map(|r| r.status() != 200)
+        .unwrap_or(true)
+    {
+        if started.elapsed() > Duration::from_secs(20) {
+            bail!("another dispatch did not become ready");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok((child, base))
+}
+
 pub(crate) async fn start_service(args: &Args) -> anyhow::Result<Service> {
     start_service_with(args, &[]).await
 }
