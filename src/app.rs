@@ -245,12 +245,17 @@ pub async fn start_with(
         store: store.clone(),
         clock: clock.clone(),
         leases_reach: config.sweeper.lease + config.sweeper.claim_ahead + Duration::from_secs(1),
+        noted: Arc::new(crate::instances::Noted::default()),
     };
     match instances.note(true).await {
         Ok(seen) => state.limits.set_instances(seen.serving),
         Err(e) => tracing::warn!(error = %e, "noting this instance as serving failed"),
     }
-    tasks.spawn(instances.run(state.limits.clone(), wake.clone(), shutdown.clone()));
+    tasks.spawn(
+        instances
+            .clone()
+            .run(state.limits.clone(), wake.clone(), shutdown.clone()),
+    );
     let max_timeout = config
         .sweeper
         .lease
@@ -281,6 +286,7 @@ pub async fn start_with(
         wake: wake.clone(),
         held,
         clock: clock.clone(),
+        noted: instances.noted.clone(),
     };
 
     tasks.spawn(crate::serve::serve(

@@ -6,7 +6,13 @@
 //! the lease would have ended (`sweeper.lease`, 30 s). The count of
 //! instances serving also gives each its part of `api.rate_limit`.
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    sync::{
+        atomic::{AtomicU32, AtomicU64, Ordering},
+        Arc,
+    },
+    time::{Duration, Instant},
+};
 
 use tokio_util::sync::CancellationToken;
 
@@ -22,6 +28,51 @@ pub const BEAT: Duration = Duration::from_secs(1);
 /// An instance not noted for this long is dead: three beats missed.
 pub const STALE: Duration = Duration::from_secs(3);
 
+/// An instance whose last note is older than this starts no attempt while
+/// others serve beside it: they may take it for dead a beat later.
+pub const FENCE: Duration = Duration::from_secs(2);
+
+/// When this instance last noted itself, and how many instances served
+/// then: the sweeper asks `may_attempt` before it starts an attempt.
+#[derive(Debug)]
+pub struct Noted {
+    start: Instant,
+    /// Milliseconds after `start` of the last note that succeeded.
+    last_ms: AtomicU64,
+    serving: AtomicU32,
+}
+
+impl Default for Noted {
+    fn default() -> Self {
+        Self {
+            start: Instant::now(),
+            last_ms: AtomicU64::new(0),
+            serving: AtomicU32::new(1),
+        }
+    }
+}
+
+impl Noted {
+    fn mark(&self, serving: u32) {
+        let ms = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last_ms.store(ms, Ordering::Relaxed);
+        self.serving.store(serving, Ordering::Relaxed);
+    }
+
+    /// False when other instances serve and this one has not noted itself
+    /// for `FENCE`: they may give back what it holds and send it too, so it
+    /// gives its waiting messages back instead of attempting them. A lone
+    /// instance always may: nobody takes its messages (a database outage
+    /// then delays its records, not its attempts).
+    pub fn may_attempt(&self) -> bool {
+        if self.serving.load(Ordering::Relaxed) <= 1 {
+            return true;
+        }
+        let last = Duration::from_millis(self.last_ms.load(Ordering::Relaxed));
+        self.start.elapsed().saturating_sub(last) < FENCE
+    }
+}
+
 /// What a note needs: the store, and how far ahead of now a lease may run
 /// (a due claim's lease, or one taken ahead of its message's time).
 #[derive(Clone)]
@@ -29,6 +80,7 @@ pub struct Instances {
     pub store: Arc<dyn Store>,
     pub clock: Arc<dyn Clock>,
     pub leases_reach: Duration,
+    pub noted: Arc<Noted>,
 }
 
 impl Instances {
@@ -42,6 +94,7 @@ impl Instances {
             .store
             .instance_seen(now, STALE, now + reach, first)
             .await?;
+        self.noted.mark(seen.serving);
         if seen.given_back > 0 {
             tracing::warn!(
                 count = seen.given_back,
@@ -72,5 +125,31 @@ impl Instances {
                 Err(e) => tracing::warn!(error = %e, "noting this instance as serving failed"),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_instance_beside_others_stops_attempting_when_its_note_is_old_and_a_lone_one_never() {
+        let noted = Noted::default();
+        noted.mark(2);
+        assert!(noted.may_attempt());
+        // As if the last note was FENCE ago.
+        let noted = Noted {
+            start: Instant::now() - FENCE - Duration::from_millis(10),
+            last_ms: AtomicU64::new(0),
+            serving: AtomicU32::new(2),
+        };
+        assert!(!noted.may_attempt());
+        noted.serving.store(1, Ordering::Relaxed);
+        assert!(
+            noted.may_attempt(),
+            "nobody takes a lone instance's messages"
+        );
+        noted.mark(3);
+        assert!(noted.may_attempt(), "noted again");
     }
 }

@@ -19,6 +19,7 @@ pub const PULL_RECEIVED: &str = "dispatch_pull_received_total";
 pub const PULL_ACKED: &str = "dispatch_pull_acked_total";
 pub const PULL_DEPTH: &str = "dispatch_pull_depth";
 pub const CONNECTIONS_REFUSED: &str = "dispatch_connections_refused_total";
+pub const STALE_RESULTS: &str = "dispatch_results_stale_total";
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
@@ -51,6 +52,10 @@ pub fn handle() -> PrometheusHandle {
 fn describe() {
     metrics::describe_counter!(SCHEDULED, "Messages scheduled through the API");
     metrics::describe_counter!(DELIVERED, "Messages delivered");
+    metrics::describe_counter!(
+        STALE_RESULTS,
+        "Attempts not recorded because another claim had taken their message's lease"
+    );
     metrics::describe_counter!(
         CONNECTIONS_REFUSED,
         "Connections closed on accept: over server.max_connections and the few answered beyond it"

@@ -10,10 +10,14 @@
 //! - A keep-alive connection with no request under way and nothing read or
 //!   written for `server.idle_timeout` closes.
 //! - At most `server.max_connections` connections are served at once (cut to
-//!   what the process may open). Beyond them a few more are accepted for a
-//!   moment, one request each: `/health/*` is answered there, anything else
-//!   gets 503 with `Retry-After`. Beyond those, a connection is closed as
-//!   soon as it is accepted.
+//!   what the process may open). At the cap, a new connection takes the
+//!   place of the one that has waited longest without a request under way
+//!   (half a request's headers, or idle between requests), if it has waited
+//!   a second: a client that opens thousands of half-sent requests loses
+//!   its own connections, not others' service. When none has, a few more
+//!   connections are accepted for a moment, one request each: `/health/*`
+//!   is answered there, anything else gets 503 with `Retry-After`. Beyond
+//!   those, a connection is closed as soon as it is accepted.
 
 use std::{
     future::Future,
@@ -50,6 +54,11 @@ use crate::config::ServerConfig;
 const OVERFLOW: usize = 256;
 /// How long a connection beyond the cap may take to send its request.
 const OVERFLOW_HEADER_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a connection must have waited without a request under way to
+/// give its place to a new one at the cap.
+const EVICTABLE_AFTER: Duration = Duration::from_secs(1);
+/// How long a new connection waits for the place of the one it evicted.
+const TAKE_PLACE_WITHIN: Duration = Duration::from_millis(500);
 /// Files the process keeps for everything but the connections it serves:
 /// the database pool, outbound deliveries, logs.
 const RESERVED_FILES: u64 = 1024;
@@ -104,6 +113,7 @@ pub async fn serve(
 ) {
     let served = Arc::new(Semaphore::new(limits.max_connections));
     let overflow = Arc::new(Semaphore::new(OVERFLOW));
+    let idle = Arc::new(Idle::default());
     let connections = TaskTracker::new();
     loop {
         let accepted = tokio::select! {
@@ -121,26 +131,45 @@ pub async fn serve(
                 continue;
             }
         };
-        let lane = match served.clone().try_acquire_owned() {
-            Ok(p) => Lane::Served(p),
+        let _ = stream.set_nodelay(true);
+        let conn = Conn {
+            peer,
+            app: app.clone(),
+            limits,
+            idle: idle.clone(),
+            shutdown: shutdown.clone(),
+        };
+        match served.clone().try_acquire_owned() {
+            Ok(p) => {
+                connections.spawn(conn.serve(stream, Lane::Served(p)));
+            }
+            // At the cap: the longest waiting connection makes room.
+            Err(_) if idle.evict_oldest(EVICTABLE_AFTER) => {
+                let served = served.clone();
+                let overflow = overflow.clone();
+                connections.spawn(async move {
+                    let lane = match tokio::time::timeout(TAKE_PLACE_WITHIN, served.acquire_owned())
+                        .await
+                    {
+                        Ok(Ok(p)) => Lane::Served(p),
+                        _ => match overflow.try_acquire_owned() {
+                            Ok(p) => Lane::Overflow(p),
+                            Err(_) => return,
+                        },
+                    };
+                    conn.serve(stream, lane).await;
+                });
+            }
             Err(_) => match overflow.clone().try_acquire_owned() {
-                Ok(p) => Lane::Overflow(p),
+                Ok(p) => {
+                    connections.spawn(conn.serve(stream, Lane::Overflow(p)));
+                }
                 Err(_) => {
                     metrics::counter!(crate::metrics::CONNECTIONS_REFUSED).increment(1);
                     drop(stream);
-                    continue;
                 }
             },
-        };
-        let _ = stream.set_nodelay(true);
-        connections.spawn(connection(
-            stream,
-            peer,
-            app.clone(),
-            lane,
-            limits,
-            shutdown.clone(),
-        ));
+        }
     }
     connections.close();
     connections.wait().await;
@@ -161,70 +190,131 @@ enum Lane {
     Overflow(#[allow(dead_code)] OwnedSemaphorePermit),
 }
 
-async fn connection(
-    stream: TcpStream,
+/// What serving one connection needs.
+struct Conn {
     peer: SocketAddr,
     app: Router,
-    lane: Lane,
     limits: Connections,
+    idle: Arc<Idle>,
     shutdown: CancellationToken,
-) {
-    let beyond_cap = matches!(lane, Lane::Overflow(_));
-    let activity = Arc::new(Activity::new());
-    let service = {
-        let activity = activity.clone();
-        hyper::service::service_fn(move |req: Request<Incoming>| {
-            let app = app.clone();
-            let busy = activity.begin();
-            async move {
-                if beyond_cap && !req.uri().path().starts_with("/health/") {
+}
+
+impl Conn {
+    async fn serve(self, stream: TcpStream, lane: Lane) {
+        let Conn {
+            peer,
+            app,
+            limits,
+            idle,
+            shutdown,
+        } = self;
+        let beyond_cap = matches!(lane, Lane::Overflow(_));
+        let evicted = CancellationToken::new();
+        let activity = Arc::new(Activity::new(idle, evicted.clone(), !beyond_cap));
+        let service = {
+            let activity = activity.clone();
+            hyper::service::service_fn(move |req: Request<Incoming>| {
+                let app = app.clone();
+                let busy = activity.begin();
+                async move {
+                    if beyond_cap && !req.uri().path().starts_with("/health/") {
+                        drop(busy);
+                        return Ok::<_, std::convert::Infallible>(too_many_connections());
+                    }
+                    let mut req = req.map(|body| Deadline::new(body, limits.body_timeout));
+                    req.extensions_mut().insert(ConnectInfo(peer));
+                    let response = app.oneshot(req).await;
                     drop(busy);
-                    return Ok::<_, std::convert::Infallible>(too_many_connections());
+                    response
                 }
-                let mut req = req.map(|body| Deadline::new(body, limits.body_timeout));
-                req.extensions_mut().insert(ConnectInfo(peer));
-                let response = app.oneshot(req).await;
-                drop(busy);
-                response
-            }
-        })
-    };
-    let mut builder = hyper::server::conn::http1::Builder::new();
-    builder
-        .timer(TokioTimer::new())
-        .header_read_timeout(if beyond_cap {
-            OVERFLOW_HEADER_TIMEOUT.min(limits.header_timeout)
-        } else {
-            limits.header_timeout
-        })
-        .keep_alive(!beyond_cap);
-    let io = TokioIo::new(Watched {
-        inner: stream,
-        activity: activity.clone(),
-    });
-    let conn = builder.serve_connection(io, service);
-    tokio::pin!(conn);
-    let mut closing = false;
-    loop {
-        let idle_at = activity.idle_at(limits.idle_timeout);
-        tokio::select! {
-            done = conn.as_mut() => {
-                if let Err(e) = done {
-                    tracing::debug!(error = %e, %peer, "connection ended");
+            })
+        };
+        let mut builder = hyper::server::conn::http1::Builder::new();
+        builder
+            .timer(TokioTimer::new())
+            .header_read_timeout(if beyond_cap {
+                OVERFLOW_HEADER_TIMEOUT.min(limits.header_timeout)
+            } else {
+                limits.header_timeout
+            })
+            .keep_alive(!beyond_cap);
+        let io = TokioIo::new(Watched {
+            inner: stream,
+            activity: activity.clone(),
+        });
+        let conn = builder.serve_connection(io, service);
+        tokio::pin!(conn);
+        let mut closing = false;
+        loop {
+            let idle_at = activity.idle_at(limits.idle_timeout);
+            tokio::select! {
+                done = conn.as_mut() => {
+                    if let Err(e) = done {
+                        tracing::debug!(error = %e, %peer, "connection ended");
+                    }
+                    break;
                 }
-                return;
-            }
-            _ = shutdown.cancelled(), if !closing => {
-                conn.as_mut().graceful_shutdown();
-                closing = true;
-            }
-            _ = tokio::time::sleep_until(idle_at), if !closing => {
-                if activity.is_idle(limits.idle_timeout) {
+                // Its place went to a new connection: closed at once (it
+                // had no request under way).
+                _ = evicted.cancelled() => break,
+                _ = shutdown.cancelled(), if !closing => {
                     conn.as_mut().graceful_shutdown();
                     closing = true;
                 }
+                _ = tokio::time::sleep_until(idle_at), if !closing => {
+                    if activity.is_idle(limits.idle_timeout) {
+                        conn.as_mut().graceful_shutdown();
+                        closing = true;
+                    }
+                }
             }
         }
+        activity.forget();
+    }
+}
+
+/// The connections with no request under way, oldest first: at the cap,
+/// the oldest gives its place to a new connection.
+#[derive(Default)]
+struct Idle {
+    inner: std::sync::Mutex<IdleInner>,
+}
+
+#[derive(Default)]
+struct IdleInner {
+    next: u64,
+    /// Registration order → (since when, the connection's eviction).
+    order: std::collections::BTreeMap<u64, (Instant, CancellationToken)>,
+}
+
+impl Idle {
+    fn add(&self, evict: &CancellationToken) -> u64 {
+        let mut i = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let key = i.next;
+        i.next += 1;
+        i.order.insert(key, (Instant::now(), evict.clone()));
+        key
+    }
+
+    fn remove(&self, key: u64) {
+        let mut i = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        i.order.remove(&key);
+    }
+
+    /// Closes the connection that has waited longest, if it has waited
+    /// `at_least`; whether one was.
+    fn evict_oldest(&self, at_least: Duration) -> bool {
+        let mut i = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let Some((&key, (since, _))) = i.order.first_key_value() else {
+            return false;
+        };
+        if since.elapsed() < at_least {
+            return false;
+        }
+        if let Some((_, evict)) = i.order.remove(&key) {
+            evict.cancel();
+        }
+        true
     }
 }
 
@@ -249,20 +339,49 @@ fn too_many_connections() -> Response<Body> {
 }
 
 /// What a connection is doing: requests under way, and when it last read or
-/// wrote (ms after `start`).
+/// wrote (ms after `start`); while none is under way, it is in `idle`
+/// (unless it is beyond the cap, where it takes no place).
 struct Activity {
     start: Instant,
     last_ms: AtomicU64,
     requests: AtomicUsize,
+    idle: Arc<Idle>,
+    evicted: CancellationToken,
+    /// Its key in `idle` while it waits there.
+    waiting: std::sync::Mutex<Option<u64>>,
+    /// Whether it takes a place (within the cap) that it can give up.
+    evictable: bool,
 }
 
 impl Activity {
-    fn new() -> Self {
+    fn new(idle: Arc<Idle>, evicted: CancellationToken, evictable: bool) -> Self {
+        let waiting = evictable.then(|| idle.add(&evicted));
         Self {
             start: Instant::now(),
             last_ms: AtomicU64::new(0),
             requests: AtomicUsize::new(0),
+            idle,
+            evicted,
+            waiting: std::sync::Mutex::new(waiting),
+            evictable,
         }
+    }
+
+    fn waiting(&self) -> std::sync::MutexGuard<'_, Option<u64>> {
+        self.waiting.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Out of `idle` (a request began, or the connection ended).
+    fn leave_idle(&self) {
+        if let Some(key) = self.waiting().take() {
+            self.idle.remove(key);
+        }
+    }
+
+    /// The connection ended: out of `idle` for good.
+    fn forget(&self) {
+        self.evicted.cancel();
+        self.leave_idle();
     }
 
     fn touch(&self) {
@@ -271,7 +390,9 @@ impl Activity {
     }
 
     fn begin(self: &Arc<Self>) -> Busy {
-        self.requests.fetch_add(1, Ordering::Relaxed);
+        if self.requests.fetch_add(1, Ordering::Relaxed) == 0 {
+            self.leave_idle();
+        }
         Busy(self.clone())
     }
 
@@ -295,8 +416,17 @@ struct Busy(Arc<Activity>);
 
 impl Drop for Busy {
     fn drop(&mut self) {
-        self.0.touch();
-        self.0.requests.fetch_sub(1, Ordering::Relaxed);
+        let a = &self.0;
+        a.touch();
+        if a.requests.fetch_sub(1, Ordering::Relaxed) == 1
+            && a.evictable
+            && !a.evicted.is_cancelled()
+        {
+            let mut waiting = a.waiting();
+            if waiting.is_none() {
+                *waiting = Some(a.idle.add(&a.evicted));
+            }
+        }
     }
 }
 

@@ -196,14 +196,15 @@ async fn an_idle_keep_alive_connection_closes_after_the_idle_timeout_and_a_busy_
 async fn beyond_max_connections_health_answers_and_other_requests_get_503_until_room_is_made() {
     let app = TestApp::spawn_with(|c| c.server.max_connections = 4).await;
     let token = app.token("acme", &[]).await;
+    // Four connections with a request under way: its body comes slowly.
     let mut held = Vec::new();
     for _ in 0..4 {
         let mut s = connect(&app).await;
-        s.write_all(b"GET /health/live HTTP/1.1\r\nHost: x\r\n\r\n")
-            .await
-            .unwrap();
-        let mut buf = [0u8; 1024];
-        assert!(s.read(&mut buf).await.unwrap() > 0);
+        let head = format!(
+            "POST /messages HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n\
+             Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{{"
+        );
+        s.write_all(head.as_bytes()).await.unwrap();
         held.push(s);
     }
     for path in ["/health/live", "/health/ready"] {
@@ -349,5 +350,44 @@ async fn a_url_with_credentials_in_it_is_refused_naming_the_field() {
             .unwrap()["config"]["url"],
         "https://example.com/hook"
     );
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn at_the_cap_a_connection_that_sent_half_a_request_gives_its_place_to_a_new_one() {
+    let app = TestApp::spawn_with(|c| c.server.max_connections = 4).await;
+    let token = app.token("acme", &[]).await;
+    let mut slow = Vec::new();
+    for _ in 0..4 {
+        let mut s = connect(&app).await;
+        s.write_all(b"GET /targets HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+            .await
+            .unwrap();
+        slow.push(s);
+    }
+    // Places are given up by connections that waited a second without a
+    // request under way: the longest waiting first.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    // Four new clients, each keeping its connection: each takes the place
+    // of a half-sent one (the new ones have waited less than a second).
+    let mut kept = Vec::new();
+    for i in 0..4 {
+        let mut s = connect(&app).await;
+        let request =
+            format!("GET /targets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n\r\n");
+        s.write_all(request.as_bytes()).await.unwrap();
+        let mut buf = [0u8; 4096];
+        let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
+            .await
+            .expect("an answer")
+            .unwrap();
+        let text = String::from_utf8_lossy(&buf[..n]);
+        assert!(text.starts_with("HTTP/1.1 200"), "client {i}: {text}");
+        kept.push(s);
+    }
+    for (i, s) in slow.iter_mut().enumerate() {
+        let read = read_until_closed(s, Duration::from_secs(2)).await;
+        assert!(read.closed, "half-sent connection {i} still open");
+    }
     app.shutdown().await;
 }

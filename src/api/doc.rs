@@ -173,6 +173,11 @@ impl Modify for CommonResponses {
         .build();
         let invalid = problem("Invalid input; errors[].field names each field").build();
         let too_large = problem("The body is over `server.max_body_bytes`").build();
+        let too_slow = problem("The body did not arrive within `server.body_timeout`").build();
+        let control = problem(
+            "A control character (such as U+0000) in a path segment; errors[].field is `path`",
+        )
+        .build();
         let media_type = problem("The body is not application/json").build();
         let not_found = problem("Unknown id, or an id of another account").build();
 
@@ -197,6 +202,7 @@ impl Modify for CommonResponses {
                     .is_some_and(|b| b.content.keys().any(|ct| ct.contains("json")));
                 if json_body {
                     add(op, "400", &invalid);
+                    add(op, "408", &too_slow);
                     add(op, "413", &too_large);
                     add(op, "415", &media_type);
                 }
@@ -209,6 +215,9 @@ impl Modify for CommonResponses {
                 }
                 if has_id && op.security.as_ref().is_some_and(|s| !s.is_empty()) {
                     add(op, "404", &not_found);
+                }
+                if has_id {
+                    add(op, "400", &control);
                 }
                 for p in op.parameters.iter_mut().flatten() {
                     if p.name == "state" && p.parameter_in == ParameterIn::Query {

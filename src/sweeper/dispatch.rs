@@ -65,6 +65,10 @@ impl Dispatch {
             claimed_at,
             ahead,
         };
+        if !self.sweeper.noted.may_attempt() {
+            self.give_back(vec![waiting]);
+            return;
+        }
         if let Some((waiting, share, permit)) = self
             .targets
             .start_or_wait(waiting, force, |n| self.permit(n))
@@ -125,8 +129,12 @@ impl Dispatch {
     }
 
     /// Whether an attempt started now still ends well inside the claim's
-    /// lease (it is cut off at the lease's end).
+    /// lease (it is cut off at the lease's end), and no other instance may
+    /// take this one for dead (`instances::Noted::may_attempt`).
     fn has_time_left(&self, waiting: &Waiting) -> bool {
+        if !self.sweeper.noted.may_attempt() {
+            return false;
+        }
         let needs = self
             .sweeper
             .deliverer

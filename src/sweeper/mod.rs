@@ -54,6 +54,9 @@ pub struct Sweeper {
     pub held: Arc<Held>,
     /// What "now" is for claims, results and lateness.
     pub clock: Arc<dyn Clock>,
+    /// Whether this instance noted itself lately (`instances`): one that
+    /// others may take for dead starts no attempt.
+    pub noted: Arc<crate::instances::Noted>,
 }
 
 impl Sweeper {

@@ -128,7 +128,19 @@ async fn record_chunk(
     let mut failures = 0u32;
     loop {
         match store.record(chunk, clock.now()).await {
-            Ok(_) => return,
+            Ok(written) => {
+                // A result whose lease another claim took (it ended, or its
+                // instance was taken for dead) is not written, nor are its
+                // attempts (what `record` counts): that claim attempts the
+                // message again.
+                let attempts: usize = chunk.iter().map(|r| r.attempts.len()).sum();
+                let stale = (attempts as u64).saturating_sub(written);
+                if stale > 0 {
+                    metrics::counter!(m::STALE_RESULTS).increment(stale);
+                    warn!(count = stale, "results came after their leases were taken; their messages may be sent again");
+                }
+                return;
+            }
             Err(e) => {
                 failures += 1;
                 if shutdown.is_cancelled() && failures >= 3 {

@@ -143,6 +143,7 @@ pub(crate) async fn flood(
         scenario: "flood".into(),
         run,
         messages: normal_ms.len(),
+        delivered: normal_ms.len() - normal_failed,
         peak_rss_mb,
         notes: Some(notes),
         failed_check: normal_failed > 0 || health_failed > 0,
