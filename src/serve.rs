@@ -11,17 +11,19 @@
 //!   written for `server.idle_timeout` closes.
 //! - At most `server.max_connections` connections are served at once (cut to
 //!   what the process may open). At the cap, a new connection takes the
-//!   place of the one that has waited longest without a request under way
-//!   (half a request's headers, or idle between requests), if it has waited
-//!   a second: a client that opens thousands of half-sent requests loses
-//!   its own connections, not others' service. When none has, a few more
+//!   place of one without a request under way (half a request's headers,
+//!   or idle between requests): the oldest of the peer address holding the
+//!   most such connections, if that is another address than the newcomer's,
+//!   else the oldest of all if it has waited a second. A client that opens
+//!   thousands of half-sent requests loses its own connections, not
+//!   others' service. When none can give its place, a few more
 //!   connections are accepted for a moment, one request each: `/health/*`
 //!   is answered there, anything else gets 503 with `Retry-After`. Beyond
 //!   those, a connection is closed as soon as it is accepted.
 
 use std::{
     future::Future,
-    net::SocketAddr,
+    net::{IpAddr, SocketAddr},
     pin::Pin,
     sync::{
         atomic::{AtomicU64, AtomicUsize, Ordering},
@@ -144,7 +146,7 @@ pub async fn serve(
                 connections.spawn(conn.serve(stream, Lane::Served(p)));
             }
             // At the cap: the longest waiting connection makes room.
-            Err(_) if idle.evict_oldest(EVICTABLE_AFTER) => {
+            Err(_) if idle.evict_for(peer.ip(), EVICTABLE_AFTER) => {
                 let served = served.clone();
                 let overflow = overflow.clone();
                 connections.spawn(async move {
@@ -210,7 +212,7 @@ impl Conn {
         } = self;
         let beyond_cap = matches!(lane, Lane::Overflow(_));
         let evicted = CancellationToken::new();
-        let activity = Arc::new(Activity::new(idle, evicted.clone(), !beyond_cap));
+        let activity = Arc::new(Activity::new(idle, peer.ip(), evicted.clone(), !beyond_cap));
         let service = {
             let activity = activity.clone();
             hyper::service::service_fn(move |req: Request<Incoming>| {
@@ -273,8 +275,8 @@ impl Conn {
     }
 }
 
-/// The connections with no request under way, oldest first: at the cap,
-/// the oldest gives its place to a new connection.
+/// The connections with no request under way, oldest first, and by peer
+/// address: at the cap, one gives its place to a new connection.
 #[derive(Default)]
 struct Idle {
     inner: std::sync::Mutex<IdleInner>,
@@ -283,38 +285,66 @@ struct Idle {
 #[derive(Default)]
 struct IdleInner {
     next: u64,
-    /// Registration order → (since when, the connection's eviction).
-    order: std::collections::BTreeMap<u64, (Instant, CancellationToken)>,
+    /// Registration order → (since when, its peer, the connection's eviction).
+    order: std::collections::BTreeMap<u64, (Instant, IpAddr, CancellationToken)>,
+    /// Each peer's waiting connections, in registration order.
+    by_peer: std::collections::HashMap<IpAddr, std::collections::BTreeSet<u64>>,
+}
+
+impl IdleInner {
+    fn take(&mut self, key: u64) -> Option<CancellationToken> {
+        let (_, peer, evict) = self.order.remove(&key)?;
+        if let Some(keys) = self.by_peer.get_mut(&peer) {
+            keys.remove(&key);
+            if keys.is_empty() {
+                self.by_peer.remove(&peer);
+            }
+        }
+        Some(evict)
+    }
 }
 
 impl Idle {
-    fn add(&self, evict: &CancellationToken) -> u64 {
+    fn add(&self, peer: IpAddr, evict: &CancellationToken) -> u64 {
         let mut i = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let key = i.next;
         i.next += 1;
-        i.order.insert(key, (Instant::now(), evict.clone()));
+        i.order.insert(key, (Instant::now(), peer, evict.clone()));
+        i.by_peer.entry(peer).or_default().insert(key);
         key
     }
 
     fn remove(&self, key: u64) {
         let mut i = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        i.order.remove(&key);
+        i.take(key);
     }
 
-    /// Closes the connection that has waited longest, if it has waited
-    /// `at_least`; whether one was.
-    fn evict_oldest(&self, at_least: Duration) -> bool {
+    /// Makes room for a new connection from `newcomer`: closes the oldest
+    /// waiting connection of the peer that has the most waiting, if that is
+    /// another peer with several; else the oldest waiting connection of
+    /// all, if it has waited `at_least`. Whether one was closed.
+    fn evict_for(&self, newcomer: IpAddr, at_least: Duration) -> bool {
         let mut i = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        let Some((&key, (since, _))) = i.order.first_key_value() else {
-            return false;
+        let heaviest = i
+            .by_peer
+            .iter()
+            .max_by_key(|(_, keys)| keys.len())
+            .filter(|(peer, keys)| **peer != newcomer && keys.len() > 1)
+            .and_then(|(_, keys)| keys.first().copied());
+        let key = match heaviest {
+            Some(key) => key,
+            None => match i.order.first_key_value() {
+                Some((&key, (since, ..))) if since.elapsed() >= at_least => key,
+                _ => return false,
+            },
         };
-        if since.elapsed() < at_least {
-            return false;
+        match i.take(key) {
+            Some(evict) => {
+                evict.cancel();
+                true
+            }
+            None => false,
         }
-        if let Some((_, evict)) = i.order.remove(&key) {
-            evict.cancel();
-        }
-        true
     }
 }
 
@@ -351,11 +381,12 @@ struct Activity {
     waiting: std::sync::Mutex<Option<u64>>,
     /// Whether it takes a place (within the cap) that it can give up.
     evictable: bool,
+    peer: IpAddr,
 }
 
 impl Activity {
-    fn new(idle: Arc<Idle>, evicted: CancellationToken, evictable: bool) -> Self {
-        let waiting = evictable.then(|| idle.add(&evicted));
+    fn new(idle: Arc<Idle>, peer: IpAddr, evicted: CancellationToken, evictable: bool) -> Self {
+        let waiting = evictable.then(|| idle.add(peer, &evicted));
         Self {
             start: Instant::now(),
             last_ms: AtomicU64::new(0),
@@ -364,6 +395,7 @@ impl Activity {
             evicted,
             waiting: std::sync::Mutex::new(waiting),
             evictable,
+            peer,
         }
     }
 
@@ -424,7 +456,7 @@ impl Drop for Busy {
         {
             let mut waiting = a.waiting();
             if waiting.is_none() {
-                *waiting = Some(a.idle.add(&a.evicted));
+                *waiting = Some(a.idle.add(a.peer, &a.evicted));
             }
         }
     }

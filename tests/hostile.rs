@@ -391,3 +391,39 @@ async fn at_the_cap_a_connection_that_sent_half_a_request_gives_its_place_to_a_n
     }
     app.shutdown().await;
 }
+
+#[tokio::test]
+async fn at_the_cap_a_client_holding_many_connections_gives_one_up_to_another_client_at_once() {
+    let app = TestApp::spawn_with(|c| c.server.max_connections = 4).await;
+    let token = app.token("acme", &[]).await;
+    // The flooder comes from 127.0.0.2; the other client from 127.0.0.1.
+    let mut slow = Vec::new();
+    for _ in 0..4 {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind(([127, 0, 0, 2], 0).into()).unwrap();
+        let mut s = socket.connect(app.running().addr).await.unwrap();
+        s.write_all(b"GET /targets HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+            .await
+            .unwrap();
+        slow.push(s);
+    }
+    // No second of waiting: the flooder's connections are the most.
+    let clock = Instant::now();
+    let r = fresh_get(&app, "/targets", Some(&token)).await;
+    assert_eq!(r.status(), 200);
+    assert!(
+        clock.elapsed() < Duration::from_millis(900),
+        "{:?}",
+        clock.elapsed()
+    );
+    let mut closed = 0;
+    for s in slow.iter_mut() {
+        closed += usize::from(
+            read_until_closed(s, Duration::from_millis(300))
+                .await
+                .closed,
+        );
+    }
+    assert_eq!(closed, 1, "the flooder's oldest connection gave its place");
+    app.shutdown().await;
+}

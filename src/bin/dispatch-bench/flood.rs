@@ -1,4 +1,4 @@
-//! The `flood` scenario: a client that opens `--flood` connections and
+//! The `flood` scenario: a client (from 127.0.0.2) that opens `--flood` connections and
 //! sends each half a request's headers, reopening each one the server
 //! closes, for `--flood-seconds`. Every half second it samples the
 //! connections the flooder holds open, the files the service has open, a
@@ -43,7 +43,7 @@ pub(crate) async fn flood(
                 (addr.clone(), stop.clone(), open.clone(), opened.clone());
             tokio::spawn(async move {
                 while !stop.load(Ordering::Relaxed) {
-                    let Ok(mut s) = TcpStream::connect(&addr).await else {
+                    let Ok(mut s) = connect_from_another_address(&addr).await else {
                         tokio::time::sleep(Duration::from_millis(100)).await;
                         continue;
                     };
@@ -149,4 +149,15 @@ pub(crate) async fn flood(
         failed_check: normal_failed > 0 || health_failed > 0,
         ..Result::default()
     })
+}
+
+/// A connection from 127.0.0.2: the flooder is another client than the
+/// normal one (127.0.0.1), as a server tells clients apart.
+async fn connect_from_another_address(addr: &str) -> std::io::Result<TcpStream> {
+    let to: std::net::SocketAddr = addr
+        .parse()
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    socket.bind(([127, 0, 0, 2], 0).into())?;
+    socket.connect(to).await
 }
