@@ -149,6 +149,9 @@ const EVENT_TYPE: &str = "^([A-Za-z0-9_-]+([.][A-Za-z0-9_-]+)*)?$";
 
 pub struct CommonResponses;
 
+/// A path segment or query parameter: any text without a control character.
+const NO_CONTROL_CHARACTERS: &str = "^[^\\u0000-\\u001F\\u007F-\\u009F]*$";
+
 impl Modify for CommonResponses {
     fn modify(&self, openapi: &mut OpenApi) {
         let unauthorized = problem(
@@ -277,6 +280,18 @@ impl Modify for CommonResponses {
                                 .default(Some(super::extract::DEFAULT_LIMIT.into()))
                                 .into(),
                         ));
+                    }
+                    // No path segment or query parameter holds a control
+                    // character (400): text without a pattern of its own
+                    // says so.
+                    if let Some(RefOr::T(utoipa::openapi::schema::Schema::Object(o))) =
+                        &mut p.schema
+                    {
+                        let text = o.schema_type
+                            == utoipa::openapi::schema::SchemaType::Type(Type::String);
+                        if text && o.pattern.is_none() {
+                            o.pattern = Some(NO_CONTROL_CHARACTERS.into());
+                        }
                     }
                 }
             }
