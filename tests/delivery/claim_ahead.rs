@@ -253,6 +253,30 @@ mod postgres {
         app.shutdown().await;
     }
 
+    /// Each of `ids` arrived once, none before `due`, and the last within
+    /// the contract's bound for what a killed instance held but had not
+    /// attempted: 5 s after the kill, or after their instant if that came
+    /// later.
+    fn each_arrived_once_in_time(
+        got: &[crate::common::receiver::Received],
+        ids: &[String],
+        due: DateTime<Utc>,
+        killed: DateTime<Utc>,
+    ) {
+        let mut arrived: Vec<String> = got
+            .iter()
+            .map(|r| s(&r.json()["messageId"]).to_string())
+            .collect();
+        arrived.sort();
+        let mut expected = ids.to_vec();
+        expected.sort();
+        assert_eq!(arrived, expected, "each held message arrived once");
+        assert!(got.iter().all(|r| r.at >= due));
+        let bound = killed.max(due) + chrono::TimeDelta::seconds(5);
+        let last = got.iter().map(|r| r.at).max().unwrap();
+        assert!(last <= bound, "the last arrived at {last}, after {bound}");
+    }
+
     /// `serve` on `db_url` in its own process, once it says it is serving
     /// (its listener bound, its sweeper started).
     async fn worker(db_url: &str, env: &[(&str, &str)]) -> tokio::process::Child {
@@ -330,21 +354,7 @@ mod postgres {
         // The survivor takes them once their leases end (two seconds after
         // their due time) and delivers each once.
         let got = rx.wait_for(10, HELD_WAIT).await;
-        let mut arrived: Vec<String> = got
-            .iter()
-            .map(|r| s(&r.json()["messageId"]).to_string())
-            .collect();
-        arrived.sort();
-        let mut expected = ids.clone();
-        expected.sort();
-        assert_eq!(arrived, expected, "each held message arrived once");
-        assert!(got.iter().all(|r| r.at >= soon_t));
-        // The contract's bound for a killed instance: what it held but had
-        // not attempted is attempted by another within 5 s of the kill
-        // (here: of their instant, which came after it).
-        let bound = killed.max(soon_t) + chrono::TimeDelta::seconds(5);
-        let last = got.iter().map(|r| r.at).max().unwrap();
-        assert!(last <= bound, "the last arrived at {last}, after {bound}");
+        each_arrived_once_in_time(&got, &ids, soon_t, killed);
         survivor.shutdown().await;
         api_app.shutdown().await;
     }
@@ -379,18 +389,7 @@ mod postgres {
         assert_eq!(rx.count(), 0, "killed before anything fell due");
 
         let got = rx.wait_for(20, HELD_WAIT).await;
-        let mut arrived: Vec<String> = got
-            .iter()
-            .map(|r| s(&r.json()["messageId"]).to_string())
-            .collect();
-        arrived.sort();
-        let mut expected = ids.clone();
-        expected.sort();
-        assert_eq!(arrived, expected, "each held message arrived once");
-        assert!(got.iter().all(|r| r.at >= soon_t));
-        let bound = killed.max(soon_t) + chrono::TimeDelta::seconds(5);
-        let last = got.iter().map(|r| r.at).max().unwrap();
-        assert!(last <= bound, "the last arrived at {last}, after {bound}");
+        each_arrived_once_in_time(&got, &ids, soon_t, killed);
         // And no more than once each, a little later still.
         tokio::time::sleep(Duration::from_millis(300)).await;
         assert_eq!(rx.count(), 20);

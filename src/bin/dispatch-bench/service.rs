@@ -68,6 +68,13 @@ pub(crate) async fn serve_beside(
         .kill_on_drop(true)
         .spawn()?;
     let base = format!("http://127.0.0.1:{port}");
+    ready(&base).await?;
+    Ok((child, base))
+}
+
+/// Waits until the instance at `base` answers `/health/ready` with 200,
+/// 20 s at most.
+async fn ready(base: &str) -> anyhow::Result<()> {
     let http = reqwest::Client::new();
     let started = Instant::now();
     while http
@@ -78,11 +85,11 @@ pub(crate) async fn serve_beside(
         .unwrap_or(true)
     {
         if started.elapsed() > Duration::from_secs(20) {
-            bail!("another dispatch did not become ready");
+            bail!("dispatch at {base} did not become ready");
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    Ok((child, base))
+    Ok(())
 }
 
 pub(crate) async fn start_service(args: &Args) -> anyhow::Result<Service> {
@@ -149,20 +156,7 @@ pub(crate) async fn start_service_with(
         .kill_on_drop(true)
         .spawn()?;
     let base = format!("http://127.0.0.1:{port}");
-    let http = reqwest::Client::new();
-    let started = Instant::now();
-    while http
-        .get(format!("{base}/health/ready"))
-        .send()
-        .await
-        .map(|r| r.status() != 200)
-        .unwrap_or(true)
-    {
-        if started.elapsed() > Duration::from_secs(20) {
-            bail!("dispatch did not become ready");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    ready(&base).await?;
     let token = token_for(&base, &client).await?;
     Ok(Service {
         child,
