@@ -145,7 +145,8 @@ pub async fn serve(
             Ok(p) => {
                 connections.spawn(conn.serve(stream, Lane::Served(p)));
             }
-            // At the cap: the longest waiting connection makes room.
+            // At the cap: a connection without a request gives its place
+            // (`Idle::evict_for`).
             Err(_) if idle.evict_for(peer.ip(), EVICTABLE_AFTER) => {
                 let served = served.clone();
                 let overflow = overflow.clone();
@@ -156,7 +157,10 @@ pub async fn serve(
                         Ok(Ok(p)) => Lane::Served(p),
                         _ => match overflow.try_acquire_owned() {
                             Ok(p) => Lane::Overflow(p),
-                            Err(_) => return,
+                            Err(_) => {
+                                metrics::counter!(crate::metrics::CONNECTIONS_REFUSED).increment(1);
+                                return;
+                            }
                         },
                     };
                     conn.serve(stream, lane).await;
