@@ -277,8 +277,14 @@ async fn times_outside_years_0001_to_9999_and_leap_seconds_answer_400_naming_the
     let api = app.api("acme").await;
     let target = api.webhook("https://example.com/hook").await;
     let target_id = target["targetId"].as_str().unwrap();
+    // A leap second tomorrow, by the app's clock: refused for being one,
+    // not for being past.
+    let leap = format!(
+        "{}T23:59:60Z",
+        (app.now() + chrono::TimeDelta::days(1)).format("%Y-%m-%d")
+    );
     for at in [
-        "2020-06-30T23:59:60Z",
+        leap.as_str(),
         "+10000-01-01T23:58:59Z",
         "-0001-12-31T00:01:00Z",
     ] {
