@@ -315,44 +315,64 @@ mod postgres {
         worker
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_crash_loses_no_held_message() {
-        // The API instance does not deliver. The survivor claims nothing
-        // ahead: only the worker, a process of its own, holds messages
-        // ahead of their time, and it is killed.
+    /// What a killed worker held: `n` messages scheduled `LEAD` ahead,
+    /// claimed ahead by a worker process (its `env`), which is killed
+    /// before they fall due, beside an API instance that does not deliver
+    /// and a survivor (`survivor`) that claims nothing ahead. Answers the
+    /// instances, the receiver, the ids, their due time and the kill's.
+    async fn killed_holding(
+        n: usize,
+        survivor: impl FnOnce(&mut dispatch::config::Config),
+        env: &[(&str, &str)],
+    ) -> (
+        TestApp,
+        TestApp,
+        Receiver,
+        Vec<String>,
+        DateTime<Utc>,
+        DateTime<Utc>,
+    ) {
         let api_app = TestApp::spawn_postgres_with(|c| c.sweeper.enabled = false).await;
         let survivor = TestApp::spawn_on(api_app.db.clone(), |c| {
             c.sweeper.claim_ahead = Duration::ZERO;
-            c.sweeper.lease = Duration::from_secs(2);
-            c.webhook.timeout = Duration::from_secs(1);
+            survivor(c);
         })
         .await;
-        let mut worker = worker(
-            &api_app.db.url,
-            &[
-                ("DISPATCH_WEBHOOK__TIMEOUT", "1s"),
-                ("DISPATCH_SWEEPER__LEASE", "2s"),
-                ("DISPATCH_SWEEPER__CLAIM_AHEAD", "30s"),
-                // A wake the worker misses (one sent before its LISTEN is
-                // up) is made good by its next look, well inside LEAD: not
-                // the 5 s backstop, after the survivor took the messages.
-                ("DISPATCH_SWEEPER__POLL_INTERVAL", "500ms"),
-            ],
-        )
-        .await;
+        let mut env = env.to_vec();
+        env.push(("DISPATCH_SWEEPER__CLAIM_AHEAD", "30s"));
+        // A wake the worker misses (one sent before its LISTEN is up) is
+        // made good by its next look, well inside LEAD: not the 5 s
+        // backstop, after the survivor took the messages.
+        env.push(("DISPATCH_SWEEPER__POLL_INTERVAL", "500ms"));
+        let mut worker = worker(&api_app.db.url, &env).await;
         let rx = Receiver::start().await;
         let api = api_app.api("acme").await;
         let target = api.webhook(&rx.url("/hook")).await;
         let (soon, soon_t) = at(LEAD);
-        let ids = api.schedule_many(s(&target["targetId"]), &soon, 10).await;
+        let ids = api.schedule_many(s(&target["targetId"]), &soon, n).await;
         wait_until_held(&api_app, soon_t).await;
         worker.start_kill().unwrap();
         worker.wait().await.unwrap();
         let killed = Utc::now();
         assert_eq!(rx.count(), 0, "killed before anything fell due");
+        (api_app, survivor, rx, ids, soon_t, killed)
+    }
 
-        // The survivor takes them once their leases end (two seconds after
-        // their due time) and delivers each once.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_crash_loses_no_held_message() {
+        // Leases of two seconds: the survivor may take them when they end.
+        let (api_app, survivor, rx, ids, soon_t, killed) = killed_holding(
+            10,
+            |c| {
+                c.sweeper.lease = Duration::from_secs(2);
+                c.webhook.timeout = Duration::from_secs(1);
+            },
+            &[
+                ("DISPATCH_WEBHOOK__TIMEOUT", "1s"),
+                ("DISPATCH_SWEEPER__LEASE", "2s"),
+            ],
+        )
+        .await;
         let got = rx.wait_for(10, HELD_WAIT).await;
         each_arrived_once_in_time(&got, &ids, soon_t, killed);
         survivor.shutdown().await;
@@ -364,30 +384,7 @@ mod postgres {
     /// as serving (three seconds) and gives back what it held.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_killed_instances_held_messages_go_to_another_within_seconds_not_a_lease() {
-        let api_app = TestApp::spawn_postgres_with(|c| c.sweeper.enabled = false).await;
-        let survivor = TestApp::spawn_on(api_app.db.clone(), |c| {
-            c.sweeper.claim_ahead = Duration::ZERO
-        })
-        .await;
-        let mut worker = worker(
-            &api_app.db.url,
-            &[
-                ("DISPATCH_SWEEPER__CLAIM_AHEAD", "30s"),
-                ("DISPATCH_SWEEPER__POLL_INTERVAL", "500ms"),
-            ],
-        )
-        .await;
-        let rx = Receiver::start().await;
-        let api = api_app.api("acme").await;
-        let target = api.webhook(&rx.url("/hook")).await;
-        let (soon, soon_t) = at(LEAD);
-        let ids = api.schedule_many(s(&target["targetId"]), &soon, 20).await;
-        wait_until_held(&api_app, soon_t).await;
-        worker.start_kill().unwrap();
-        worker.wait().await.unwrap();
-        let killed = Utc::now();
-        assert_eq!(rx.count(), 0, "killed before anything fell due");
-
+        let (api_app, survivor, rx, ids, soon_t, killed) = killed_holding(20, |_| {}, &[]).await;
         let got = rx.wait_for(20, HELD_WAIT).await;
         each_arrived_once_in_time(&got, &ids, soon_t, killed);
         // And no more than once each, a little later still.
