@@ -188,6 +188,36 @@ fn private_hosts_are_names_given_as_a_list_in_the_environment() {
 }
 
 #[test]
+fn connection_limits_default_as_documented_and_zero_or_nonsense_is_refused_by_key() {
+    figment::Jail::expect_with(|jail| {
+        let c = Config::load(None).map_err(|e| e.to_string())?;
+        assert_eq!(c.server.header_timeout, Duration::from_secs(10));
+        assert_eq!(c.server.body_timeout, Duration::from_secs(30));
+        assert_eq!(c.server.idle_timeout, Duration::from_secs(60));
+        assert_eq!(c.server.max_connections, 10_000);
+        for (key, bad) in [
+            ("DISPATCH_SERVER__HEADER_TIMEOUT", "0s"),
+            ("DISPATCH_SERVER__BODY_TIMEOUT", "0ms"),
+            ("DISPATCH_SERVER__IDLE_TIMEOUT", "0s"),
+            ("DISPATCH_SERVER__MAX_CONNECTIONS", "0"),
+            ("DISPATCH_SERVER__HEADER_TIMEOUT", "soon"),
+        ] {
+            jail.set_env(key, bad);
+            let err = Config::load(None).unwrap_err().to_string().to_lowercase();
+            let name = key.trim_start_matches("DISPATCH_SERVER__").to_lowercase();
+            assert!(err.contains(&name), "{key}={bad}: {err}");
+            let fine = if key.ends_with("CONNECTIONS") {
+                "1"
+            } else {
+                "1s"
+            };
+            jail.set_env(key, fine);
+        }
+        Ok(())
+    });
+}
+
+#[test]
 fn trusted_proxies_are_cidrs_or_addresses_and_anything_else_is_refused_by_key() {
     figment::Jail::expect_with(|jail| {
         let c = Config::load(None).map_err(|e| e.to_string())?;
