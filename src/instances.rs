@@ -8,12 +8,13 @@
 
 use std::{
     sync::{
-        atomic::{AtomicU32, AtomicU64, Ordering},
+        atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering},
         Arc,
     },
     time::{Duration, Instant},
 };
 
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
@@ -40,6 +41,12 @@ pub struct Noted {
     /// Milliseconds after `start` of the last note that succeeded.
     last_ms: AtomicU64,
     serving: AtomicU32,
+    /// A note found this instance forgotten by the others (taken for dead,
+    /// its leases given back): it attempts nothing until the sweeper has
+    /// given back what it claimed and not started (`given_back`).
+    forgotten: AtomicBool,
+    /// Tells the sweeper so.
+    pub(crate) taken_for_dead: Notify,
 }
 
 impl Default for Noted {
@@ -48,6 +55,8 @@ impl Default for Noted {
             start: Instant::now(),
             last_ms: AtomicU64::new(0),
             serving: AtomicU32::new(1),
+            forgotten: AtomicBool::new(false),
+            taken_for_dead: Notify::new(),
         }
     }
 }
@@ -59,12 +68,30 @@ impl Noted {
         self.serving.store(serving, Ordering::Relaxed);
     }
 
+    /// This instance was taken for dead: nothing it claimed before may be
+    /// attempted until the sweeper gave it back.
+    fn forgot(&self) {
+        self.forgotten.store(true, Ordering::SeqCst);
+        self.taken_for_dead.notify_one();
+    }
+
+    /// What was claimed before this instance was forgotten went back.
+    pub fn given_back(&self) {
+        self.forgotten.store(false, Ordering::SeqCst);
+    }
+
     /// False when other instances serve and this one has not noted itself
     /// for `FENCE`: they may give back what it holds and send it too, so it
     /// gives its waiting messages back instead of attempting them. A lone
     /// instance always may: nobody takes its messages (a database outage
-    /// then delays its records, not its attempts).
+    /// then delays its records, not its attempts). False too from a note
+    /// that found it forgotten until what it held went back, however the
+    /// timers of a process that was stopped (not killed) run when it goes
+    /// on.
     pub fn may_attempt(&self) -> bool {
+        if self.forgotten.load(Ordering::SeqCst) {
+            return false;
+        }
         if self.serving.load(Ordering::Relaxed) <= 1 {
             return true;
         }
@@ -94,6 +121,13 @@ impl Instances {
             .store
             .instance_seen(now, STALE, now + reach, first)
             .await?;
+        if seen.was_forgotten {
+            tracing::warn!(
+                "this instance did not note itself for {STALE:?} and the others took it for dead: \
+                 what it claimed and has not attempted goes back"
+            );
+            self.noted.forgot();
+        }
         self.noted.mark(seen.serving);
         if seen.given_back > 0 {
             tracing::warn!(
@@ -140,9 +174,9 @@ mod tests {
         // As if the last note was FENCE ago.
         let noted = Noted {
             start: Instant::now() - FENCE - Duration::from_millis(10),
-            last_ms: AtomicU64::new(0),
-            serving: AtomicU32::new(2),
+            ..Noted::default()
         };
+        noted.serving.store(2, Ordering::Relaxed);
         assert!(!noted.may_attempt());
         noted.serving.store(1, Ordering::Relaxed);
         assert!(
@@ -151,5 +185,15 @@ mod tests {
         );
         noted.mark(3);
         assert!(noted.may_attempt(), "noted again");
+    }
+
+    #[test]
+    fn a_forgotten_instance_attempts_nothing_until_it_gave_back_what_it_held() {
+        let noted = Noted::default();
+        noted.forgot();
+        noted.mark(1);
+        assert!(!noted.may_attempt(), "even alone, and noted just now");
+        noted.given_back();
+        assert!(noted.may_attempt());
     }
 }

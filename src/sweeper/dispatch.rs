@@ -9,7 +9,7 @@ use tokio::{
     sync::{mpsc, OwnedSemaphorePermit, Semaphore},
     time::Instant,
 };
-use tokio_util::task::TaskTracker;
+use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tracing::warn;
 
 use super::{
@@ -160,18 +160,50 @@ impl Dispatch {
         });
     }
 
-    /// Stops: what waits is given back, the attempts in flight end.
-    pub async fn stop(&self) {
+    /// Everything claimed and not started: what waits for a slot, and what
+    /// is held ahead of its time.
+    fn take_unstarted(&self) -> Vec<Waiting> {
         let mut waiting = self.targets.take_waiting();
+        for w in waiting.iter().filter(|w| w.ahead) {
+            self.sweeper.held.done(&w.group);
+        }
+        // Taking them all leaves none of them counted as held.
         let held = self.sweeper.held.take_all();
         waiting.extend(held.into_iter().map(|c| Waiting {
             group: vec![c],
             claimed_at: Instant::now(),
-            ahead: true,
+            ahead: false,
         }));
+        waiting
+    }
+
+    /// Stops: what waits is given back, the attempts in flight end.
+    pub async fn stop(&self) {
+        let waiting = self.take_unstarted();
         release(self.sweeper.store.as_ref(), &waiting).await;
         self.tasks.close();
         self.tasks.wait().await;
+    }
+
+    /// When a note finds this instance taken for dead (a process stopped,
+    /// not killed, or cut off from the database for seconds), the others
+    /// gave back its leases and may be attempting those messages already.
+    /// What it claimed and has not started goes back too (its stale tokens
+    /// change only what nobody took since) before it attempts anything
+    /// again (`instances::Noted::may_attempt`).
+    pub async fn give_back_when_forgotten(self: Arc<Self>, shutdown: CancellationToken) {
+        let noted = self.sweeper.noted.clone();
+        loop {
+            tokio::select! {
+                _ = noted.taken_for_dead.notified() => {}
+                _ = shutdown.cancelled() => return,
+            }
+            let unstarted = self.take_unstarted();
+            release(self.sweeper.store.as_ref(), &unstarted).await;
+            noted.given_back();
+            self.sweeper.held.freed.notify_one();
+            self.sweeper.wake.now();
+        }
     }
 }
 

@@ -67,6 +67,11 @@ impl Sweeper {
         let (results_tx, results_rx) = mpsc::unbounded_channel::<Done>();
         let dispatch = Arc::new(Dispatch::new(self.clone(), results_tx));
         let recorder = self.spawn_recorder(&dispatch, results_rx, &shutdown);
+        let forgotten = tokio::spawn(
+            dispatch
+                .clone()
+                .give_back_when_forgotten(shutdown.child_token()),
+        );
         let horizon = self.ahead_horizon();
         let timer = horizon.is_some().then(|| {
             tokio::spawn(ahead::fire_held(
@@ -83,6 +88,7 @@ impl Sweeper {
         if let Some(timer) = timer {
             let _ = timer.await;
         }
+        let _ = forgotten.await;
         dispatch.stop().await;
         drop(dispatch);
         let _ = recorder.await;

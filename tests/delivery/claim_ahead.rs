@@ -1,7 +1,8 @@
 //! Messages claimed ahead of their due time and held until their instant
 //! (`sweeper.claim_ahead`): a cancel, reschedule or bulk cancel on the
 //! instance that holds them wins; another instance meets the lease (409);
-//! a shutdown gives them back and a crash loses none.
+//! a shutdown gives them back, and a crash, a restart or a stalled process
+//! loses none and sends none twice.
 
 use super::*;
 
@@ -214,9 +215,148 @@ async fn held_messages_go_back_at_shutdown() {
     );
 }
 
+/// A lone instance killed (SIGKILL) while it holds messages ahead, then
+/// started again alone on the same store (the embedded store's next
+/// process, or one instance on PostgreSQL): the new process takes its
+/// predecessor for dead once that has been silent for three seconds, and
+/// sends what it held, each once, within seconds rather than a lease (30 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_started_again_alone_after_a_kill_sends_what_its_predecessor_held() {
+    let db = crate::common::TestDb::new().await;
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_dispatch"))
+        .args([
+            "clients",
+            "create",
+            "--account",
+            "acme",
+            "--name",
+            "restart",
+        ])
+        .env("DATABASE_URL", &db.url)
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let client: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let env = [
+        ("DISPATCH_SWEEPER__CLAIM_AHEAD", "30s"),
+        ("DISPATCH_SWEEPER__POLL_INTERVAL", "500ms"),
+    ];
+    let (mut first, url) = worker(&db.url, &env).await;
+    let api = Api::for_client(
+        url,
+        reqwest::Client::new(),
+        s(&client["clientId"]),
+        s(&client["clientSecret"]),
+    )
+    .await;
+    let rx = Receiver::start().await;
+    let target = api.webhook(&rx.url("/hook")).await;
+    let (soon, soon_t) = at(LEAD);
+    let ids = api.schedule_many(s(&target["targetId"]), &soon, 20).await;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while leased(&db.url).await < 20 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the messages were not claimed ahead within {WAIT:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    first.start_kill().unwrap();
+    first.wait().await.unwrap();
+    let killed = Utc::now();
+    assert_eq!(rx.count(), 0, "killed before anything fell due");
+
+    let (mut again, _) = worker(&db.url, &env).await;
+    let got = rx.wait_for(20, HELD_WAIT).await;
+    each_arrived_once_in_time(&got, &ids, soon_t, killed);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(rx.count(), 20, "and no more than once each");
+    again.start_kill().unwrap();
+    again.wait().await.unwrap();
+}
+
+/// Messages with a lease, read from the store itself.
+async fn leased(db_url: &str) -> i64 {
+    use sqlx::Connection;
+    let sql = "SELECT count(*) FROM messages WHERE lease_token IS NOT NULL";
+    if db_url.starts_with("sqlite:") {
+        let mut conn = sqlx::SqliteConnection::connect(db_url).await.unwrap();
+        sqlx::query_scalar(sql).fetch_one(&mut conn).await.unwrap()
+    } else {
+        let mut conn = sqlx::PgConnection::connect(db_url).await.unwrap();
+        sqlx::query_scalar(sql).fetch_one(&mut conn).await.unwrap()
+    }
+}
+
+/// Each of `ids` arrived once, none before `due`, and the last within
+/// the contract's bound for what a killed instance held but had not
+/// attempted: 5 s after the kill, or after their instant if that came
+/// later.
+fn each_arrived_once_in_time(
+    got: &[crate::common::receiver::Received],
+    ids: &[String],
+    due: DateTime<Utc>,
+    killed: DateTime<Utc>,
+) {
+    let mut arrived: Vec<String> = got
+        .iter()
+        .map(|r| s(&r.json()["messageId"]).to_string())
+        .collect();
+    arrived.sort();
+    let mut expected = ids.to_vec();
+    expected.sort();
+    assert_eq!(arrived, expected, "each held message arrived once");
+    assert!(got.iter().all(|r| r.at >= due));
+    let bound = killed.max(due) + chrono::TimeDelta::seconds(5);
+    let last = got.iter().map(|r| r.at).max().unwrap();
+    assert!(last <= bound, "the last arrived at {last}, after {bound}");
+}
+
+/// `serve` on `db_url` in its own process, once it says it is serving
+/// (its listener bound, its sweeper started), and its address.
+async fn worker(db_url: &str, env: &[(&str, &str)]) -> (tokio::process::Child, String) {
+    use tokio::io::AsyncBufReadExt;
+    let listen = format!("127.0.0.1:{}", crate::common::free_port());
+    let mut worker = tokio::process::Command::new(env!("CARGO_BIN_EXE_dispatch"));
+    worker
+        .arg("serve")
+        .env("DATABASE_URL", db_url)
+        .env("DISPATCH_SERVER__LISTEN", &listen)
+        .env("DISPATCH_WEBHOOK__ALLOW_PRIVATE_NETWORKS", "true")
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    for (k, v) in env {
+        worker.env(k, v);
+    }
+    let mut worker = worker.spawn().expect("the dispatch binary starts");
+    let mut lines = tokio::io::BufReader::new(worker.stderr.take().unwrap()).lines();
+    let serving = async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if line.contains("dispatch is serving") {
+                return;
+            }
+        }
+        panic!("the worker exited before serving");
+    };
+    tokio::time::timeout(Duration::from_secs(30), serving)
+        .await
+        .expect("the worker serves within 30 s");
+    // Keep reading, so that it never blocks on a full pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    (worker, format!("http://{listen}"))
+}
+
 /// Several instances on one database: PostgreSQL only.
 mod postgres {
     use super::*;
+    use crate::common::receiver::Gate;
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn another_instance_meets_a_held_message_as_an_attempt_under_way() {
@@ -253,68 +393,6 @@ mod postgres {
         app.shutdown().await;
     }
 
-    /// Each of `ids` arrived once, none before `due`, and the last within
-    /// the contract's bound for what a killed instance held but had not
-    /// attempted: 5 s after the kill, or after their instant if that came
-    /// later.
-    fn each_arrived_once_in_time(
-        got: &[crate::common::receiver::Received],
-        ids: &[String],
-        due: DateTime<Utc>,
-        killed: DateTime<Utc>,
-    ) {
-        let mut arrived: Vec<String> = got
-            .iter()
-            .map(|r| s(&r.json()["messageId"]).to_string())
-            .collect();
-        arrived.sort();
-        let mut expected = ids.to_vec();
-        expected.sort();
-        assert_eq!(arrived, expected, "each held message arrived once");
-        assert!(got.iter().all(|r| r.at >= due));
-        let bound = killed.max(due) + chrono::TimeDelta::seconds(5);
-        let last = got.iter().map(|r| r.at).max().unwrap();
-        assert!(last <= bound, "the last arrived at {last}, after {bound}");
-    }
-
-    /// `serve` on `db_url` in its own process, once it says it is serving
-    /// (its listener bound, its sweeper started).
-    async fn worker(db_url: &str, env: &[(&str, &str)]) -> tokio::process::Child {
-        use tokio::io::AsyncBufReadExt;
-        let mut worker = tokio::process::Command::new(env!("CARGO_BIN_EXE_dispatch"));
-        worker
-            .arg("serve")
-            .env("DATABASE_URL", db_url)
-            .env(
-                "DISPATCH_SERVER__LISTEN",
-                format!("127.0.0.1:{}", crate::common::free_port()),
-            )
-            .env("DISPATCH_WEBHOOK__ALLOW_PRIVATE_NETWORKS", "true")
-            .env("RUST_LOG", "info")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .kill_on_drop(true);
-        for (k, v) in env {
-            worker.env(k, v);
-        }
-        let mut worker = worker.spawn().expect("the dispatch binary starts");
-        let mut lines = tokio::io::BufReader::new(worker.stderr.take().unwrap()).lines();
-        let serving = async {
-            while let Some(line) = lines.next_line().await.unwrap() {
-                if line.contains("dispatch is serving") {
-                    return;
-                }
-            }
-            panic!("the worker exited before serving");
-        };
-        tokio::time::timeout(Duration::from_secs(30), serving)
-            .await
-            .expect("the worker serves within 30 s");
-        // Keep reading, so that it never blocks on a full pipe.
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        worker
-    }
-
     /// What a killed worker held: `n` messages scheduled `LEAD` ahead,
     /// claimed ahead by a worker process (its `env`), which is killed
     /// before they fall due, beside an API instance that does not deliver
@@ -344,7 +422,7 @@ mod postgres {
         // made good by its next look, well inside LEAD: not the 5 s
         // backstop, after the survivor took the messages.
         env.push(("DISPATCH_SWEEPER__POLL_INTERVAL", "500ms"));
-        let mut worker = worker(&api_app.db.url, &env).await;
+        let (mut worker, _) = worker(&api_app.db.url, &env).await;
         let rx = Receiver::start().await;
         let api = api_app.api("acme").await;
         let target = api.webhook(&rx.url("/hook")).await;
@@ -392,5 +470,164 @@ mod postgres {
         assert_eq!(rx.count(), 20);
         survivor.shutdown().await;
         api_app.shutdown().await;
+    }
+
+    /// A worker process stopped (SIGSTOP), not killed, while one attempt is
+    /// under way and more messages are held ahead: after three seconds the
+    /// survivor takes it for dead and sends both. When the worker goes on,
+    /// it attempts none of what it held (its last note is old, and its next
+    /// finds it forgotten), and the result of the attempt it had under way
+    /// is not written over the survivor's: it is counted as stale.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stopped_instance_taken_for_dead_attempts_nothing_it_held_when_it_goes_on() {
+        let api_app = TestApp::spawn_postgres_with(|c| c.sweeper.enabled = false).await;
+        let survivor = TestApp::spawn_on(api_app.db.clone(), |c| {
+            c.sweeper.claim_ahead = Duration::ZERO;
+        })
+        .await;
+        let (mut worker, worker_url) = worker(
+            &api_app.db.url,
+            &[
+                ("DISPATCH_SWEEPER__CLAIM_AHEAD", "30s"),
+                ("DISPATCH_SWEEPER__POLL_INTERVAL", "500ms"),
+                // Longer than the worker is stopped: its attempt under way
+                // gets its answer.
+                ("DISPATCH_WEBHOOK__TIMEOUT", "20s"),
+            ],
+        )
+        .await;
+        let rx = Receiver::start().await;
+        let gate = Gate::new();
+        // The first request, the worker's attempt of `first`, is answered
+        // only when the gate opens; every other one at once.
+        rx.then([Reply::status(200).held_until(&gate)]);
+        let api = api_app.api("acme").await;
+        let target = api.webhook(&rx.url("/hook")).await;
+        let target = s(&target["targetId"]);
+        let (first_at, first_t) = at(LEAD);
+        let first = api.schedule(target, &first_at, "first").await;
+        let first = s(&first["messageId"]).to_string();
+        let (later, later_t) = at(LEAD + 2_000);
+        let ids = api.schedule_many(target, &later, 10).await;
+        wait_until_held(&api_app, later_t).await;
+
+        rx.wait_for(1, HELD_WAIT).await;
+        let pid = worker.id().expect("running").to_string();
+        let signal = |sig: &str| {
+            let status = std::process::Command::new("kill")
+                .args([sig, &pid])
+                .status()
+                .expect("kill runs");
+            assert!(status.success(), "kill {sig} {pid}");
+        };
+        signal("-STOP");
+        let stopped = Utc::now();
+
+        // The survivor sends `first` again (its attempt was under way on an
+        // instance taken for dead) and the ten held ones.
+        let got = rx.wait_for(12, HELD_WAIT).await;
+        let (again, rest): (Vec<_>, Vec<_>) = got[1..]
+            .iter()
+            .cloned()
+            .partition(|r| s(&r.json()["messageId"]) == first);
+        assert_eq!(again.len(), 1, "the attempt under way was made again, once");
+        assert!(again[0].at <= stopped.max(first_t) + chrono::TimeDelta::seconds(5));
+        each_arrived_once_in_time(&rest, &ids, later_t, stopped);
+        api.wait_for_state(&first, "Delivered", WAIT).await;
+
+        // The worker goes on and gets its answer.
+        gate.open();
+        signal("-CONT");
+        let deadline = tokio::time::Instant::now() + WAIT;
+        let http = reqwest::Client::new();
+        loop {
+            let metrics = http
+                .get(format!("{worker_url}/metrics"))
+                .send()
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap();
+            if metrics.contains("dispatch_results_stale_total 1") {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the worker counted no stale result:\n{metrics}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        // Its timers of the held messages ran when it went on, before its
+        // answer was read; a little more for any send they would start.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(rx.count(), 12, "the worker sent nothing it had held");
+        let attempts = api.attempts(&first).await;
+        assert_eq!(
+            attempts.len(),
+            1,
+            "the survivor's attempt is recorded, not the stale one: {attempts:?}"
+        );
+        worker.start_kill().unwrap();
+        survivor.shutdown().await;
+        api_app.shutdown().await;
+    }
+
+    /// A rolling upgrade: an instance of an earlier version leases with
+    /// random tokens (UUID version 4) and notes itself nowhere. An instance
+    /// giving back the leases of instances no longer serving leaves those
+    /// alone (they end with their leases), and gives back a token that names
+    /// an instance (version 8) no longer serving.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn leases_of_an_earlier_version_are_left_to_end_and_a_vanished_instances_go_back() {
+        use sqlx::Connection;
+        let app = TestApp::spawn_postgres_with(|c| c.sweeper.enabled = false).await;
+        let rx = Receiver::start().await;
+        let api = app.api("acme").await;
+        let target = api.webhook(&rx.url("/hook")).await;
+        let ids: Vec<String> = api
+            .schedule_many(s(&target["targetId"]), &in_ms(0), 2)
+            .await
+            .iter()
+            .map(|id| id.trim_start_matches("DI-M-").to_string())
+            .collect();
+        let earlier = uuid::Uuid::new_v4();
+        let vanished =
+            uuid::Builder::from_custom_bytes(*uuid::Uuid::new_v4().as_bytes()).into_uuid();
+        let mut conn = sqlx::PgConnection::connect(&app.db.url).await.unwrap();
+        for (id, token) in ids.iter().zip([earlier, vanished]) {
+            let n = sqlx::query(
+                "UPDATE messages SET lease_token = $2, claim_at = now() + interval '20 seconds' \
+                 WHERE id = $1::uuid",
+            )
+            .bind(id)
+            .bind(token)
+            .execute(&mut conn)
+            .await
+            .unwrap()
+            .rows_affected();
+            assert_eq!(n, 1);
+        }
+        // A new instance's first note gives back what no serving instance
+        // holds.
+        let other = TestApp::spawn_on(app.db.clone(), |c| c.sweeper.enabled = false).await;
+        let leases: Vec<(String, Option<uuid::Uuid>)> =
+            sqlx::query_as("SELECT id::text, lease_token FROM messages")
+                .fetch_all(&mut conn)
+                .await
+                .unwrap();
+        let lease_of = |id: &str| leases.iter().find(|(i, _)| i == id).unwrap().1;
+        assert_eq!(
+            lease_of(&ids[0]),
+            Some(earlier),
+            "an earlier version's lease stays"
+        );
+        assert_eq!(
+            lease_of(&ids[1]),
+            None,
+            "a vanished instance's lease went back"
+        );
+        other.shutdown().await;
+        app.shutdown().await;
     }
 }

@@ -85,6 +85,7 @@ pub trait CountStore: Send + Sync + 'static {
     /// held but had not attempted is claimable again at once. It looks for
     /// them only when an instance was forgotten, and at this instance's
     /// `first` note (a predecessor killed before it was ever noted).
+    /// Says whether this instance had been forgotten itself.
     async fn instance_seen(
         &self,
         now: DateTime<Utc>,
@@ -279,4 +280,8 @@ pub struct InstancesSeen {
     pub serving: u32,
     /// Messages whose leases were given back.
     pub given_back: u64,
+    /// This instance had been taken for dead: another forgot it (and gave
+    /// back its leases) while it did not note itself. Never at its first
+    /// note.
+    pub was_forgotten: bool,
 }

@@ -46,7 +46,7 @@ impl PgStore {
                 .unwrap_or(chrono::TimeDelta::seconds(5)),
             sealer: None,
             limits: Limits::default(),
-            instance: uuid::Uuid::new_v4(),
+            instance: crate::store::sql::keeps::new_instance(),
         })
     }
 

@@ -34,6 +34,21 @@ pub(crate) trait Keeps: Backend {
     }
 }
 
+/// A new instance's id: random, but of UUID version 8 where a random UUID
+/// is of version 4. Its lease tokens start with its first eight bytes, the
+/// version among them, so they tell themselves apart from those of earlier
+/// versions of Dispatch (random, naming no instance): an instance that
+/// gives back the leases of instances no longer serving leaves those alone
+/// (`NAMED_TOKEN`), and a rolling upgrade resends nothing the earlier
+/// instances hold.
+pub(crate) fn new_instance() -> Uuid {
+    uuid::Builder::from_custom_bytes(*Uuid::new_v4().as_bytes()).into_uuid()
+}
+
+/// SQL: the lease token names its instance (its text's version digit, the
+/// 15th character, is 8; see `new_instance`).
+pub(crate) const NAMED_TOKEN: &str = "substr(CAST(lease_token AS TEXT), 15, 1) = '8'";
+
 /// A lease token of `instance`: its first eight bytes, then eight random
 /// ones. `OWNER_CHARS` characters of the token's text name the instance.
 pub(crate) fn lease_token(instance: Uuid) -> Uuid {
@@ -58,12 +73,21 @@ mod tests {
 
     #[test]
     fn a_lease_token_names_its_instance_and_no_other() {
-        let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
+        let (a, b) = (new_instance(), new_instance());
         let t1 = lease_token(a);
         let t2 = lease_token(a);
         assert_ne!(t1, t2);
         assert!(t1.to_string().starts_with(&owner_prefix(a)));
         assert!(t2.to_string().starts_with(&owner_prefix(a)));
         assert!(!lease_token(b).to_string().starts_with(&owner_prefix(a)));
+    }
+
+    #[test]
+    fn a_named_token_tells_itself_apart_from_a_random_one_by_its_15th_character() {
+        let named = lease_token(new_instance()).to_string();
+        assert_eq!(&named[14..15], "8", "{named}");
+        let random = Uuid::new_v4().to_string();
+        assert_eq!(&random[14..15], "4", "{random}");
+        assert!(NAMED_TOKEN.contains("15, 1) = '8'"));
     }
 }

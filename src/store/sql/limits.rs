@@ -12,7 +12,7 @@ use chrono::{DateTime, Utc};
 use super::{
     dialect::Dialect,
     events::from_matching,
-    keeps::{Keeps, OWNER_CHARS},
+    keeps::{Keeps, NAMED_TOKEN, OWNER_CHARS},
     At, Tx,
 };
 use crate::{
@@ -205,13 +205,23 @@ impl<B: Keeps> CountStore for B {
         } else {
             now.timestamp_millis().to_string()
         };
-        tx.sql(format!(
-            "INSERT INTO instances (id, seen_ms) VALUES ($1, {now_ms}) \
-             ON CONFLICT (id) DO UPDATE SET seen_ms = excluded.seen_ms"
-        ))
-        .bind(&id)
-        .execute()
-        .await?;
+        // An update that finds no row: another instance forgot this one.
+        let noted = tx
+            .sql(format!(
+                "UPDATE instances SET seen_ms = {now_ms} WHERE id = $1"
+            ))
+            .bind(&id)
+            .execute()
+            .await?;
+        if noted == 0 {
+            tx.sql(format!(
+                "INSERT INTO instances (id, seen_ms) VALUES ($1, {now_ms}) \
+                 ON CONFLICT (id) DO UPDATE SET seen_ms = excluded.seen_ms"
+            ))
+            .bind(&id)
+            .execute()
+            .await?;
+        }
         let forgotten = tx
             .sql(format!(
                 "DELETE FROM instances WHERE seen_ms < {now_ms} - $1"
@@ -224,8 +234,10 @@ impl<B: Keeps> CountStore for B {
             // Leases still running whose token names no instance serving:
             // messages due or claimed ahead (their due index), and gated ones
             // (counted as in flight until then).
+            // Only tokens that name their instance: an earlier version's
+            // (random) are left to end with their leases.
             let unowned = format!(
-                "lease_token IS NOT NULL AND claim_at > $1 \
+                "lease_token IS NOT NULL AND claim_at > $1 AND {NAMED_TOKEN} \
                  AND substr(CAST(lease_token AS TEXT), 1, {OWNER_CHARS}) NOT IN \
                    (SELECT substr(id, 1, {OWNER_CHARS}) FROM instances)"
             );
@@ -253,6 +265,7 @@ impl<B: Keeps> CountStore for B {
         Ok(InstancesSeen {
             serving: u32::try_from(n.max(1)).unwrap_or(u32::MAX),
             given_back,
+            was_forgotten: noted == 0 && !first,
         })
     }
 

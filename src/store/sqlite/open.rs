@@ -97,7 +97,7 @@ impl SqliteStore {
             path: path.to_path_buf(),
             sealer: None,
             limits: Limits::default(),
-            instance: uuid::Uuid::new_v4(),
+            instance: crate::store::sql::keeps::new_instance(),
             _lock: lock,
             wake: std::sync::OnceLock::new(),
         })
