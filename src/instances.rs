@@ -29,6 +29,9 @@ pub const BEAT: Duration = Duration::from_secs(1);
 /// An instance not noted for this long is dead: three beats missed.
 pub const STALE: Duration = Duration::from_secs(3);
 
+/// How long after another instance goes stale a note looks for it.
+const STALE_MARGIN: Duration = Duration::from_millis(20);
+
 /// An instance whose last note is older than this starts no attempt while
 /// others serve beside it: they may take it for dead a beat later.
 pub const FENCE: Duration = Duration::from_secs(2);
@@ -140,20 +143,25 @@ impl Instances {
 
     /// Notes this instance every `BEAT` until `shutdown`, telling `limits`
     /// how many serve and waking the sweeper when leases were given back.
+    /// Looks sooner than a beat when another instance is about to be
+    /// three seconds silent, so that a dead one is forgotten when it is
+    /// stale, not up to a beat later.
     pub async fn run(self, limits: Arc<ApiLimits>, wake: Arc<Wake>, shutdown: CancellationToken) {
-        let mut every = tokio::time::interval(BEAT);
-        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        every.tick().await;
+        let mut next = BEAT;
         loop {
             tokio::select! {
-                _ = every.tick() => {}
+                _ = tokio::time::sleep(next) => {}
                 _ = shutdown.cancelled() => return,
             }
+            next = BEAT;
             match self.note(false).await {
                 Ok(seen) => {
                     limits.set_instances(seen.serving);
                     if seen.given_back > 0 {
                         wake.now();
+                    }
+                    if let Some(stale_in) = seen.next_stale_in {
+                        next = (stale_in + STALE_MARGIN).min(BEAT);
                     }
                 }
                 Err(e) => tracing::warn!(error = %e, "noting this instance as serving failed"),

@@ -59,6 +59,7 @@ impl Sweeper {
                     .map(move |recorded| Done {
                         recorded,
                         gate: gate.clone(),
+                        place: None,
                     })
             }))
             .await

@@ -28,6 +28,7 @@ pub mod ahead;
 mod attempts;
 mod by_hand;
 mod dispatch;
+pub use dispatch::UNRECORDED;
 mod record;
 mod shares;
 
@@ -104,6 +105,7 @@ impl Sweeper {
     ) -> JoinHandle<()> {
         let in_flight = dispatch.permits.clone();
         let all_permits = self.config.concurrency as usize;
+        let targets = dispatch.targets.clone();
         tokio::spawn(record_loop(
             self.store.clone(),
             self.wake.clone(),
@@ -111,6 +113,7 @@ impl Sweeper {
             results,
             shutdown.clone(),
             move || in_flight.available_permits() < all_permits,
+            move || targets.recorded(),
         ))
     }
 

@@ -630,4 +630,45 @@ mod postgres {
         other.shutdown().await;
         app.shutdown().await;
     }
+
+    /// A crash sends again what was answered but not yet written, so an
+    /// instance lets no more than `UNRECORDED` attempts be in flight or
+    /// unwritten: while the database cannot write results (the attempts
+    /// table locked), it sends that many and waits; once it can, the rest
+    /// go, each once.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sends_wait_while_results_cannot_be_written() {
+        use sqlx::Connection;
+        let places = dispatch::sweeper::UNRECORDED;
+        let n = places + 500;
+        let app = TestApp::spawn_postgres_with(|_| {}).await;
+        let rx = Receiver::start().await;
+        let api = app.api("acme").await;
+        let target = api.webhook(&rx.url("/hook")).await;
+        let mut lock = sqlx::PgConnection::connect(&app.db.url).await.unwrap();
+        sqlx::query("BEGIN").execute(&mut lock).await.unwrap();
+        sqlx::query("LOCK TABLE attempts IN EXCLUSIVE MODE")
+            .execute(&mut lock)
+            .await
+            .unwrap();
+        let ids = api
+            .schedule_many(s(&target["targetId"]), &in_ms(0), n)
+            .await;
+        rx.wait_for(places, WAIT).await;
+        // Answered, not written: nothing more goes.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(rx.count(), places, "sent while nothing could be written");
+        sqlx::query("COMMIT").execute(&mut lock).await.unwrap();
+        let got = rx.wait_for(n, WAIT).await;
+        let mut arrived: Vec<String> = got
+            .iter()
+            .map(|r| s(&r.json()["messageId"]).to_string())
+            .collect();
+        arrived.sort();
+        arrived.dedup();
+        assert_eq!(arrived.len(), n, "each once");
+        assert_eq!(rx.count(), n);
+        api.wait_for_state(&ids[n - 1], "Delivered", WAIT).await;
+        app.shutdown().await;
+    }
 }

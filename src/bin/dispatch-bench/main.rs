@@ -328,9 +328,30 @@ async fn run_scenario(args: &Args, scenario: &str, run: usize) -> anyhow::Result
                     .iter()
                     .collect::<std::collections::HashSet<_>>()
                     .len();
+            // A message sent again though its first arrival came well before
+            // the kill: its answer was not recorded within 100 ms of it.
+            let mut sends: HashMap<&str, usize> = HashMap::new();
+            for (id, ..) in &seen {
+                *sends.entry(id.as_str()).or_default() += 1;
+            }
+            let resent: Vec<DateTime<Utc>> = firsts
+                .iter()
+                .filter(|(id, _)| sends[*id] > 1)
+                .map(|(_, f)| *f)
+                .collect();
+            let unrecorded = resent
+                .iter()
+                .filter(|f| **f < at - TimeDelta::milliseconds(110))
+                .count();
+            let oldest = resent
+                .iter()
+                .min()
+                .map_or(0, |f| (at - *f).num_milliseconds());
             Some(format!(
                 "killed (SIGKILL) after {done} of {n} had arrived{restart}; lost {lost}, \
-                 duplicates {dups} (of messages first sent after the kill: {unexplained}); \
+                 duplicates {dups} (of messages first sent after the kill: {unexplained}; \
+                 first sent over 110 ms before it: {unrecorded}, the earliest {oldest} ms \
+                 before it); \
                  the last arrival came {after:.2} s after the kill",
                 restart = restarted_in.map_or_else(
                     || ", the second instance went on".to_string(),

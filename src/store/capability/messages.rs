@@ -284,4 +284,8 @@ pub struct InstancesSeen {
     /// back its leases) while it did not note itself. Never at its first
     /// note.
     pub was_forgotten: bool,
+    /// When the instance noted longest ago (another than this one) will be
+    /// forgotten if it does not note itself before: the next note looks
+    /// then, not a whole beat later.
+    pub next_stale_in: Option<std::time::Duration>,
 }

@@ -260,12 +260,22 @@ impl<B: Keeps> CountStore for B {
                 self.notify_if_soon(&mut tx, now, now).await?;
             }
         }
-        let (n,): (i64,) = tx.sql("SELECT count(*) FROM instances").fetch_one().await?;
+        let (n, oldest): (i64, Option<i64>) = tx
+            .sql(format!(
+                "SELECT count(*), min(seen_ms) FILTER (WHERE id <> $1) - {now_ms} FROM instances"
+            ))
+            .bind(&id)
+            .fetch_one()
+            .await?;
         tx.commit().await?;
         Ok(InstancesSeen {
             serving: u32::try_from(n.max(1)).unwrap_or(u32::MAX),
             given_back,
             was_forgotten: noted == 0 && !first,
+            // `oldest` is how long ago (negative) it was noted.
+            next_stale_in: oldest
+                .map(|ago| u64::try_from(stale_ms + ago).unwrap_or(0))
+                .map(std::time::Duration::from_millis),
         })
     }
 

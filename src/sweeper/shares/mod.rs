@@ -379,6 +379,15 @@ impl InFlight {
         }
     }
 
+    /// Results were written, and their places among the unrecorded given
+    /// back: what waits for one may start.
+    pub fn recorded(&self) {
+        let starved = std::mem::take(&mut self.counts.lock().expect("not poisoned").starved);
+        if starved {
+            self.starved.notify_one();
+        }
+    }
+
     fn ended(&self, target: &TargetId, account: &AccountId, n: u32) {
         let (refilled, starved) = {
             let mut guard = self.counts.lock().expect("not poisoned");
