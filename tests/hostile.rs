@@ -433,3 +433,137 @@ async fn at_the_cap_a_client_holding_many_connections_gives_one_up_to_another_cl
     assert_eq!(closed, 1, "the flooder's oldest connection gave its place");
     app.shutdown().await;
 }
+
+/// How a hostile receiver answers a connection, once it has read the
+/// request's head.
+#[derive(Clone, Copy, Debug)]
+enum Hostile {
+    /// A 200 whose chunked body never ends, sent as fast as it goes.
+    EndlessBody,
+    /// A 200 whose chunked body comes a byte every 100 ms, forever.
+    DrippingBody,
+    /// A head of a megabyte.
+    HugeHead,
+    /// A head that comes a line every 100 ms, forever.
+    DrippingHead,
+    /// Bytes that are not HTTP, then the connection closed.
+    NotHttp,
+}
+
+/// A receiver on loopback that behaves as `how` on every connection.
+async fn hostile_receiver(how: Hostile) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
+                let _ = match how {
+                    Hostile::EndlessBody => {
+                        let _ = s.write_all(chunked).await;
+                        let chunk = format!("10000\r\n{}\r\n", "a".repeat(0x10000));
+                        loop {
+                            if s.write_all(chunk.as_bytes()).await.is_err() {
+                                break Ok(());
+                            }
+                        }
+                    }
+                    Hostile::DrippingBody => {
+                        let _ = s.write_all(chunked).await;
+                        loop {
+                            if s.write_all(b"1\r\na\r\n").await.is_err() {
+                                break Ok(());
+                            }
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                        }
+                    }
+                    Hostile::HugeHead => {
+                        let head =
+                            format!("HTTP/1.1 200 OK\r\nX-A: {}\r\n\r\n", "a".repeat(1 << 20));
+                        s.write_all(head.as_bytes()).await
+                    }
+                    Hostile::DrippingHead => {
+                        let _ = s.write_all(b"HTTP/1.1 200 OK\r\n").await;
+                        loop {
+                            if s.write_all(b"X-A: b\r\n").await.is_err() {
+                                break Ok(());
+                            }
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                        }
+                    }
+                    Hostile::NotHttp => s.write_all(b"SSH-2.0-OpenSSH_9.2\r\n\r\n").await,
+                };
+            });
+        }
+    });
+    url
+}
+
+/// The receivers' side: a receiver that never ends its body, drips it,
+/// sends a megabyte of head, drips its head or does not speak HTTP costs
+/// one attempt bounded by the target's timeout (500 ms here) and at most
+/// 64 KiB read, recorded with what it said (at most 1,024 bytes of body);
+/// meanwhile another target of the account is delivered to at once.
+#[tokio::test]
+async fn a_hostile_receiver_costs_one_attempt_bounded_in_time_and_bytes() {
+    let app = TestApp::spawn_with(|c| c.retry.immediate_retries = 0).await;
+    let api = app.api("acme").await;
+    let good = common::receiver::Receiver::start().await;
+    let fine = api.webhook(&good.url("/hook")).await;
+    for (how, outcome) in [
+        (Hostile::EndlessBody, "Success"),
+        (Hostile::DrippingBody, "Success"),
+        (Hostile::HugeHead, "RetryableFailure"),
+        (Hostile::DrippingHead, "RetryableFailure"),
+        (Hostile::NotHttp, "RetryableFailure"),
+    ] {
+        let url = hostile_receiver(how).await;
+        let target = api.webhook_with(&url, json!({"timeoutMs": 500})).await;
+        let m = api
+            .schedule(
+                target["targetId"].as_str().unwrap(),
+                &common::in_ms(0),
+                "to a hostile receiver",
+            )
+            .await;
+        let id = m["messageId"].as_str().unwrap().to_string();
+        let before = good.count();
+        api.schedule(
+            fine["targetId"].as_str().unwrap(),
+            &common::in_ms(0),
+            "fine",
+        )
+        .await;
+        good.wait_for(before + 1, Duration::from_secs(5)).await;
+        let attempts = common::eventually(Duration::from_secs(5), "an attempt", async || {
+            let a = api.attempts(&id).await;
+            if a.is_empty() {
+                Err(a)
+            } else {
+                Ok(a)
+            }
+        })
+        .await;
+        let a = &attempts[0];
+        assert_eq!(a["outcome"], outcome, "{how:?}: {a}");
+        let ms = a["durationMs"].as_i64().unwrap();
+        assert!(ms < 1_500, "{how:?} took {ms} ms: {a}");
+        let body = a["responseBody"].as_str().unwrap_or("");
+        assert!(body.len() <= 1024, "{how:?}: {} bytes kept", body.len());
+        if outcome != "Success" {
+            assert!(
+                a["error"].as_str().is_some_and(|e| !e.is_empty()),
+                "{how:?}: {a}"
+            );
+        }
+    }
+    app.shutdown().await;
+}

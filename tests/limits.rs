@@ -337,3 +337,82 @@ async fn scheduled_messages_are_bounded_on_every_way_in_and_leaving_makes_room()
     assert_eq!(post_message(&other, &theirs).await.status(), 201);
     app.shutdown().await;
 }
+
+/// A waiting receive holds one of the server's connections: an account has
+/// at most `limits.waiting_receives` of them waiting on an instance. One
+/// more answers 409 at once (a receive without `wait` is served as ever),
+/// another account's receive waits as before, and once one of the waiting
+/// ends, the account may wait again.
+#[tokio::test]
+async fn waiting_receives_up_to_the_limit_then_409_and_other_accounts_unaffected() {
+    let app = TestApp::spawn_with(|c| c.limits.waiting_receives = 2).await;
+    let api = app.api("acme").await;
+    let other = app.api("other").await;
+    let pull = |api: Api| async move {
+        let r = api
+            .post(
+                "/targets",
+                json!({"name": "queue", "type": "pull", "config": {}}),
+            )
+            .await;
+        assert_eq!(r.status(), 201);
+        id(&r.json().await.unwrap(), "targetId")
+    };
+    let (queue, theirs) = (pull(api.clone()).await, pull(other.clone()).await);
+    let receive = |api: Api, target: String, wait: &'static str| async move {
+        api.post(
+            &format!("/targets/{target}/receive"),
+            json!({"max": 1, "wait": wait}),
+        )
+        .await
+    };
+    // Two consumers wait (each tries again while a probe below holds the
+    // place it would take).
+    let waiting: Vec<_> = (0..2)
+        .map(|_| {
+            let (api, queue) = (api.clone(), queue.clone());
+            tokio::spawn(async move {
+                loop {
+                    let r = receive(api.clone(), queue.clone(), "20s").await;
+                    if r.status() != 409 {
+                        return r;
+                    }
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                }
+            })
+        })
+        .collect();
+    // Both wait: the account is at its limit, which a third would pass.
+    let third = common::eventually(
+        std::time::Duration::from_secs(5),
+        "the third receive refused",
+        async || {
+            let r = receive(api.clone(), queue.clone(), "1s").await;
+            if r.status() == 409 {
+                Ok(r)
+            } else {
+                Err(r.status())
+            }
+        },
+    )
+    .await;
+    refused(third, "limits.waiting_receives").await;
+    let now = receive(api.clone(), queue.clone(), "0s").await;
+    assert_eq!(now.status(), 200, "a receive that does not wait is served");
+    // Another account waits as ever, and gets what falls due.
+    let theirs_waiting = tokio::spawn(receive(other.clone(), theirs.clone(), "20s"));
+    other.schedule(&theirs, &common::in_ms(0), "for them").await;
+    let got: Value = theirs_waiting.await.unwrap().json().await.unwrap();
+    assert_eq!(got["items"].as_array().unwrap().len(), 1, "{got}");
+    // Messages for the account end its waits: it may wait again.
+    for payload in ["one", "two"] {
+        api.schedule(&queue, &common::in_ms(0), payload).await;
+    }
+    for w in waiting {
+        let got: Value = w.await.unwrap().json().await.unwrap();
+        assert_eq!(got["items"].as_array().unwrap().len(), 1, "{got}");
+    }
+    let again = receive(api.clone(), queue.clone(), "1s").await;
+    assert_eq!(again.status(), 200, "waiting again once the others ended");
+    app.shutdown().await;
+}

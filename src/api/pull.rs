@@ -36,7 +36,7 @@ fn target_id(id: &str) -> ApiResult<TargetId> {
         (status = 200, description = "What was received (none for a disabled target)", body = ReceiveOut),
         (status = 400, body = Problem, content_type = "application/problem+json"),
         (status = 404, body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "Not a pull target", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Not a pull target; or, with `wait`, the account has `limits.waiting_receives` receives waiting on this instance already (problem type …/quota)", body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = ["messages:receive"]))
 )]

@@ -14,6 +14,7 @@ pub enum Limit {
     Schedules,
     ScheduledMessages,
     ScheduleRunsPerSecond,
+    WaitingReceives,
 }
 
 impl Limit {
@@ -25,6 +26,7 @@ impl Limit {
             Limit::Schedules => "limits.schedules",
             Limit::ScheduledMessages => "limits.scheduled_messages",
             Limit::ScheduleRunsPerSecond => "limits.schedule_runs_per_second",
+            Limit::WaitingReceives => "limits.waiting_receives",
         }
     }
 
@@ -36,6 +38,7 @@ impl Limit {
             Limit::Schedules => "schedules",
             Limit::ScheduledMessages => "messages in state Scheduled",
             Limit::ScheduleRunsPerSecond => "schedule runs a second",
+            Limit::WaitingReceives => "receives waiting at once on one instance",
         }
     }
 }
@@ -53,6 +56,9 @@ pub struct Limits {
     /// Runs a second that all the account's schedules make, summed over a
     /// minute.
     pub schedule_runs_per_second: u64,
+    /// Receives (long polls) of pull targets waiting at once, per instance:
+    /// each holds a connection, and the connections are the server's.
+    pub waiting_receives: u64,
 }
 
 impl Default for Limits {
@@ -63,6 +69,7 @@ impl Default for Limits {
             schedules: 10_000,
             scheduled_messages: 10_000_000,
             schedule_runs_per_second: 1_000,
+            waiting_receives: 1_000,
         }
     }
 }
@@ -76,6 +83,7 @@ impl Limits {
             Limit::Schedules => self.schedules,
             Limit::ScheduledMessages => self.scheduled_messages,
             Limit::ScheduleRunsPerSecond => self.schedule_runs_per_second,
+            Limit::WaitingReceives => self.waiting_receives,
         }
     }
 }
@@ -139,6 +147,7 @@ mod tests {
                 "limits.schedule_runs_per_second",
                 1_000,
             ),
+            (Limit::WaitingReceives, "limits.waiting_receives", 1_000),
         ] {
             assert_eq!(limit.key(), key);
             assert_eq!(limits.of(limit), max);

@@ -16,6 +16,7 @@ use super::{
 use crate::{
     domain::{
         ids::{AccountId, TargetId},
+        limits::Limit,
         receipt::ReceiptHandle,
         target::pull::PullConfig,
     },
@@ -79,7 +80,18 @@ impl Service {
         };
         let start = self.now();
         let deadline = start + TimeDelta::from_std(req.wait).unwrap_or_default();
-        let waiting = (!req.wait.is_zero()).then(|| self.pull.enter(target, start));
+        // Each waiting receive holds a connection: an account has at most
+        // `limits.waiting_receives` of them on an instance.
+        let max_waiting = self.config.limits.of(Limit::WaitingReceives);
+        let waiting = if req.wait.is_zero() {
+            None
+        } else {
+            Some(
+                self.pull
+                    .enter(account, target, start, max_waiting)
+                    .map_err(ServiceError::Quota)?,
+            )
+        };
         // A target known to have nothing receivable is not asked again.
         let mut ask_store = !waiting.as_ref().is_some_and(|w| w.known_empty);
         loop {

@@ -64,6 +64,8 @@ pub struct PullWatch {
     /// The ends of last receives (`janitor`): the earliest announced.
     last_ends: Notify,
     last_end_ms: std::sync::atomic::AtomicI64,
+    /// Receives waiting, by account (`limits.waiting_receives`).
+    by_account: Mutex<HashMap<AccountId, u64>>,
 }
 
 struct Entry {
@@ -82,6 +84,7 @@ struct Entry {
 /// A consumer waiting on a target; leaving drops it.
 pub struct Waiting<'a> {
     watch: &'a PullWatch,
+    account: AccountId,
     target: TargetId,
     notify: Arc<Notify>,
     /// The target is known to have nothing receivable now.
@@ -116,6 +119,15 @@ impl Waiting<'_> {
 
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
+        {
+            let mut accounts = self.watch.by_account.lock().expect("not poisoned");
+            if let Some(n) = accounts.get_mut(&self.account) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    accounts.remove(&self.account);
+                }
+            }
+        }
         let mut targets = self.watch.targets.lock().expect("not poisoned");
         if let Some(e) = targets.get_mut(&self.target) {
             e.waiters = e.waiters.saturating_sub(1);
@@ -154,8 +166,22 @@ impl PullWatch {
         configs.insert((account.clone(), target.clone()), (config.clone(), now));
     }
 
-    /// A consumer starts waiting on `target`.
-    pub fn enter(&self, target: &TargetId, now: DateTime<Utc>) -> Waiting<'_> {
+    /// A consumer of `account` starts waiting on `target`, unless the
+    /// account has `max` receives waiting on this instance already.
+    pub fn enter(
+        &self,
+        account: &AccountId,
+        target: &TargetId,
+        now: DateTime<Utc>,
+        max: u64,
+    ) -> Result<Waiting<'_>, crate::domain::limits::OverLimit> {
+        {
+            let mut accounts = self.by_account.lock().expect("not poisoned");
+            let n = accounts.entry(account.clone()).or_default();
+            let limit = crate::domain::limits::Limit::WaitingReceives;
+            crate::domain::limits::check(limit, max, *n, 1)?;
+            *n += 1;
+        }
         let mut targets = self.targets.lock().expect("not poisoned");
         let first = targets.is_empty();
         let e = targets.entry(target.clone()).or_insert_with(|| Entry {
@@ -173,12 +199,13 @@ impl PullWatch {
         if first {
             self.changed.notify_one();
         }
-        Waiting {
+        Ok(Waiting {
             watch: self,
+            account: account.clone(),
             target: target.clone(),
             notify,
             known_empty,
-        }
+        })
     }
 
     /// A last allowed receive's visibility ends at `at`: the janitor looks then.
