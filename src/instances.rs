@@ -118,11 +118,9 @@ impl Instances {
     /// serving holds (a predecessor killed before it was ever noted).
     pub async fn note(&self, first: bool) -> StoreResult<InstancesSeen> {
         let now = self.clock.now();
-        let reach =
-            chrono::TimeDelta::from_std(self.leases_reach).unwrap_or(chrono::TimeDelta::days(1));
         let seen = self
             .store
-            .instance_seen(now, STALE, now + reach, first)
+            .instance_seen(now, STALE, self.leases_reach, first)
             .await?;
         if seen.was_forgotten {
             tracing::warn!(

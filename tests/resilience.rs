@@ -6,17 +6,16 @@ mod common;
 #[path = "resilience/postgres.rs"]
 mod postgres;
 
-use std::{collections::HashMap, future::Future, process::Stdio, sync::Arc, time::Duration};
+use std::{collections::HashMap, future::Future, sync::Arc, time::Duration};
 
 use common::{
-    free_port, in_ms,
+    in_ms,
     proxy::Proxy,
     receiver::{Gate, Receiver, Reply},
-    Api, Backend, TestApp, TestDb,
+    serve_process, Api, Backend, TestApp, TestDb,
 };
 use futures::{stream, StreamExt};
 use serde_json::{json, Value};
-use tokio::io::AsyncBufReadExt;
 
 /// Schedules `n` messages for `target` at `at`, 16 requests at a time; returns their ids.
 async fn schedule_many(api: &Api, target: &str, at: &str, n: usize) -> Vec<String> {
@@ -113,41 +112,6 @@ async fn wait_until_all_delivered(api: &Api, n: usize, within: Duration) {
         }
     })
     .await
-}
-
-/// `dispatch serve` on `db_url` in a process of its own, with `env`, once
-/// it says it is serving (listener bound, sweeper started); and its base URL.
-async fn serve_process(db_url: &str, env: &[(&str, &str)]) -> (tokio::process::Child, String) {
-    let port = free_port();
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_dispatch"));
-    command
-        .arg("serve")
-        .env("DATABASE_URL", db_url)
-        .env("DISPATCH_SERVER__LISTEN", format!("127.0.0.1:{port}"))
-        .env("DISPATCH_WEBHOOK__ALLOW_PRIVATE_NETWORKS", "true")
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    for (k, v) in env {
-        command.env(k, v);
-    }
-    let mut child = command.spawn().expect("the dispatch binary starts");
-    let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
-    let serving = async {
-        while let Some(line) = lines.next_line().await.unwrap() {
-            if line.contains("dispatch is serving") {
-                return;
-            }
-        }
-        panic!("the process exited before serving");
-    };
-    tokio::time::timeout(Duration::from_secs(30), serving)
-        .await
-        .expect("it serves within 30 s");
-    // Keep reading, so that it never blocks on a full pipe.
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    (child, format!("http://127.0.0.1:{port}"))
 }
 
 #[tokio::test]

@@ -493,3 +493,39 @@ where
     );
     serde_json::from_slice(&out.stdout).unwrap()
 }
+
+/// `dispatch serve` on `db_url` in a process of its own, with `env`, once
+/// it says it is serving (listener bound, sweeper started); and its base URL.
+pub async fn serve_process(db_url: &str, env: &[(&str, &str)]) -> (tokio::process::Child, String) {
+    let port = free_port();
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_dispatch"));
+    command
+        .arg("serve")
+        .env("DATABASE_URL", db_url)
+        .env("DISPATCH_SERVER__LISTEN", format!("127.0.0.1:{port}"))
+        .env("DISPATCH_WEBHOOK__ALLOW_PRIVATE_NETWORKS", "true")
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    let mut child = command.spawn().expect("the dispatch binary starts");
+    use tokio::io::AsyncBufReadExt;
+    let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let serving = async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if line.contains("dispatch is serving") {
+                return;
+            }
+        }
+        panic!("the process exited before serving");
+    };
+    tokio::time::timeout(Duration::from_secs(30), serving)
+        .await
+        .expect("it serves within 30 s");
+    // Keep reading, so that it never blocks on a full pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    (child, format!("http://127.0.0.1:{port}"))
+}

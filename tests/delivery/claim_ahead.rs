@@ -223,30 +223,23 @@ async fn held_messages_go_back_at_shutdown() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_instance_started_again_alone_after_a_kill_sends_what_its_predecessor_held() {
     let db = crate::common::TestDb::new().await;
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_dispatch"))
-        .args([
+    let client = crate::common::dispatch_json(
+        &db.url,
+        [
             "clients",
             "create",
             "--account",
             "acme",
             "--name",
             "restart",
-        ])
-        .env("DATABASE_URL", &db.url)
-        .output()
-        .await
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let client: Value = serde_json::from_slice(&out.stdout).unwrap();
+        ],
+    )
+    .await;
     let env = [
         ("DISPATCH_SWEEPER__CLAIM_AHEAD", "30s"),
         ("DISPATCH_SWEEPER__POLL_INTERVAL", "500ms"),
     ];
-    let (mut first, url) = worker(&db.url, &env).await;
+    let (mut first, url) = crate::common::serve_process(&db.url, &env).await;
     let api = Api::for_client(
         url,
         reqwest::Client::new(),
@@ -271,7 +264,7 @@ async fn an_instance_started_again_alone_after_a_kill_sends_what_its_predecessor
     let killed = Utc::now();
     assert_eq!(rx.count(), 0, "killed before anything fell due");
 
-    let (mut again, _) = worker(&db.url, &env).await;
+    let (mut again, _) = crate::common::serve_process(&db.url, &env).await;
     let got = rx.wait_for(20, HELD_WAIT).await;
     each_arrived_once_in_time(&got, &ids, soon_t, killed);
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -315,42 +308,6 @@ fn each_arrived_once_in_time(
     let bound = killed.max(due) + chrono::TimeDelta::seconds(5);
     let last = got.iter().map(|r| r.at).max().unwrap();
     assert!(last <= bound, "the last arrived at {last}, after {bound}");
-}
-
-/// `serve` on `db_url` in its own process, once it says it is serving
-/// (its listener bound, its sweeper started), and its address.
-async fn worker(db_url: &str, env: &[(&str, &str)]) -> (tokio::process::Child, String) {
-    use tokio::io::AsyncBufReadExt;
-    let listen = format!("127.0.0.1:{}", crate::common::free_port());
-    let mut worker = tokio::process::Command::new(env!("CARGO_BIN_EXE_dispatch"));
-    worker
-        .arg("serve")
-        .env("DATABASE_URL", db_url)
-        .env("DISPATCH_SERVER__LISTEN", &listen)
-        .env("DISPATCH_WEBHOOK__ALLOW_PRIVATE_NETWORKS", "true")
-        .env("RUST_LOG", "info")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true);
-    for (k, v) in env {
-        worker.env(k, v);
-    }
-    let mut worker = worker.spawn().expect("the dispatch binary starts");
-    let mut lines = tokio::io::BufReader::new(worker.stderr.take().unwrap()).lines();
-    let serving = async {
-        while let Some(line) = lines.next_line().await.unwrap() {
-            if line.contains("dispatch is serving") {
-                return;
-            }
-        }
-        panic!("the worker exited before serving");
-    };
-    tokio::time::timeout(Duration::from_secs(30), serving)
-        .await
-        .expect("the worker serves within 30 s");
-    // Keep reading, so that it never blocks on a full pipe.
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    (worker, format!("http://{listen}"))
 }
 
 /// Several instances on one database: PostgreSQL only.
@@ -410,7 +367,13 @@ mod postgres {
         DateTime<Utc>,
         DateTime<Utc>,
     ) {
-        let api_app = TestApp::spawn_postgres_with(|c| c.sweeper.enabled = false).await;
+        // Neither claims ahead: the leases the worker took 30 s ahead reach
+        // further than theirs, and are given back all the same.
+        let api_app = TestApp::spawn_postgres_with(|c| {
+            c.sweeper.enabled = false;
+            c.sweeper.claim_ahead = Duration::ZERO;
+        })
+        .await;
         let survivor = TestApp::spawn_on(api_app.db.clone(), |c| {
             c.sweeper.claim_ahead = Duration::ZERO;
             survivor(c);
@@ -422,7 +385,7 @@ mod postgres {
         // made good by its next look, well inside LEAD: not the 5 s
         // backstop, after the survivor took the messages.
         env.push(("DISPATCH_SWEEPER__POLL_INTERVAL", "500ms"));
-        let (mut worker, _) = worker(&api_app.db.url, &env).await;
+        let (mut worker, _) = crate::common::serve_process(&api_app.db.url, &env).await;
         let rx = Receiver::start().await;
         let api = api_app.api("acme").await;
         let target = api.webhook(&rx.url("/hook")).await;
@@ -485,7 +448,7 @@ mod postgres {
             c.sweeper.claim_ahead = Duration::ZERO;
         })
         .await;
-        let (mut worker, worker_url) = worker(
+        let (mut worker, worker_url) = crate::common::serve_process(
             &api_app.db.url,
             &[
                 ("DISPATCH_SWEEPER__CLAIM_AHEAD", "30s"),

@@ -79,10 +79,12 @@ pub trait CountStore: Send + Sync + 'static {
     async fn purge_token_failures(&self, before_ms: i64) -> StoreResult<u64>;
 
     /// Notes this instance as serving (at the database's time where there
-    /// is one), forgets the instances not seen for `stale`, and gives back
-    /// the leases that no instance still serving took on messages leased
-    /// until after `now` and at most `leased_until`: what a killed instance
-    /// held but had not attempted is claimable again at once. It looks for
+    /// is one), with how far past a note its leases may run (`reach`: its
+    /// lease and how far ahead it claims), forgets the instances not seen
+    /// for `stale`, and gives back the leases that no instance still
+    /// serving took on messages leased until after `now` and at most the
+    /// widest reach noted by any instance: what a killed instance held but
+    /// had not attempted is claimable again at once. It looks for
     /// them only when an instance was forgotten, and at this instance's
     /// `first` note (a predecessor killed before it was ever noted).
     /// Says whether this instance had been forgotten itself.
@@ -90,7 +92,7 @@ pub trait CountStore: Send + Sync + 'static {
         &self,
         now: DateTime<Utc>,
         stale: std::time::Duration,
-        leased_until: DateTime<Utc>,
+        reach: std::time::Duration,
         first: bool,
     ) -> StoreResult<InstancesSeen>;
 }

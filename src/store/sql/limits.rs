@@ -193,11 +193,12 @@ impl<B: Keeps> CountStore for B {
         &self,
         now: DateTime<Utc>,
         stale: std::time::Duration,
-        leased_until: DateTime<Utc>,
+        reach: std::time::Duration,
         first: bool,
     ) -> StoreResult<InstancesSeen> {
         let id = self.instance().to_string();
         let stale_ms = i64::try_from(stale.as_millis()).unwrap_or(i64::MAX / 4);
+        let reach_ms = i64::try_from(reach.as_millis()).unwrap_or(i64::MAX / 4);
         let mut tx = self.db().begin().await?;
         // The database's clock where instances share one: theirs may differ.
         let now_ms = if tx.locks_rows() {
@@ -208,20 +209,31 @@ impl<B: Keeps> CountStore for B {
         // An update that finds no row: another instance forgot this one.
         let noted = tx
             .sql(format!(
-                "UPDATE instances SET seen_ms = {now_ms} WHERE id = $1"
+                "UPDATE instances SET seen_ms = {now_ms}, reach_ms = $2 WHERE id = $1"
             ))
             .bind(&id)
+            .bind(reach_ms)
             .execute()
             .await?;
         if noted == 0 {
             tx.sql(format!(
-                "INSERT INTO instances (id, seen_ms) VALUES ($1, {now_ms}) \
-                 ON CONFLICT (id) DO UPDATE SET seen_ms = excluded.seen_ms"
+                "INSERT INTO instances (id, seen_ms, reach_ms) VALUES ($1, {now_ms}, $2) \
+                 ON CONFLICT (id) DO UPDATE SET seen_ms = excluded.seen_ms, reach_ms = excluded.reach_ms"
             ))
             .bind(&id)
+            .bind(reach_ms)
             .execute()
             .await?;
         }
+        // How far ahead the leases of any instance, the forgotten among
+        // them, may run: each notes its own (its lease and how far ahead it
+        // claims), which may differ from this one's.
+        let (widest,): (Option<i64>,) = tx
+            .sql("SELECT max(reach_ms) FROM instances")
+            .fetch_one()
+            .await?;
+        let leased_until = now
+            + chrono::TimeDelta::milliseconds(widest.unwrap_or(0).max(reach_ms).min(i64::MAX / 4));
         let forgotten = tx
             .sql(format!(
                 "DELETE FROM instances WHERE seen_ms < {now_ms} - $1"
