@@ -232,8 +232,9 @@ impl<B: Keeps> CountStore for B {
             .sql("SELECT max(reach_ms) FROM instances")
             .fetch_one()
             .await?;
-        let leased_until = now
-            + chrono::TimeDelta::milliseconds(widest.unwrap_or(0).max(reach_ms).min(i64::MAX / 4));
+        let leased_until = chrono::TimeDelta::try_milliseconds(widest.unwrap_or(0).max(reach_ms))
+            .and_then(|reach| now.checked_add_signed(reach))
+            .unwrap_or(DateTime::<Utc>::MAX_UTC);
         let forgotten = tx
             .sql(format!(
                 "DELETE FROM instances WHERE seen_ms < {now_ms} - $1"
