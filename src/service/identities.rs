@@ -139,7 +139,10 @@ impl Service {
 pub(super) fn plausible_email(email: &str) -> ServiceResult<String> {
     let email = email.trim().to_lowercase();
     let plausible = email.len() <= 254
-        && !email.chars().any(|c| c.is_whitespace() || c.is_control())
+        // U+FFFD stands where bytes that were not UTF-8 were decoded.
+        && !email
+            .chars()
+            .any(|c| c.is_whitespace() || c.is_control() || c == char::REPLACEMENT_CHARACTER)
         && email
             .split_once('@')
             .is_some_and(|(l, d)| !l.is_empty() && !d.is_empty());

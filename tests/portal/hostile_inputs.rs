@@ -78,3 +78,60 @@ async fn control_characters_in_queries_and_forms_answer_400_and_change_nothing()
     assert_eq!(listed["items"], json!([]), "{listed}");
     app.shutdown().await;
 }
+
+/// Form bodies no browser sends: bytes that are not UTF-8 (decoded as
+/// U+FFFD, which no email holds), a field twice, a role that is none,
+/// a body of megabytes, another content type, nothing but broken escapes.
+/// Each answers a 4xx, never a 5xx, and invites nobody. (A broken escape
+/// inside a value stays as written, as the URL standard decodes it.)
+#[tokio::test]
+async fn malformed_form_bodies_answer_4xx_and_change_nothing() {
+    let app = TestApp::spawn().await;
+    let mut admin = signed_in(&app, "acme", "admin@acme.test").await;
+    let csrf = admin.csrf().await;
+    let big = format!(
+        "csrf={csrf}&email={}%40acme.test&role=viewer",
+        "a".repeat(3 << 20)
+    );
+    for (content_type, body) in [
+        (
+            "application/x-www-form-urlencoded",
+            format!("csrf={csrf}&email=%FF%FE%40acme.test&role=viewer"),
+        ),
+        (
+            "application/x-www-form-urlencoded",
+            format!("csrf={csrf}&email=x%40acme.test&role=viewer&role=admin"),
+        ),
+        (
+            "application/x-www-form-urlencoded",
+            format!("csrf={csrf}&email=x%40acme.test&role=owner"),
+        ),
+        ("application/x-www-form-urlencoded", big),
+        (
+            "text/plain",
+            format!("csrf={csrf}&email=x%40acme.test&role=viewer"),
+        ),
+        ("application/x-www-form-urlencoded", "%".repeat(100)),
+    ] {
+        let req = admin
+            .http
+            .post(format!("{}/portal/people/invite", admin.base))
+            .header(header::CONTENT_TYPE, content_type)
+            .body(body.clone());
+        let p = admin.send(req).await;
+        assert!(
+            p.status.is_client_error(),
+            "{content_type} {}…: {} {}",
+            &body[..body.len().min(80)],
+            p.status,
+            &p.body[..p.body.len().min(300)]
+        );
+    }
+    assert!(app
+        .store()
+        .list_invitations(&common::account("acme"), app.now())
+        .await
+        .unwrap()
+        .is_empty());
+    app.shutdown().await;
+}
