@@ -40,6 +40,7 @@ use anyhow::bail;
 
 mod args;
 mod charts;
+mod crash;
 mod fanout;
 mod flood;
 mod ingest;
@@ -68,7 +69,7 @@ use service::{
 use sqlx::{Connection, PgConnection};
 
 /// (messageId, arrival, scheduled time) of one request.
-type Arrival = (String, DateTime<Utc>, DateTime<Utc>);
+pub(crate) type Arrival = (String, DateTime<Utc>, DateTime<Utc>);
 
 #[derive(Default)]
 struct Arrivals {
@@ -307,59 +308,7 @@ async fn run_scenario(args: &Args, scenario: &str, run: usize) -> anyhow::Result
             tokio::time::sleep(Duration::from_secs(2)).await;
             let (at, done) = killed.unwrap_or_default();
             let seen = arrivals.seen.lock().unwrap().clone();
-            let last = seen.iter().map(|(_, a, _)| *a).max().unwrap_or(at);
-            let ids: std::collections::HashSet<&str> =
-                seen.iter().map(|(id, ..)| id.as_str()).collect();
-            let lost = n.saturating_sub(ids.len());
-            // A message first sent after the kill and sent again: no attempt
-            // interrupted by the kill explains it.
-            let mut firsts: HashMap<&str, DateTime<Utc>> = HashMap::new();
-            for (id, a, _) in &seen {
-                let f = firsts.entry(id.as_str()).or_insert(*a);
-                *f = (*f).min(*a);
-            }
-            let sent_after: Vec<&str> = seen
-                .iter()
-                .map(|(id, ..)| id.as_str())
-                .filter(|id| firsts[id] > at)
-                .collect();
-            let unexplained = sent_after.len()
-                - sent_after
-                    .iter()
-                    .collect::<std::collections::HashSet<_>>()
-                    .len();
-            // A message sent again though its first arrival came well before
-            // the kill: its answer was not recorded within 100 ms of it.
-            let mut sends: HashMap<&str, usize> = HashMap::new();
-            for (id, ..) in &seen {
-                *sends.entry(id.as_str()).or_default() += 1;
-            }
-            let resent: Vec<DateTime<Utc>> = firsts
-                .iter()
-                .filter(|(id, _)| sends[*id] > 1)
-                .map(|(_, f)| *f)
-                .collect();
-            let unrecorded = resent
-                .iter()
-                .filter(|f| **f < at - TimeDelta::milliseconds(110))
-                .count();
-            let oldest = resent
-                .iter()
-                .min()
-                .map_or(0, |f| (at - *f).num_milliseconds());
-            Some(format!(
-                "killed (SIGKILL) after {done} of {n} had arrived{restart}; lost {lost}, \
-                 duplicates {dups} (of messages first sent after the kill: {unexplained}; \
-                 first sent over 110 ms before it: {unrecorded}, the earliest {oldest} ms \
-                 before it); \
-                 the last arrival came {after:.2} s after the kill",
-                restart = restarted_in.map_or_else(
-                    || ", the second instance went on".to_string(),
-                    |d| format!(", started again (ready in {:.2} s)", d.as_secs_f64())
-                ),
-                dups = seen.len() - ids.len(),
-                after = (last - at).num_milliseconds() as f64 / 1000.0,
-            ))
+            Some(crash::notes(&seen, n, at, done, restarted_in))
         }
         _ => None,
     };
