@@ -53,12 +53,7 @@ async fn control_characters_in_queries_and_forms_answer_400_and_change_nothing()
         .await;
     assert_eq!(p.status, StatusCode::BAD_REQUEST, "{}", p.body);
     assert!(p.body.contains("email"), "{}", p.body);
-    assert!(app
-        .store()
-        .list_invitations(&common::account("acme"), app.now())
-        .await
-        .unwrap()
-        .is_empty());
+    assert_nobody_invited(&app).await;
 
     // A target's name with a NUL, through the form: refused, none made.
     let p = admin
@@ -127,11 +122,16 @@ async fn malformed_form_bodies_answer_4xx_and_change_nothing() {
             &p.body[..p.body.len().min(300)]
         );
     }
+    assert_nobody_invited(&app).await;
+    app.shutdown().await;
+}
+
+/// The account `acme` has no invitation.
+async fn assert_nobody_invited(app: &TestApp) {
     assert!(app
         .store()
         .list_invitations(&common::account("acme"), app.now())
         .await
         .unwrap()
         .is_empty());
-    app.shutdown().await;
 }
